@@ -1,0 +1,48 @@
+"""Serve stale on upstream error, and tell AdCP buyers so with ``STALE_RESPONSE``."""
+
+from ._version import __version__
+from .advisory import AdcpError, StaleResponseDetails, service_unavailable, stale_response
+from .cache import JSON, Codec, JsonCodec, UpstreamCache
+from .collector import AdvisoryCollector, collect_advisories, current_collector
+from .failures import (
+    Failure,
+    InvalidPayload,
+    UpstreamError,
+    UpstreamHTTPError,
+    UpstreamUnavailable,
+    classify,
+)
+from .httpx_transport import CachingTransport
+from .middleware import StaleAdvisoryMiddleware
+from .policy import DEFAULT_STALE_ON, FailureKind, SurfacePolicy, Surfaces, Upstream
+from .stores import MemoryStore, Store
+
+__all__ = [
+    "DEFAULT_STALE_ON",
+    "JSON",
+    "AdcpError",
+    "AdvisoryCollector",
+    "CachingTransport",
+    "Codec",
+    "Failure",
+    "FailureKind",
+    "InvalidPayload",
+    "JsonCodec",
+    "MemoryStore",
+    "StaleAdvisoryMiddleware",
+    "StaleResponseDetails",
+    "Store",
+    "SurfacePolicy",
+    "Surfaces",
+    "Upstream",
+    "UpstreamCache",
+    "UpstreamError",
+    "UpstreamHTTPError",
+    "UpstreamUnavailable",
+    "__version__",
+    "classify",
+    "collect_advisories",
+    "current_collector",
+    "service_unavailable",
+    "stale_response",
+]

@@ -1,0 +1,117 @@
+"""The AdCP error model, and the one place that builds ``STALE_RESPONSE`` advisories.
+
+Shapes follow ``core/error.json`` and ``error-details/stale-response.json``. Empty objects
+are never emitted: an upstream with neither name nor URL, or an original error with no code,
+is left out rather than sent as ``{}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .failures import Failure, UpstreamUnavailable
+from .policy import SurfacePolicy, Upstream
+
+STALE_RESPONSE = "STALE_RESPONSE"
+SERVICE_UNAVAILABLE = "SERVICE_UNAVAILABLE"
+
+Recovery = Literal["transient", "correctable", "terminal"]
+
+
+class UpstreamRef(BaseModel):
+    """``details.upstream``: which upstream failed (``url`` omitted for internal ones)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    url: str | None = None
+    name: str | None = None
+
+
+class OriginalError(BaseModel):
+    """``details.original_error``: the sanitised failure that triggered the fallback."""
+
+    model_config = ConfigDict(extra="allow")
+
+    code: str
+    message: str
+
+
+class StaleResponseDetails(BaseModel):
+    """``error-details/stale-response.json``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    served_from_cache: Literal[True] = True
+    cache_age_seconds: int = Field(ge=0)
+    freshness_target_seconds: int | None = Field(default=None, ge=0)
+    upstream: UpstreamRef | None = None
+    original_error: OriginalError | None = None
+
+
+class AdcpError(BaseModel):
+    """``core/error.json``: one entry of a payload's ``errors[]``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    code: str = Field(min_length=1, max_length=64)
+    message: str
+    field: str | None = None
+    suggestion: str | None = None
+    recovery: Recovery | None = None
+    retry_after: int | None = Field(default=None, ge=1, le=3600)
+    details: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The wire form: no null members."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+def stale_response(
+    upstream: Upstream, policy: SurfacePolicy, age_seconds: int, failure: Failure
+) -> AdcpError:
+    """The advisory for one upstream served from a cache entry ``age_seconds`` old."""
+    details = StaleResponseDetails(
+        cache_age_seconds=age_seconds,
+        freshness_target_seconds=policy.freshness_target_seconds,
+        upstream=UpstreamRef(name=upstream.name, url=upstream.url),
+        original_error=OriginalError(code=failure.code, message=failure.message),
+    )
+    what = policy.field or "data"
+    return AdcpError(
+        code=STALE_RESPONSE,
+        message=(
+            f"Served cached {what} from upstream '{upstream.name}' ({age_seconds}s old, "
+            f"freshness target {policy.freshness_target_seconds}s): {failure.message.lower()}."
+        ),
+        field=policy.field,
+        recovery="transient",
+        suggestion="Retry later for fresh data, or accept the cached data.",
+        details=details.model_dump(mode="json", exclude_none=True),
+    )
+
+
+def service_unavailable(error: UpstreamUnavailable, field: str | None = None) -> AdcpError:
+    """The fatal ``SERVICE_UNAVAILABLE`` error for an upstream with no usable cache entry."""
+    failure = error.failure
+    return AdcpError(
+        code=SERVICE_UNAVAILABLE,
+        message=f"Upstream '{error.upstream.name}' is unavailable: {failure.message.lower()}.",
+        field=field,
+        recovery="transient",
+        retry_after=_retry_after(failure.retry_after),
+        details={
+            "upstream": UpstreamRef(name=error.upstream.name, url=error.upstream.url).model_dump(
+                exclude_none=True
+            ),
+            "original_error": {"code": failure.code, "message": failure.message},
+        },
+    )
+
+
+def _retry_after(seconds: float | None) -> int | None:
+    # AdCP 3.2 producers emit a whole number from 1 to 3600, rounded up.
+    if seconds is None or seconds != seconds or seconds <= 0:
+        return None
+    return min(3600, max(1, -int(-seconds // 1)))

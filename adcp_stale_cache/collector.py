@@ -1,0 +1,78 @@
+"""Per-request advisory collector, and how the cache finds the current request's one.
+
+The ASGI middleware (or :func:`collect_advisories` outside ASGI) opens a collector for each
+request; every stale serve while that request is handled records into it; the middleware
+appends what was recorded to the response payload's ``errors[]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+from .advisory import AdcpError
+from .policy import SurfacePolicy
+
+
+class AdvisoryCollector:
+    """Advisories of one request: one per upstream, the oldest age winning."""
+
+    __slots__ = ("_by_upstream", "surface")
+
+    def __init__(self, surface: SurfacePolicy | None = None) -> None:
+        self.surface = surface
+        self._by_upstream: dict[str, AdcpError] = {}
+
+    def record(self, upstream_name: str, advisory: AdcpError) -> None:
+        """Keep one advisory per upstream: several stale keys report the oldest entry."""
+        kept = self._by_upstream.get(upstream_name)
+        if kept is None or _age(advisory) > _age(kept):
+            self._by_upstream[upstream_name] = advisory
+
+    def __len__(self) -> int:
+        return len(self._by_upstream)
+
+    def __bool__(self) -> bool:
+        return bool(self._by_upstream)
+
+    def advisories(self) -> list[AdcpError]:
+        """The recorded advisories, in the order their upstreams first went stale."""
+        return list(self._by_upstream.values())
+
+    def errors(self) -> list[dict[str, Any]]:
+        """The recorded advisories in wire form, ready for a payload's ``errors[]``."""
+        return [advisory.to_dict() for advisory in self._by_upstream.values()]
+
+
+def _age(advisory: AdcpError) -> int:
+    return int((advisory.details or {}).get("cache_age_seconds", 0))
+
+
+_current: ContextVar[AdvisoryCollector | None] = ContextVar(
+    "adcp_stale_cache_collector", default=None
+)
+
+
+def current_collector() -> AdvisoryCollector | None:
+    """The collector of the request being handled, if any."""
+    return _current.get()
+
+
+@contextmanager
+def collect_advisories(surface: SurfacePolicy | None = None) -> Iterator[AdvisoryCollector]:
+    """Open a collector for the code inside the ``with`` block (and the tasks it starts).
+
+    Use it where no ASGI middleware runs: a worker, a test, an SDK hook::
+
+        with collect_advisories() as advisories:
+            products = await cache.fetch(inventory, "all", load_products)
+        payload["errors"] = advisories.errors()
+    """
+    collector = AdvisoryCollector(surface)
+    token = _current.set(collector)
+    try:
+        yield collector
+    finally:
+        _current.reset(token)

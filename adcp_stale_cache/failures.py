@@ -1,0 +1,219 @@
+"""One place that turns an upstream failure into ``original_error`` ``{code, message}``.
+
+Codes are the AdCP code the upstream returned (``SERVICE_UNAVAILABLE``), or a transport
+identifier:
+
+=====================  =====================================================
+``TIMEOUT``            no answer within the upstream deadline
+``CONNECTION_REFUSED`` nothing listens at the upstream's address
+``CONNECTION_RESET``   the connection dropped mid-answer
+``DNS_FAILURE``        the upstream's host name did not resolve
+``TLS_ERROR``          the TLS handshake or certificate check failed
+``CONNECTION_ERROR``   any other connection-level failure
+``UPSTREAM_HTTP_<n>``  the upstream answered HTTP status ``n`` (5xx, 429)
+``INVALID_PAYLOAD``    a 2xx answer that is not a valid payload
+``UPSTREAM_ERROR``     any other exception (counts as an outage only if the policy says so)
+=====================  =====================================================
+
+Messages are fixed templates: raw exception text can carry hostnames, URLs with tokens or
+file paths, so it is logged by the seller, never sent to a buyer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import ssl
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .policy import FailureKind, Upstream
+
+_ADCP_CODE = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A classified upstream failure, safe to show a buyer."""
+
+    kind: FailureKind
+    code: str
+    message: str
+    retry_after: float | None = None
+
+
+class UpstreamError(Exception):
+    """Raise from an upstream call when the upstream answered with an AdCP error.
+
+    ``code`` becomes ``original_error.code`` (e.g. ``SERVICE_UNAVAILABLE``); the upstream's own
+    message is kept for logs only.
+    """
+
+    def __init__(self, code: str, message: str = "", *, retry_after: float | None = None):
+        super().__init__(f"{code}: {message}" if message else code)
+        self.code = code if _ADCP_CODE.match(code) else "UPSTREAM_ERROR"
+        self.retry_after = retry_after
+
+
+class InvalidPayload(Exception):
+    """Raise from an upstream call (or a ``validate`` hook) for an unusable 2xx answer."""
+
+
+class UpstreamHTTPError(Exception):
+    """An upstream answered with a status that counts as an outage (5xx, 429)."""
+
+    def __init__(self, status_code: int, *, retry_after: float | None = None):
+        super().__init__(f"upstream answered HTTP {status_code}")
+        self.status_code = status_code
+        self.retry_after = retry_after
+
+
+class UpstreamUnavailable(Exception):
+    """An upstream failed and no cached entry could stand in for it.
+
+    Sellers either let it fail the request or turn it into the fatal ``SERVICE_UNAVAILABLE``
+    error with :func:`adcp_stale_cache.service_unavailable`.
+    """
+
+    def __init__(self, upstream: Upstream, failure: Failure):
+        super().__init__(f"upstream {upstream.name!r} unavailable: {failure.code}")
+        self.upstream = upstream
+        self.failure = failure
+
+
+def for_http_status(status_code: int, retry_after: float | None = None) -> Failure | None:
+    """The failure an HTTP status stands for, or None when it is not an outage (2xx-4xx)."""
+    if status_code == 429:
+        return Failure(
+            FailureKind.RATE_LIMITED,
+            "UPSTREAM_HTTP_429",
+            "Upstream rate limited the request",
+            retry_after,
+        )
+    if status_code >= 500:
+        return Failure(
+            FailureKind.HTTP_5XX,
+            f"UPSTREAM_HTTP_{status_code}",
+            f"Upstream answered HTTP {status_code}",
+            retry_after,
+        )
+    return None
+
+
+def classify(exc: BaseException, timeout_seconds: float | None = None) -> Failure:
+    """Classify an exception raised by an upstream call (ExceptionGroups and chains included)."""
+    found = list(_causes(exc))
+    for candidate in found:
+        failure = _explicit(candidate)
+        if failure is not None:
+            return failure
+    # Most specific first: a refused connection usually arrives wrapped in a ConnectError.
+    for test, failure in _TRANSPORT_RULES:
+        if any(test(e) for e in found):
+            if failure.kind is FailureKind.TIMEOUT and timeout_seconds is not None:
+                return Failure(
+                    FailureKind.TIMEOUT,
+                    "TIMEOUT",
+                    f"Upstream did not answer within {_seconds(timeout_seconds)}",
+                )
+            return failure
+    return Failure(FailureKind.UNEXPECTED, "UPSTREAM_ERROR", "Upstream call failed")
+
+
+def _explicit(exc: BaseException) -> Failure | None:
+    if isinstance(exc, UpstreamError):
+        return Failure(
+            FailureKind.UPSTREAM_ERROR,
+            exc.code,
+            f"Upstream returned {exc.code}",
+            exc.retry_after,
+        )
+    if isinstance(exc, InvalidPayload):
+        return Failure(
+            FailureKind.INVALID_PAYLOAD, "INVALID_PAYLOAD", "Upstream returned an invalid payload"
+        )
+    if isinstance(exc, UpstreamHTTPError):
+        return for_http_status(exc.status_code, exc.retry_after)
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    if type(exc).__name__ == "HTTPStatusError" and isinstance(status, int):
+        return for_http_status(status)
+    return None
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """The exception, the members of its groups, and its cause/context chains, each once."""
+    seen: set[int] = set()
+    stack = [exc]
+    while stack and len(seen) < 64:
+        current = stack.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        members = getattr(current, "exceptions", None)  # an ExceptionGroup (3.11+ or backport)
+        if isinstance(members, (list, tuple)):
+            stack.extend(m for m in members if isinstance(m, BaseException))
+        for linked in (current.__cause__, current.__context__):
+            if linked is not None:
+                stack.append(linked)
+
+
+def _names(exc: BaseException) -> set[str]:
+    # httpx, httpcore and httpx2 (the mcp client) share class names but not classes.
+    return {cls.__name__ for cls in type(exc).__mro__}
+
+
+def _is_dns(exc: BaseException) -> bool:
+    import socket
+
+    text = str(exc).lower()
+    return (
+        isinstance(exc, socket.gaierror)
+        or "name or service not known" in text
+        or ("nodename nor servname" in text)
+        or "temporary failure in name resolution" in text
+    )
+
+
+_TRANSPORT_RULES = (
+    (
+        lambda e: isinstance(e, ConnectionRefusedError) or "connection refused" in str(e).lower(),
+        Failure(FailureKind.CONNECTION, "CONNECTION_REFUSED", "Upstream refused the connection"),
+    ),
+    (
+        _is_dns,
+        Failure(FailureKind.CONNECTION, "DNS_FAILURE", "Upstream host name did not resolve"),
+    ),
+    (
+        lambda e: isinstance(e, ssl.SSLError) or "SSLError" in _names(e),
+        Failure(FailureKind.CONNECTION, "TLS_ERROR", "TLS handshake with upstream failed"),
+    ),
+    (
+        lambda e: (
+            isinstance(e, (TimeoutError, asyncio.TimeoutError))
+            or "TimeoutException" in _names(e)
+            or type(e).__name__.endswith("Timeout")
+        ),
+        Failure(FailureKind.TIMEOUT, "TIMEOUT", "Upstream did not answer in time"),
+    ),
+    (
+        lambda e: (
+            isinstance(e, (ConnectionResetError, BrokenPipeError))
+            or bool(_names(e) & {"RemoteProtocolError", "ReadError", "WriteError"})
+        ),
+        Failure(FailureKind.CONNECTION, "CONNECTION_RESET", "Upstream connection was reset"),
+    ),
+    (
+        lambda e: (
+            isinstance(e, (ConnectionError, OSError, EOFError))
+            or bool(_names(e) & {"TransportError", "NetworkError", "ConnectError"})
+            # A kept-open MCP session whose server died surfaces as a bare CancelledError.
+            or isinstance(e, asyncio.CancelledError)
+        ),
+        Failure(FailureKind.CONNECTION, "CONNECTION_ERROR", "Connection to upstream failed"),
+    ),
+)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g}s"

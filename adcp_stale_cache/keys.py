@@ -1,0 +1,36 @@
+"""Cache keys: hashed, so neither credentials nor request bodies are ever stored in clear."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+
+import orjson
+
+KeyPart = str | bytes | int | float | bool | None | tuple[object, ...] | dict[str, object]
+
+
+def digest(parts: Iterable[object]) -> str:
+    """A stable 32-hex-digit digest of the parts (each one length-prefixed, so no two
+    different sequences of parts collide by concatenation)."""
+    h = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        data = _bytes(part)
+        h.update(len(data).to_bytes(8, "big"))
+        h.update(data)
+    return h.hexdigest()
+
+
+def _bytes(part: object) -> bytes:
+    if isinstance(part, bytes):
+        return b"b" + part
+    if isinstance(part, str):
+        return b"s" + part.encode()
+    # Structured parts (a tool's arguments): canonical JSON, keys sorted.
+    return b"j" + orjson.dumps(part, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+
+
+def cache_key(namespace: str, upstream_name: str, key: object) -> str:
+    """The store key of one upstream's answer: readable prefix, hashed remainder."""
+    parts = key if isinstance(key, tuple) else (key,)
+    return f"{namespace}:{upstream_name}:{digest(parts)}"

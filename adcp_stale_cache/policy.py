@@ -1,0 +1,136 @@
+"""Caching policy per tool surface, and the upstreams a seller calls.
+
+A *surface* is one AdCP tool a seller answers (``get_products``, ``list_creative_formats``):
+it owns the freshness contract the buyer is told about and the payload path an advisory
+names. An *upstream* is one dependency the seller calls to build that answer.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class FailureKind(str, enum.Enum):
+    """The classes of upstream failure; a policy chooses which ones count as an outage."""
+
+    TIMEOUT = "timeout"
+    CONNECTION = "connection"
+    HTTP_5XX = "http_5xx"
+    RATE_LIMITED = "rate_limited"
+    INVALID_PAYLOAD = "invalid_payload"
+    UPSTREAM_ERROR = "upstream_error"
+    UNEXPECTED = "unexpected"
+
+
+#: Failures that serve stale by default. ``UNEXPECTED`` (a bug in the caller's own code, say)
+#: is left out so that it surfaces instead of hiding behind cached data.
+DEFAULT_STALE_ON: frozenset[FailureKind] = frozenset(FailureKind) - {FailureKind.UNEXPECTED}
+
+
+class SurfacePolicy(BaseModel):
+    """Freshness contract and outage rules for one tool surface."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1, description="Tool name, e.g. 'get_products'.")
+    field: str | None = Field(
+        default=None, description="Payload path the advisory names, e.g. 'products'."
+    )
+    paths: tuple[str, ...] = Field(default=(), description="HTTP route paths of this surface.")
+    freshness_target_seconds: int = Field(
+        default=60, ge=0, description="Age up to which an entry is served without calling."
+    )
+    max_stale_seconds: int = Field(
+        default=3600, ge=0, description="How far past the target an entry may still be served."
+    )
+    upstream_timeout_seconds: float = Field(
+        default=10.0, gt=0, description="Deadline of one upstream call (an Upstream may override)."
+    )
+    stale_on: frozenset[FailureKind] = Field(
+        default=DEFAULT_STALE_ON, description="Failure kinds that fall back to a stale entry."
+    )
+
+    @property
+    def ttl_seconds(self) -> int:
+        """How long a store keeps an entry: past this it can never be served."""
+        return self.freshness_target_seconds + self.max_stale_seconds
+
+
+class Upstream(BaseModel):
+    """One dependency a seller calls: a creative agent, an inventory service, a database.
+
+    ``url`` is what the advisory reports as ``details.upstream.url``: set it for an upstream
+    buyers may know (a creative agent), leave it out for an internal service. Userinfo, query
+    and fragment are stripped so that a credential in a URL never reaches a buyer.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1, max_length=200)
+    url: str | None = None
+    timeout_seconds: float | None = Field(default=None, gt=0)
+
+    @field_validator("url")
+    @classmethod
+    def _public_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an absolute http(s) URL")
+        netloc = parts.netloc.rpartition("@")[2]  # drop user:password@
+        return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+class Surfaces(BaseModel):
+    """The surfaces of one seller, looked up by tool name or by route path."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    policies: tuple[SurfacePolicy, ...] = ()
+    default: SurfacePolicy = SurfacePolicy(name="default")
+
+    @model_validator(mode="after")
+    def _unique(self) -> Surfaces:
+        names = [p.name for p in self.policies]
+        if len(set(names)) != len(names):
+            raise ValueError(f"surface names must be unique: {names}")
+        paths = [path for p in self.policies for path in p.paths]
+        if len(set(paths)) != len(paths):
+            raise ValueError(f"a route path belongs to one surface only: {paths}")
+        return self
+
+    @classmethod
+    def of(cls, *policies: SurfacePolicy, default: SurfacePolicy | None = None) -> Surfaces:
+        """Build a registry from policies (``default`` serves unknown tools)."""
+        return cls(policies=policies, default=default or SurfacePolicy(name="default"))
+
+    def __iter__(self) -> Iterable[SurfacePolicy]:  # type: ignore[override]
+        return iter(self.policies)
+
+    def for_tool(self, name: str | None) -> SurfacePolicy:
+        """The policy of a tool name, or the default one."""
+        for policy in self.policies:
+            if policy.name == name:
+                return policy
+        return self.default
+
+    def for_path(self, path: str) -> SurfacePolicy | None:
+        """The policy whose route paths include ``path`` (a trailing slash is ignored)."""
+        path = path.rstrip("/") or "/"
+        for policy in self.policies:
+            if any(path == (p.rstrip("/") or "/") for p in policy.paths):
+                return policy
+        return None
+
+    def get(self, name: str) -> SurfacePolicy:
+        """The policy named ``name``; a clear error for an unknown name."""
+        for policy in self.policies:
+            if policy.name == name:
+                return policy
+        known = ", ".join(p.name for p in self.policies) or "none"
+        raise KeyError(f"unknown surface {name!r} (known: {known})")

@@ -1,0 +1,76 @@
+"""One in-flight upstream call per key, shielded from any one caller's cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class SingleFlight(Generic[T]):
+    """Coalesce concurrent calls for the same key into one.
+
+    The call runs in a task of its own: a caller that is cancelled (its buyer hung up) stops
+    waiting, while the call goes on for the others and still fills the cache.
+    """
+
+    def __init__(self) -> None:
+        self._flights: dict[Hashable, asyncio.Task[T]] = {}
+
+    def __len__(self) -> int:
+        return len(self._flights)
+
+    async def run(self, key: Hashable, call: Callable[[], Awaitable[T]]) -> T:
+        """Join the flight for ``key``, starting it with ``call`` if there is none."""
+        task = self._flights.get(key)
+        if task is None:
+            task = asyncio.ensure_future(call())
+            self._flights[key] = task
+            task.add_done_callback(lambda done: self._land(key, done))
+        return await asyncio.shield(task)
+
+    def _land(self, key: Hashable, task: asyncio.Task[T]) -> None:
+        if self._flights.get(key) is task:
+            del self._flights[key]
+        if not task.cancelled():
+            task.exception()  # retrieved: no "never retrieved" warning when all callers left
+
+
+async def call_with_deadline(call: Callable[[], Awaitable[T]], timeout: float) -> T:
+    """Await ``call()`` for at most ``timeout`` seconds, then raise :class:`TimeoutError`.
+
+    On timeout the call is cancelled but not awaited: a client whose cleanup talks to the
+    frozen upstream (an MCP session's closing DELETE) must not hold the answer hostage.
+    """
+    task = asyncio.ensure_future(call())
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+    except asyncio.CancelledError:
+        _abandon(task)
+        raise
+    if not done:
+        _abandon(task)
+        raise TimeoutError(f"no answer within {timeout:g}s")
+    if task.cancelled():
+        # Nobody cancelled it from here: the client gave up on its own (an MCP session whose
+        # server died ends its calls that way). Report a lost connection, not a cancellation,
+        # or every caller sharing the flight would think it was cancelled itself.
+        raise ConnectionError("upstream call was cancelled by its client")
+    return task.result()
+
+
+_abandoned: set[asyncio.Task[object]] = set()
+
+
+def _abandon(task: asyncio.Task[T]) -> None:
+    task.cancel()
+    _abandoned.add(task)  # keep a reference until it winds down
+
+    def _forget(done: asyncio.Task[T]) -> None:
+        _abandoned.discard(done)
+        if not done.cancelled():
+            done.exception()
+
+    task.add_done_callback(_forget)

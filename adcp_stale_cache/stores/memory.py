@@ -1,0 +1,71 @@
+"""A bounded in-process store: least recently used entries go first, by count and by bytes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from cachetools import TLRUCache
+
+from ..entry import Entry
+
+
+class MemoryStore:
+    """In-memory store, bounded by entry count and by total bytes.
+
+    Each entry expires ``ttl_seconds`` after it is set (the cache passes target + max-stale).
+    ``clock`` must be the clock the cache stamps entries with.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_entries: int = 10_000,
+        max_bytes: int = 64 * 1024 * 1024,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_entries < 1 or max_bytes < 1:
+            raise ValueError("max_entries and max_bytes must be positive")
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self._clock = clock
+        self._data: TLRUCache[str, tuple[Entry, float]] = TLRUCache(
+            maxsize=max_bytes, ttu=_expires_at, timer=clock, getsizeof=_sizeof
+        )
+
+    async def get(self, key: str) -> Entry | None:
+        """The entry under ``key`` if it has not expired."""
+        item = self._data.get(key)
+        return None if item is None else item[0]
+
+    async def set(self, key: str, entry: Entry, ttl_seconds: float) -> None:
+        """Keep ``entry``; evicts least recently used entries past either bound."""
+        if entry.size > self.max_bytes:
+            self._data.pop(key, None)  # too large to keep: never serve an older value instead
+            return
+        self._data[key] = (entry, ttl_seconds)
+        while len(self._data) > self.max_entries:
+            self._data.popitem()
+
+    async def delete(self, key: str) -> None:
+        """Forget ``key``."""
+        self._data.pop(key, None)
+
+    @property
+    def entries(self) -> int:
+        """How many entries are held (expired ones may linger until touched)."""
+        return len(self._data)
+
+    @property
+    def bytes(self) -> int:
+        """Bytes accounted against ``max_bytes``."""
+        return int(self._data.currsize)
+
+
+def _expires_at(_key: str, item: tuple[Entry, float], now: float) -> float:
+    return now + item[1]
+
+
+def _sizeof(item: Any) -> int:
+    return int(item[0].size)

@@ -1,0 +1,328 @@
+"""UpstreamCache.fetch: fresh hits, refreshes, stale serves, failures, single-flight."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from adcp_stale_cache import (
+    InvalidPayload,
+    MemoryStore,
+    SurfacePolicy,
+    Surfaces,
+    Upstream,
+    UpstreamCache,
+    UpstreamError,
+    UpstreamUnavailable,
+    collect_advisories,
+    service_unavailable,
+)
+
+from .conftest import FakeClock
+
+FORMATS = SurfacePolicy(
+    name="list_creative_formats",
+    field="formats",
+    freshness_target_seconds=10,
+    max_stale_seconds=100,
+    upstream_timeout_seconds=0.2,
+)
+AGENT = Upstream(name="creative-agent-a", url="https://creative.example.com/mcp")
+
+
+class Upstreamish:
+    """An upstream call whose behaviour the test sets, counting calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.fail: BaseException | None = None
+        self.value: Any = {"formats": [{"format_id": {"id": "f1"}}]}
+        self.delay = 0.0
+
+    async def __call__(self) -> Any:
+        self.calls += 1
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if self.fail is not None:
+            raise self.fail
+        return self.value
+
+
+@pytest.fixture
+def cache(clock: FakeClock) -> UpstreamCache:
+    return UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(FORMATS), clock=clock)
+
+
+async def warm(cache: UpstreamCache, up: Upstreamish) -> None:
+    await cache.fetch(AGENT, "k", up, surface="list_creative_formats")
+
+
+async def test_fresh_hit_skips_upstream_and_records_nothing(
+    cache: UpstreamCache, clock: FakeClock
+) -> None:
+    up = Upstreamish()
+    await warm(cache, up)
+    clock.advance(9.9)
+    with collect_advisories() as advisories:
+        value = await cache.fetch(AGENT, "k", up, surface="list_creative_formats")
+    assert value == up.value
+    assert up.calls == 1
+    assert not advisories
+
+
+async def test_successful_refresh_records_nothing(cache: UpstreamCache, clock: FakeClock) -> None:
+    up = Upstreamish()
+    await warm(cache, up)
+    clock.advance(10)
+    up.value = {"formats": []}
+    with collect_advisories() as advisories:
+        value = await cache.fetch(AGENT, "k", up, surface="list_creative_formats")
+    assert value == {"formats": []}
+    assert up.calls == 2
+    assert not advisories
+
+
+async def test_failed_refresh_serves_stale_with_one_advisory(
+    cache: UpstreamCache, clock: FakeClock, assert_valid_advisory: Any
+) -> None:
+    up = Upstreamish()
+    await warm(cache, up)
+    clock.advance(42.6)
+    up.fail = ConnectionRefusedError(111, "Connection refused to 10.0.0.5:8080")
+    with collect_advisories() as advisories:
+        value = await cache.fetch(AGENT, "k", up, surface="list_creative_formats")
+    assert value == up.value
+    [error] = advisories.errors()
+    assert_valid_advisory(error)
+    assert error["field"] == "formats"
+    assert error["recovery"] == "transient"
+    assert error["details"] == {
+        "served_from_cache": True,
+        "cache_age_seconds": 42,
+        "freshness_target_seconds": 10,
+        "upstream": {"name": "creative-agent-a", "url": "https://creative.example.com/mcp"},
+        "original_error": {"code": "CONNECTION_REFUSED", "message": "Upstream refused the connection"},
+    }
+    assert "10.0.0.5" not in str(error)
+
+
+async def test_timeout_serves_stale_with_timeout_code(
+    cache: UpstreamCache, clock: FakeClock
+) -> None:
+    up = Upstreamish()
+    await warm(cache, up)
+    clock.advance(11)
+    up.delay = 5
+    with collect_advisories() as advisories:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await cache.fetch(AGENT, "k", up, surface="list_creative_formats")
+        elapsed = loop.time() - started
+    [error] = advisories.errors()
+    assert error["details"]["original_error"] == {
+        "code": "TIMEOUT",
+        "message": "Upstream did not answer within 0.2s",
+    }
+    assert elapsed < 1.0
+
+
+async def test_no_entry_failure_stays_a_failure(cache: UpstreamCache) -> None:
+    up = Upstreamish()
+    up.fail = UpstreamError("SERVICE_UNAVAILABLE", "db at internal-db-3 down")
+    with collect_advisories() as advisories, pytest.raises(UpstreamUnavailable) as raised:
+        await cache.fetch(AGENT, "k", up, surface="list_creative_formats")
+    assert not advisories
+    assert raised.value.failure.code == "SERVICE_UNAVAILABLE"
+    fatal = service_unavailable(raised.value, field="formats").to_dict()
+    assert fatal["code"] == "SERVICE_UNAVAILABLE"
+    assert fatal["recovery"] == "transient"
+    assert fatal["details"]["upstream"]["name"] == "creative-agent-a"
+    assert "internal-db-3" not in str(fatal)
+
+
+async def test_never_serves_past_max_stale(cache: UpstreamCache, clock: FakeClock) -> None:
+    up = Upstreamish()
+    await warm(cache, up)
+    clock.advance(110.5)  # target 10 + max-stale 100, and a little more
+    up.fail = TimeoutError()
+    with collect_advisories() as advisories, pytest.raises(UpstreamUnavailable):
+        await cache.fetch(AGENT, "k", up, surface="list_creative_formats")
+    assert not advisories
+
+
+async def test_exactly_at_max_stale_still_serves(cache: UpstreamCache, clock: FakeClock) -> None:
+    up = Upstreamish()
+    await warm(cache, up)
+    clock.advance(110)
+    up.fail = TimeoutError()
+    with collect_advisories() as advisories:
+        await cache.fetch(AGENT, "k", up, surface="list_creative_formats")
+    assert advisories.errors()[0]["details"]["cache_age_seconds"] == 110
+
+
+async def test_several_stale_keys_of_one_upstream_give_one_advisory_with_oldest_age(
+    cache: UpstreamCache, clock: FakeClock
+) -> None:
+    up = Upstreamish()
+    await cache.fetch(AGENT, "old", up, surface="list_creative_formats")
+    clock.advance(5)
+    await cache.fetch(AGENT, "young", up, surface="list_creative_formats")
+    clock.advance(20)
+    up.fail = TimeoutError()
+    other = Upstream(name="creative-agent-b")
+    with collect_advisories() as advisories:
+        await cache.fetch(AGENT, "young", up, surface="list_creative_formats")
+        await cache.fetch(AGENT, "old", up, surface="list_creative_formats")
+        with pytest.raises(UpstreamUnavailable):
+            await cache.fetch(other, "old", up, surface="list_creative_formats")
+    [error] = advisories.errors()
+    assert error["details"]["cache_age_seconds"] == 25
+
+
+async def test_one_advisory_per_upstream(cache: UpstreamCache, clock: FakeClock) -> None:
+    a, b = Upstreamish(), Upstreamish()
+    agent_b = Upstream(name="creative-agent-b")
+    await cache.fetch(AGENT, "k", a, surface="list_creative_formats")
+    await cache.fetch(agent_b, "k", b, surface="list_creative_formats")
+    clock.advance(30)
+    a.fail = TimeoutError()
+    b.fail = ConnectionResetError()
+    with collect_advisories() as advisories:
+        await asyncio.gather(
+            cache.fetch(AGENT, "k", a, surface="list_creative_formats"),
+            cache.fetch(agent_b, "k", b, surface="list_creative_formats"),
+        )
+    errors = advisories.errors()
+    assert [e["details"]["upstream"]["name"] for e in errors] == ["creative-agent-a", "creative-agent-b"]
+    assert "url" not in errors[1]["details"]["upstream"]  # internal upstream: no url
+    assert errors[1]["details"]["original_error"]["code"] == "CONNECTION_RESET"
+
+
+async def test_unexpected_exception_is_not_an_outage_by_default(
+    cache: UpstreamCache, clock: FakeClock
+) -> None:
+    up = Upstreamish()
+    await warm(cache, up)
+    clock.advance(30)
+    up.fail = KeyError("bug in seller code")
+    with pytest.raises(KeyError):
+        await cache.fetch(AGENT, "k", up, surface="list_creative_formats")
+
+
+async def test_invalid_payload_is_never_cached_and_serves_stale(
+    cache: UpstreamCache, clock: FakeClock
+) -> None:
+    def validate(value: Any) -> None:
+        if not isinstance(value, dict) or "formats" not in value:
+            raise InvalidPayload("no formats")
+
+    up = Upstreamish()
+    await cache.fetch(AGENT, "k", up, surface="list_creative_formats", validate=validate)
+    clock.advance(30)
+    up.value = {"garbage": True}
+    with collect_advisories() as advisories:
+        value = await cache.fetch(
+            AGENT, "k", up, surface="list_creative_formats", validate=validate
+        )
+    assert value == {"formats": [{"format_id": {"id": "f1"}}]}
+    assert advisories.errors()[0]["details"]["original_error"]["code"] == "INVALID_PAYLOAD"
+    # The good entry is still there, with its old age: the failed refresh wrote nothing.
+    with collect_advisories() as again:
+        await cache.fetch(AGENT, "k", up, surface="list_creative_formats", validate=validate)
+    assert again.errors()[0]["details"]["cache_age_seconds"] == 30
+
+
+async def test_callers_get_independent_copies(cache: UpstreamCache) -> None:
+    up = Upstreamish()
+    first = await warm_value(cache, up)
+    first["formats"].clear()
+    assert (await warm_value(cache, up))["formats"]
+
+
+async def warm_value(cache: UpstreamCache, up: Upstreamish) -> Any:
+    return await cache.fetch(AGENT, "k", up, surface="list_creative_formats")
+
+
+async def test_single_flight_coalesces_concurrent_refreshes(cache: UpstreamCache) -> None:
+    up = Upstreamish()
+    up.delay = 0.05
+    results = await asyncio.gather(*(warm_value(cache, up) for _ in range(100)))
+    assert up.calls == 1
+    assert all(r == up.value for r in results)
+
+
+async def test_cancelled_caller_never_fails_the_others(cache: UpstreamCache) -> None:
+    up = Upstreamish()
+    up.delay = 0.1
+    first = asyncio.create_task(warm_value(cache, up))
+    others = [asyncio.create_task(warm_value(cache, up)) for _ in range(5)]
+    await asyncio.sleep(0.02)
+    first.cancel()
+    results = await asyncio.gather(*others)
+    assert first.cancelled()
+    assert up.calls == 1
+    assert all(r == up.value for r in results)
+
+
+async def test_client_side_cancellation_is_a_connection_error_not_a_caller_cancel(
+    cache: UpstreamCache, clock: FakeClock
+) -> None:
+    up = Upstreamish()
+    await warm(cache, up)
+    clock.advance(30)
+    up.fail = asyncio.CancelledError()  # what a dead MCP session does to its pending calls
+    with collect_advisories() as advisories:
+        await warm_value(cache, up)
+    assert advisories.errors()[0]["details"]["original_error"]["code"] == "CONNECTION_ERROR"
+
+
+async def test_surface_from_current_request_and_default(clock: FakeClock) -> None:
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(FORMATS), clock=clock)
+    up = Upstreamish()
+    with collect_advisories(FORMATS):
+        await cache.fetch(AGENT, "k", up)
+    clock.advance(30)
+    up.fail = TimeoutError()
+    with collect_advisories(FORMATS) as advisories:
+        await cache.fetch(AGENT, "k", up)
+    assert advisories.errors()[0]["field"] == "formats"
+    with pytest.raises(KeyError, match="unknown surface 'nope'"):
+        await cache.fetch(AGENT, "k", up, surface="nope")
+
+
+async def test_decorator(cache: UpstreamCache, clock: FakeClock) -> None:
+    calls = []
+
+    @cache.cached(AGENT, surface="list_creative_formats")
+    async def list_formats(kind: str) -> dict[str, Any]:
+        calls.append(kind)
+        if len(calls) > 2:
+            raise TimeoutError
+        return {"formats": [kind]}
+
+    assert await list_formats("video") == {"formats": ["video"]}
+    assert await list_formats("video") == {"formats": ["video"]}
+    assert await list_formats("audio") == {"formats": ["audio"]}
+    assert calls == ["video", "audio"]
+    clock.advance(11)
+    with collect_advisories() as advisories:
+        assert await list_formats("video") == {"formats": ["video"]}
+    assert len(advisories) == 1
+
+
+async def test_broken_store_degrades_to_no_cache(clock: FakeClock) -> None:
+    class BrokenStore:
+        async def get(self, key: str) -> None:
+            raise ConnectionError("store down")
+
+        async def set(self, key: str, entry: object, ttl_seconds: float) -> None:
+            raise ConnectionError("store down")
+
+        async def delete(self, key: str) -> None:
+            raise ConnectionError("store down")
+
+    cache = UpstreamCache(BrokenStore(), surfaces=Surfaces.of(FORMATS), clock=clock)
+    up = Upstreamish()
+    assert await warm_value(cache, up) == up.value
