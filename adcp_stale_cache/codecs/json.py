@@ -1,11 +1,20 @@
-"""Plain JSON bodies: the body is the AdCP payload."""
+"""Plain JSON bodies: the body is the AdCP payload.
+
+The rewrite never loses data. When the payload has no ``errors`` member (the common case)
+the advisories are spliced in before the closing brace and every original byte is kept.
+When it has one, the payload is re-encoded: through orjson, or through the stdlib when the
+body holds an integer too long for a 64-bit parser (orjson would turn it into a float).
+"""
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import orjson
+
+_LONG_INTEGER = re.compile(rb"\d{19,}")
 
 
 class Untouched(Exception):
@@ -19,32 +28,39 @@ def inject_payload(payload: Any, errors: list[dict[str, Any]]) -> None:
     failed task (``adcp_error`` present: a stale advisory is never promoted to a fatal error,
     nor mixed into one).
     """
+    _check(payload)
+    existing = payload.get("errors")
+    if existing is None:
+        payload["errors"] = list(errors)
+    else:
+        existing.extend(errors)
+
+
+def _check(payload: Any) -> None:
     if not isinstance(payload, dict):
         raise Untouched("payload is not a JSON object")
     if "adcp_error" in payload:
         raise Untouched("payload carries adcp_error (a failed task)")
     existing = payload.get("errors")
-    if existing is None:
-        payload["errors"] = list(errors)
-    elif isinstance(existing, list):
-        existing.extend(errors)
-    else:
+    if existing is not None and not isinstance(existing, list):
         raise Untouched("payload 'errors' is not a list")
 
 
-def loads(body: bytes | str) -> Any:
-    """Parse JSON, falling back to the stdlib for what orjson refuses (huge integers)."""
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:
+def loads(body: bytes | str, *, exact: bool = False) -> Any:
+    """Parse JSON; ``exact`` uses the stdlib, which keeps integers of any length."""
+    if not exact:
         try:
-            return json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise Untouched("body is not valid JSON") from exc
+            return orjson.loads(body)
+        except orjson.JSONDecodeError:
+            pass  # NaN and friends: the stdlib accepts them, and must say if it is not JSON
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise Untouched("body is not valid JSON") from exc
 
 
 def dumps(value: Any) -> bytes:
-    """Serialise JSON compactly (stdlib fallback for integers past 64 bits)."""
+    """Serialise JSON compactly (stdlib fallback for what orjson refuses)."""
     try:
         return orjson.dumps(value)
     except TypeError:
@@ -53,6 +69,12 @@ def dumps(value: Any) -> bytes:
 
 def inject_json(body: bytes, errors: list[dict[str, Any]]) -> bytes:
     """The JSON body with ``errors`` appended to its payload's ``errors[]``."""
-    payload = loads(body)
+    exact = _LONG_INTEGER.search(body) is not None
+    payload = loads(body, exact=exact)
+    _check(payload)
+    if "errors" not in payload:
+        head = body.rstrip()
+        separator = b"," if payload else b""
+        return head[:-1] + separator + b'"errors":' + orjson.dumps(errors) + b"}" + body[len(head) :]
     inject_payload(payload, errors)
     return dumps(payload)
