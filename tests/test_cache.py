@@ -103,7 +103,10 @@ async def test_failed_refresh_serves_stale_with_one_advisory(
         "cache_age_seconds": 42,
         "freshness_target_seconds": 10,
         "upstream": {"name": "creative-agent-a", "url": "https://creative.example.com/mcp"},
-        "original_error": {"code": "CONNECTION_REFUSED", "message": "Upstream refused the connection"},
+        "original_error": {
+            "code": "CONNECTION_REFUSED",
+            "message": "Upstream refused the connection",
+        },
     }
     assert "10.0.0.5" not in str(error)
 
@@ -195,7 +198,10 @@ async def test_one_advisory_per_upstream(cache: UpstreamCache, clock: FakeClock)
             cache.fetch(agent_b, "k", b, surface="list_creative_formats"),
         )
     errors = advisories.errors()
-    assert [e["details"]["upstream"]["name"] for e in errors] == ["creative-agent-a", "creative-agent-b"]
+    assert [e["details"]["upstream"]["name"] for e in errors] == [
+        "creative-agent-a",
+        "creative-agent-b",
+    ]
     assert "url" not in errors[1]["details"]["upstream"]  # internal upstream: no url
     assert errors[1]["details"]["original_error"]["code"] == "CONNECTION_RESET"
 

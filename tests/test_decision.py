@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from adcp_stale_cache.decision import Fail, Fresh, Refresh, ServeStale, on_failure, plan, whole_seconds
+from adcp_stale_cache.decision import (
+    Fail,
+    Fresh,
+    Refresh,
+    ServeStale,
+    on_failure,
+    plan,
+    whole_seconds,
+)
 from adcp_stale_cache.entry import Entry
 from adcp_stale_cache.policy import SurfacePolicy
 

@@ -54,8 +54,14 @@ FAULTS: list[tuple[Any, str]] = [
     (httpx.Response(503, headers={"Retry-After": "30"}), "UPSTREAM_HTTP_503"),
     (httpx.Response(504), "UPSTREAM_HTTP_504"),
     (httpx.Response(429, headers={"Retry-After": "7"}), "UPSTREAM_HTTP_429"),
-    (httpx.Response(200, text="<html>oops", headers={"content-type": "application/json"}), "INVALID_PAYLOAD"),
-    (httpx.Response(200, json={"adcp_error": {"code": "SERVICE_UNAVAILABLE", "message": "x"}}), "SERVICE_UNAVAILABLE"),
+    (
+        httpx.Response(200, text="<html>oops", headers={"content-type": "application/json"}),
+        "INVALID_PAYLOAD",
+    ),
+    (
+        httpx.Response(200, json={"adcp_error": {"code": "SERVICE_UNAVAILABLE", "message": "x"}}),
+        "SERVICE_UNAVAILABLE",
+    ),
 ]
 
 
@@ -84,7 +90,9 @@ async def test_outage_serves_stale(
 
 @pytest.mark.parametrize(("fault", "code"), FAULTS[:3] + FAULTS[6:8])
 @respx.mock
-async def test_outage_without_entry_raises(fault: Any, code: str, client: httpx.AsyncClient) -> None:
+async def test_outage_without_entry_raises(
+    fault: Any, code: str, client: httpx.AsyncClient
+) -> None:
     route = respx.get(URL)
     if isinstance(fault, Exception):
         route.mock(side_effect=fault)
@@ -143,12 +151,17 @@ async def test_key_varies_with_credentials_method_and_body(
 ) -> None:
     route = respx.route(url=URL).mock(
         side_effect=lambda request: httpx.Response(
-            200, json={"who": request.headers.get("authorization"), "body": request.content.decode()}
+            200,
+            json={"who": request.headers.get("authorization"), "body": request.content.decode()},
         )
     )
-    alice = (await client.post(URL, headers={"Authorization": "Bearer alice"}, json={"q": 1})).json()
+    alice = (
+        await client.post(URL, headers={"Authorization": "Bearer alice"}, json={"q": 1})
+    ).json()
     bob = (await client.post(URL, headers={"Authorization": "Bearer bob"}, json={"q": 1})).json()
-    other_body = (await client.post(URL, headers={"Authorization": "Bearer alice"}, json={"q": 2})).json()
+    other_body = (
+        await client.post(URL, headers={"Authorization": "Bearer alice"}, json={"q": 2})
+    ).json()
     assert alice["who"] == "Bearer alice" and bob["who"] == "Bearer bob"
     assert other_body["body"] == '{"q":2}'
     assert route.call_count == 3
@@ -171,7 +184,9 @@ async def test_store_keeps_no_credential_in_clear(clock: FakeClock) -> None:
 
 
 @respx.mock
-async def test_gzip_upstream_answer_is_cached_decoded(client: httpx.AsyncClient, clock: FakeClock) -> None:
+async def test_gzip_upstream_answer_is_cached_decoded(
+    client: httpx.AsyncClient, clock: FakeClock
+) -> None:
     import gzip
 
     import orjson

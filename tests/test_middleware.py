@@ -39,9 +39,17 @@ def record(*names: str) -> None:
         collector.record(name, advisory)
 
 
-def make_app(body: bytes, *, status: int = 200, content_type: str = "application/json",
-             stale: tuple[str, ...] = (), headers: dict[str, str] | None = None,
-             chunks: int = 1, gzip_outside: bool = False, gzip_inside: bool = False) -> Any:
+def make_app(
+    body: bytes,
+    *,
+    status: int = 200,
+    content_type: str = "application/json",
+    stale: tuple[str, ...] = (),
+    headers: dict[str, str] | None = None,
+    chunks: int = 1,
+    gzip_outside: bool = False,
+    gzip_inside: bool = False,
+) -> Any:
     async def handler(request: Request) -> Response:
         record(*stale)
         if chunks > 1:
@@ -51,8 +59,9 @@ def make_app(body: bytes, *, status: int = 200, content_type: str = "application
                 for i in range(0, len(body), step):
                     yield body[i : i + step]
 
-            return StreamingResponse(parts(), status_code=status, media_type=content_type,
-                                     headers=headers)
+            return StreamingResponse(
+                parts(), status_code=status, media_type=content_type, headers=headers
+            )
         return Response(body, status_code=status, media_type=content_type, headers=headers)
 
     routes = [Route("/api/get_products", handler, methods=["POST", "GET", "HEAD"])]
@@ -65,7 +74,9 @@ def make_app(body: bytes, *, status: int = 200, content_type: str = "application
     return Starlette(routes=routes, middleware=middleware)
 
 
-async def call(app: Any, method: str = "POST", headers: dict[str, str] | None = None) -> httpx.Response:
+async def call(
+    app: Any, method: str = "POST", headers: dict[str, str] | None = None
+) -> httpx.Response:
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://seller") as client:
         return await client.request(method, "/api/get_products", headers=headers)
@@ -75,7 +86,15 @@ PAYLOAD = b'{"products": [{"product_id": "p1"}],  "context": {"correlation_id": 
 
 
 async def test_no_advisory_passes_through_byte_for_byte() -> None:
-    bare = Starlette(routes=[Route("/api/get_products", lambda r: Response(PAYLOAD, media_type="application/json"), methods=["POST"])])
+    bare = Starlette(
+        routes=[
+            Route(
+                "/api/get_products",
+                lambda r: Response(PAYLOAD, media_type="application/json"),
+                methods=["POST"],
+            )
+        ]
+    )
     wrapped = StaleAdvisoryMiddleware(bare, surfaces=SURFACES)
     plain, mounted = await call(bare), await call(wrapped)
     assert plain.content == mounted.content == PAYLOAD
@@ -91,7 +110,10 @@ async def test_advisories_appended_with_status_and_length_kept(assert_valid_advi
     assert body["products"] == [{"product_id": "p1"}]
     assert body["context"] == {"correlation_id": "c"}
     assert "adcp_error" not in body
-    assert [e["details"]["upstream"]["name"] for e in body["errors"]] == ["inventory-service", "pricing"]
+    assert [e["details"]["upstream"]["name"] for e in body["errors"]] == [
+        "inventory-service",
+        "pricing",
+    ]
     for error in body["errors"]:
         assert_valid_advisory(error)
         assert error["field"] == "products"
@@ -168,8 +190,17 @@ async def test_outside_gzip_passes_through_with_a_warning(caplog: Any) -> None:
 
 async def _raw_body(app: Any) -> bytes:
     messages: list[dict[str, Any]] = []
-    scope = {"type": "http", "method": "POST", "path": "/api/get_products", "headers": [(b"accept-encoding", b"gzip")],
-             "query_string": b"", "http_version": "1.1", "scheme": "http", "server": ("t", 80), "root_path": ""}
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/api/get_products",
+        "headers": [(b"accept-encoding", b"gzip")],
+        "query_string": b"",
+        "http_version": "1.1",
+        "scheme": "http",
+        "server": ("t", 80),
+        "root_path": "",
+    }
 
     async def receive() -> dict[str, Any]:
         return {"type": "http.request", "body": b"", "more_body": False}
@@ -186,7 +217,13 @@ async def test_no_advisory_streams_without_buffering() -> None:
     seen: list[dict[str, Any]] = []
 
     async def streaming(scope: Any, receive: Any, send: Any) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
         await send({"type": "http.response.body", "body": b'{"a":', "more_body": True})
         assert len(seen) == 2  # the first chunk already reached the server
         await send({"type": "http.response.body", "body": b"1}", "more_body": False})
@@ -197,7 +234,9 @@ async def test_no_advisory_streams_without_buffering() -> None:
     async def receive() -> Any:
         return {"type": "http.request", "body": b"", "more_body": False}
 
-    await StaleAdvisoryMiddleware(streaming)({"type": "http", "method": "POST", "path": "/x", "headers": []}, receive, send)
+    await StaleAdvisoryMiddleware(streaming)(
+        {"type": "http", "method": "POST", "path": "/x", "headers": []}, receive, send
+    )
     assert [m.get("body") for m in seen[1:]] == [b'{"a":', b"1}"]
 
 
@@ -210,10 +249,17 @@ async def test_requests_do_not_share_collectors() -> None:
         await asyncio.sleep(0.01)
         return JSONResponse({"products": []})
 
-    app = StaleAdvisoryMiddleware(Starlette(routes=[Route("/api/get_products", handler)]), surfaces=SURFACES)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://s") as client:
+    app = StaleAdvisoryMiddleware(
+        Starlette(routes=[Route("/api/get_products", handler)]), surfaces=SURFACES
+    )
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://s"
+    ) as client:
         responses = await asyncio.gather(
-            *(client.get("/api/get_products", params={"stale": "1"} if i % 2 else {}) for i in range(40))
+            *(
+                client.get("/api/get_products", params={"stale": "1"} if i % 2 else {})
+                for i in range(40)
+            )
         )
     for i, response in enumerate(responses):
         assert len(response.json().get("errors", [])) == (1 if i % 2 else 0)
@@ -232,7 +278,10 @@ async def test_huge_integers_survive_rewrite() -> None:
         (b'{"products": [], "errors": null}', 1),
         (b"{}", 1),
         (b'  {"products": [1.5e300, -0.0, "\\u00e9"]}  \n', 1),
-        (b'{"products": [], "errors": [{"code": "A", "message": "m", "n": 99999999999999999999}]}', 2),
+        (
+            b'{"products": [], "errors": [{"code": "A", "message": "m", "n": 99999999999999999999}]}',
+            2,
+        ),
     ],
 )
 async def test_rewrites_keep_every_value(payload: bytes, expected_errors: int) -> None:

@@ -75,6 +75,8 @@ def inject_json(body: bytes, errors: list[dict[str, Any]]) -> bytes:
     if "errors" not in payload:
         head = body.rstrip()
         separator = b"," if payload else b""
-        return head[:-1] + separator + b'"errors":' + orjson.dumps(errors) + b"}" + body[len(head) :]
+        return (
+            head[:-1] + separator + b'"errors":' + orjson.dumps(errors) + b"}" + body[len(head) :]
+        )
     inject_payload(payload, errors)
     return dumps(payload)

@@ -1,0 +1,98 @@
+"""The ``adcp-stale-cache`` console script: the example apps and the demo."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from ._version import __version__
+
+
+def _agent(value: str) -> tuple[str, str]:
+    name, sep, url = value.partition("=")
+    if not sep or not name or not url.startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(f"expected NAME=URL, got {value!r}")
+    return name, url
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="adcp-stale-cache", description="Serve stale on upstream error, for AdCP sellers."
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    example = commands.add_parser("example", help="run one of the example apps")
+    apps = example.add_subparsers(dest="app", required=True)
+
+    def served(name: str, help: str) -> argparse.ArgumentParser:
+        sub = apps.add_parser(name, help=help)
+        sub.add_argument("--host", default="127.0.0.1")
+        sub.add_argument("--port", type=int, required=True)
+        return sub
+
+    agent = served("creative-agent", "a mock creative agent over MCP at /mcp")
+    agent.add_argument("--name", required=True)
+    agent.add_argument("--formats", type=int, default=3)
+
+    inventory = served("inventory-service", "a mock inventory service (GET /products)")
+    inventory.add_argument("--products", type=int, default=3)
+
+    seller = served("seller", "the example seller (FastAPI)")
+    seller.add_argument(
+        "--creative-agent", type=_agent, action="append", default=[], metavar="NAME=URL"
+    )
+    seller.add_argument("--inventory-service", required=True, metavar="URL")
+    seller.add_argument("--freshness-target", type=int, default=60, metavar="S")
+    seller.add_argument("--max-stale", type=int, default=3600, metavar="S")
+    seller.add_argument("--upstream-timeout", type=float, default=5.0, metavar="S")
+
+    commands.add_parser("demo", help="play the scripted outage story on loopback")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script."""
+    args = _parser().parse_args(argv)
+    if args.command == "demo":
+        from .demo.story import run_demo
+
+        return run_demo()
+    return _serve(args)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+    except ImportError:
+        print(
+            "the example apps need the 'examples' extra: pip install 'adcp-stale-cache[examples]'"
+        )
+        return 2
+    app: object
+    if args.app == "creative-agent":
+        from .demo.creative_agent import create_creative_agent_app
+
+        public_url = f"http://{args.host}:{args.port}/mcp"
+        app = create_creative_agent_app(name=args.name, public_url=public_url, formats=args.formats)
+    elif args.app == "inventory-service":
+        from .demo.inventory_service import create_inventory_app
+
+        app = create_inventory_app(count=args.products)
+    else:
+        from .demo.seller import create_seller_app
+
+        app = create_seller_app(
+            creative_agents=dict(args.creative_agent),
+            inventory_url=args.inventory_service,
+            freshness_target=args.freshness_target,
+            max_stale=args.max_stale,
+            upstream_timeout=args.upstream_timeout,
+        )
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""Schema-valid AdCP sample data for the mock upstreams."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+_SIZES = [(300, 250), (728, 90), (160, 600), (320, 50), (970, 250), (300, 600)]
+
+
+def creative_formats(agent_url: str, agent_name: str, count: int) -> list[dict[str, Any]]:
+    """``count`` display formats owned by the agent at ``agent_url``."""
+    formats = []
+    for i in range(count):
+        width, height = _SIZES[i % len(_SIZES)]
+        slug = f"{agent_name}_display_{width}x{height}_{i}"
+        formats.append(
+            {
+                "format_id": {"agent_url": agent_url, "id": slug},
+                "name": f"{agent_name} display {width}x{height} #{i}",
+                "description": f"Static display banner, {width}x{height}, from {agent_name}.",
+                "renders": [{"role": "primary", "dimensions": {"width": width, "height": height}}],
+            }
+        )
+    return formats
+
+
+def products(count: int, principal: str | None = None) -> list[dict[str, Any]]:
+    """``count`` products; a ``principal`` gets products of its own (ids and prices vary)."""
+    tag = hashlib.sha256(principal.encode()).hexdigest()[:8] if principal else "public"
+    items = []
+    for i in range(count):
+        items.append(
+            {
+                "product_id": f"{tag}-display-{i}",
+                "name": f"Run of network display #{i} ({tag})",
+                "description": "Non-guaranteed display across the Acme Outdoor network.",
+                "publisher_properties": [
+                    {"publisher_domain": "acme-outdoor.example", "selection_type": "all"}
+                ],
+                "format_ids": [
+                    {"agent_url": "https://creative.adcontextprotocol.org", "id": "display_300x250"}
+                ],
+                "delivery_type": "non_guaranteed",
+                "pricing_options": [
+                    {
+                        "pricing_option_id": f"cpm-{tag}-{i}",
+                        "pricing_model": "cpm",
+                        "currency": "USD",
+                        "fixed_price": round(2.5 + i + (len(tag) % 3), 2),
+                    }
+                ],
+                "reporting_capabilities": {
+                    "available_reporting_frequencies": ["daily"],
+                    "expected_delay_minutes": 240,
+                    "timezone": "UTC",
+                    "supports_webhooks": False,
+                    "available_metrics": ["impressions", "spend", "clicks"],
+                    "date_range_support": "date_range",
+                },
+            }
+        )
+    return items

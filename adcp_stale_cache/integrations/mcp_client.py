@@ -1,0 +1,67 @@
+"""Call a tool on an MCP server (a creative agent, a sub-agent) and get its AdCP payload.
+
+Pair it with :meth:`UpstreamCache.fetch`, which bounds the call with the upstream's deadline
+and abandons the client's cleanup when the server is frozen::
+
+    formats = await cache.fetch(
+        agent, ("list_creative_formats", args),
+        lambda: call_mcp_tool(agent.url, "list_creative_formats", args),
+    )
+
+Needs the ``mcp`` extra (``mcp`` 2.x).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from ..failures import InvalidPayload, UpstreamError
+
+
+async def call_mcp_tool(
+    url: str,
+    tool: str,
+    arguments: Mapping[str, Any] | None = None,
+    *,
+    headers: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """One ``tools/call`` over streamable HTTP; returns the payload as a dict.
+
+    Raises :class:`~adcp_stale_cache.UpstreamError` for a tool error (``isError: true``,
+    with the payload's ``adcp_error`` code when it has one) and
+    :class:`~adcp_stale_cache.InvalidPayload` when the result holds no JSON object.
+    """
+    http = httpx2.AsyncClient(headers=dict(headers or {}))
+    # cache=None: the MCP client must not answer from a cache of its own behind ours.
+    transport = streamable_http_client(url, http_client=http)
+    async with http, Client(transport, cache=None) as client:
+        result = await client.call_tool(tool, dict(arguments or {}))
+    payload = _payload(result)
+    if result.is_error or (isinstance(payload, dict) and "adcp_error" in payload):
+        code = (payload or {}).get("adcp_error", {}).get("code") if payload else None
+        raise UpstreamError(code if isinstance(code, str) else "UPSTREAM_ERROR")
+    if not isinstance(payload, dict):
+        raise InvalidPayload(f"tool {tool!r} returned no JSON object")
+    return payload
+
+
+def _payload(result: Any) -> dict[str, Any] | None:
+    structured = getattr(result, "structured_content", None)
+    if isinstance(structured, dict):
+        return structured
+    for block in getattr(result, "content", None) or []:
+        text = getattr(block, "text", None)
+        if isinstance(text, str):
+            try:
+                value = json.loads(text)
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                return value
+    return None
