@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from ._version import __version__
 
@@ -70,7 +71,7 @@ def _serve(args: argparse.Namespace) -> int:
             "the example apps need the 'examples' extra: pip install 'adcp-stale-cache[examples]'"
         )
         return 2
-    app: object
+    app: Any
     if args.app == "creative-agent":
         from .demo.creative_agent import create_creative_agent_app
 

@@ -38,21 +38,19 @@ from ..stores import Store
 
 def seller_surfaces(freshness_target: int, max_stale: int, upstream_timeout: float) -> Surfaces:
     """The example seller's two surfaces, with the same timings."""
-    timings = {
-        "freshness_target_seconds": freshness_target,
-        "max_stale_seconds": max_stale,
-        "upstream_timeout_seconds": upstream_timeout,
-    }
+
+    def surface(name: str, field: str) -> SurfacePolicy:
+        return SurfacePolicy(
+            name=name,
+            field=field,
+            paths=(f"/api/{name}",),
+            freshness_target_seconds=freshness_target,
+            max_stale_seconds=max_stale,
+            upstream_timeout_seconds=upstream_timeout,
+        )
+
     return Surfaces.of(
-        SurfacePolicy(
-            name="list_creative_formats",
-            field="formats",
-            paths=("/api/list_creative_formats",),
-            **timings,
-        ),
-        SurfacePolicy(
-            name="get_products", field="products", paths=("/api/get_products",), **timings
-        ),
+        surface("list_creative_formats", "formats"), surface("get_products", "products")
     )
 
 
