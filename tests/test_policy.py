@@ -1,0 +1,51 @@
+"""Policies: clear errors for bad values, lookups by tool name and route path."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from adcp_stale_cache import SurfacePolicy, Surfaces, Upstream
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"freshness_target_seconds": -1}, "freshness_target_seconds"),
+        ({"max_stale_seconds": -5}, "max_stale_seconds"),
+        ({"upstream_timeout_seconds": 0}, "upstream_timeout_seconds"),
+        ({"stale_on": ["bogus"]}, "stale_on"),
+        ({"freshnes_target_seconds": 1}, "freshnes_target_seconds"),
+    ],
+)
+def test_bad_values_name_the_field(kwargs: dict[str, object], field: str) -> None:
+    with pytest.raises(ValidationError) as raised:
+        SurfacePolicy(name="get_products", **kwargs)  # type: ignore[arg-type]
+    assert field in str(raised.value)
+
+
+def test_lookup_by_tool_and_path() -> None:
+    products = SurfacePolicy(name="get_products", field="products", paths=("/api/get_products",))
+    surfaces = Surfaces.of(products)
+    assert surfaces.for_tool("get_products") is products
+    assert surfaces.for_tool("unknown") is surfaces.default
+    assert surfaces.for_path("/api/get_products/") is products
+    assert surfaces.for_path("/other") is None
+    with pytest.raises(KeyError, match="known: get_products"):
+        surfaces.get("nope")
+
+
+def test_duplicate_names_or_paths_are_refused() -> None:
+    with pytest.raises(ValidationError, match="unique"):
+        Surfaces.of(SurfacePolicy(name="a"), SurfacePolicy(name="a"))
+    with pytest.raises(ValidationError, match="one surface only"):
+        Surfaces.of(SurfacePolicy(name="a", paths=("/x",)), SurfacePolicy(name="b", paths=("/x",)))
+
+
+def test_upstream_url_never_carries_credentials() -> None:
+    up = Upstream(name="agent", url="https://user:s3cret@agent.example:8443/mcp?token=abc#frag")
+    assert up.url == "https://agent.example:8443/mcp"
+    with pytest.raises(ValidationError):
+        Upstream(name="agent", url="not a url")
+    with pytest.raises(ValidationError):
+        Upstream(name="")
