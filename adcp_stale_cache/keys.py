@@ -7,8 +7,6 @@ from collections.abc import Iterable
 
 import orjson
 
-KeyPart = str | bytes | int | float | bool | None | tuple[object, ...] | dict[str, object]
-
 
 def digest(parts: Iterable[object]) -> str:
     """A stable 32-hex-digit digest of the parts (each one length-prefixed, so no two
@@ -27,7 +25,10 @@ def _bytes(part: object) -> bytes:
     if isinstance(part, str):
         return b"s" + part.encode()
     # Structured parts (a tool's arguments): canonical JSON, keys sorted.
-    return b"j" + orjson.dumps(part, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+    # repr() for the rest: an object without a stable repr only costs hits, never a collision.
+    return b"j" + orjson.dumps(
+        part, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=repr
+    )
 
 
 def cache_key(namespace: str, upstream_name: str, key: object) -> str:

@@ -8,7 +8,6 @@ names. An *upstream* is one dependency the seller calls to build that answer.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -108,9 +107,6 @@ class Surfaces(BaseModel):
     def of(cls, *policies: SurfacePolicy, default: SurfacePolicy | None = None) -> Surfaces:
         """Build a registry from policies (``default`` serves unknown tools)."""
         return cls(policies=policies, default=default or SurfacePolicy(name="default"))
-
-    def __iter__(self) -> Iterable[SurfacePolicy]:  # type: ignore[override]
-        return iter(self.policies)
 
     def for_tool(self, name: str | None) -> SurfacePolicy:
         """The policy of a tool name, or the default one."""
