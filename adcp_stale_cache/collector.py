@@ -7,6 +7,7 @@ appends what was recorded to the response payload's ``errors[]``.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -54,10 +55,31 @@ _current: ContextVar[AdvisoryCollector | None] = ContextVar(
     "adcp_stale_cache_collector", default=None
 )
 
+#: Where the middleware keeps a request's collector in ``scope["state"]`` (``request.state``).
+STATE_KEY = "adcp_stale_cache"
+
 
 def current_collector() -> AdvisoryCollector | None:
-    """The collector of the request being handled, if any."""
-    return _current.get()
+    """The collector of the request being handled, if any.
+
+    Under ``mcp`` 1.x (FastMCP) a stateful session runs every tool call in the context of the
+    request that opened the session, so the ContextVar would name the wrong request there:
+    that SDK's own request context, which names the Starlette request of each call, is asked
+    first. ``mcp`` 2.x, a2a-sdk and plain routes carry the ContextVar to each call.
+    """
+    found = _from_mcp_v1_request()  # an empty collector is falsy: compare with None
+    return found if found is not None else _current.get()
+
+
+def _from_mcp_v1_request() -> AdvisoryCollector | None:
+    server = sys.modules.get("mcp.server.lowlevel.server")  # only if the app imported it
+    request_ctx = getattr(server, "request_ctx", None)
+    if request_ctx is None:
+        return None
+    scope = getattr(getattr(request_ctx.get(None), "request", None), "scope", None)
+    state = scope.get("state") if isinstance(scope, dict) else None
+    collector = state.get(STATE_KEY) if isinstance(state, dict) else None
+    return collector if isinstance(collector, AdvisoryCollector) else None
 
 
 @contextmanager

@@ -4,27 +4,31 @@ Mount it inside any compression middleware (it must see the JSON, not gzip)::
 
     app.add_middleware(StaleAdvisoryMiddleware, surfaces=cache.surfaces)
 
+It serves every AdCP transport on one app: plain JSON routes (the body is the payload), MCP
+streamable HTTP (``tools/call`` answers, JSON or SSE) and A2A JSON-RPC (``message/send``,
+``SendMessage`` and their streaming forms). The tool surface of a request comes from its
+route path, the MCP tool name or the A2A skill.
+
 When the request recorded no advisory, every response message passes straight through,
-unbuffered and byte for byte. Otherwise a 2xx JSON object body is buffered, its ``errors[]``
-extended (one ``STALE_RESPONSE`` per stale upstream), ``Content-Length`` recomputed, and the
-status kept. Anything else goes out untouched, with a log line saying why.
+unbuffered and byte for byte. Otherwise the payload's ``errors[]`` is extended (one
+``STALE_RESPONSE`` per stale upstream), ``Content-Length`` recomputed and the status kept.
+Anything that cannot carry advisories goes out untouched, with a log line saying why.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .codecs import Untouched, inject_json
-from .collector import AdvisoryCollector, _current
+from .codecs import RpcCall, RpcEventStream, Untouched, inject_body, inject_json, parse_calls
+from .collector import STATE_KEY, AdvisoryCollector, _current
 from .policy import Surfaces
 
 logger = logging.getLogger("adcp_stale_cache.middleware")
 
-#: Where the request's collector is kept in ``scope["state"]`` (``request.state``).
-STATE_KEY = "adcp_stale_cache"
+# JSON-RPC requests are small; a larger body is not read for its tool name.
+_MAX_PEEK = 1024 * 1024
 
 
 class StaleAdvisoryMiddleware:
@@ -40,60 +44,117 @@ class StaleAdvisoryMiddleware:
             return
         collector = AdvisoryCollector(self.surfaces.for_path(scope.get("path", "")))
         scope.setdefault("state", {})[STATE_KEY] = collector
+        request = _Request(self.surfaces, collector, scope, receive)
+        response = _Response(collector, scope, request, send)
         token = _current.set(collector)
         try:
-            await self.app(scope, receive, _Response(collector, scope, send).send)
+            await self.app(scope, request.receive, response.send)
         finally:
             _current.reset(token)
 
 
+class _Request:
+    """Reads the JSON-RPC calls off a POST body as the app receives it."""
+
+    __slots__ = ("_chunks", "_receive", "_size", "calls", "collector", "peeking", "surfaces")
+
+    def __init__(
+        self, surfaces: Surfaces, collector: AdvisoryCollector, scope: Scope, receive: Receive
+    ) -> None:
+        self.surfaces = surfaces
+        self.collector = collector
+        self._receive = receive
+        self.calls: list[RpcCall] = []
+        self.peeking = (
+            scope.get("method") == "POST" and _content_type(scope.get("headers", [])) in _JSON
+        )
+        self._chunks: list[bytes] = []
+        self._size = 0
+
+    async def receive(self) -> Message:
+        message = await self._receive()
+        if self.peeking and message["type"] == "http.request":
+            body = message.get("body", b"")
+            self._size += len(body)
+            self._chunks.append(body)
+            if self._size > _MAX_PEEK:
+                self.peeking, self._chunks = False, []
+            elif not message.get("more_body", False):
+                self.peeking = False
+                self._read_calls(b"".join(self._chunks))
+        return message
+
+    def _read_calls(self, body: bytes) -> None:
+        self.calls = parse_calls(body)
+        names = {call.surface for call in self.calls}
+        policy = self.surfaces.find(names.pop()) if len(names) == 1 else None
+        if policy is not None:
+            self.collector.surface = policy
+
+
 class _Response:
-    """The state of one response: passing through, or buffering a body to rewrite."""
+    """The state of one response: passing through, buffering JSON, or rewriting events."""
 
-    __slots__ = ("_send", "buffering", "chunks", "collector", "passing", "scope", "start")
+    __slots__ = ("_send", "chunks", "collector", "mode", "request", "scope", "start", "stream")
 
-    def __init__(self, collector: AdvisoryCollector, scope: Scope, send: Send) -> None:
+    def __init__(
+        self, collector: AdvisoryCollector, scope: Scope, request: _Request, send: Send
+    ) -> None:
         self.collector = collector
         self.scope = scope
+        self.request = request
         self._send = send
-        self.passing = False
-        self.buffering = False
+        self.mode = "undecided"  # then "pass", "buffer" or "stream"
         self.start: Message = {}
         self.chunks: list[bytes] = []
+        self.stream: RpcEventStream | None = None
 
     async def send(self, message: Message) -> None:
-        if self.passing:
-            await self._send(message)
-        elif message["type"] == "http.response.start":
+        if message["type"] == "http.response.start" and self.mode == "undecided":
             self._begin(message)
-            if self.passing:
+            if self.mode != "buffer":
                 await self._send(message)
-        elif message["type"] == "http.response.body" and self.buffering:
+        elif message["type"] != "http.response.body" or self.mode == "pass":
+            await self._send(message)
+        elif self.mode == "buffer":
             self.chunks.append(message.get("body", b""))
             if not message.get("more_body", False):
                 await self._finish()
         else:
-            await self._send(message)
+            await self._stream(message)
 
     def _begin(self, start: Message) -> None:
-        if not self.collector:
-            self.passing = True
-            return
+        self.mode = "pass"
         reason = _ineligible(self.scope, start)
-        if reason is not None:
-            _dropped(self.collector, reason, warn=reason.startswith("Content-Encoding"))
-            self.passing = True
+        content_type = _content_type(start.get("headers", []))
+        if reason is None and content_type == b"text/event-stream" and len(self.request.calls) == 1:
+            self.mode = "stream"
+            self.stream = RpcEventStream(
+                self.request.calls[0], self.collector.errors, self._dropped
+            )
+            start["headers"] = [
+                (k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"
+            ]
+        elif not self.collector:
             return
-        self.start = start
-        self.buffering = True
+        elif reason is None and content_type in _JSON:
+            self.mode = "buffer"
+            self.start = start
+        else:
+            self._dropped(reason or f"content type {content_type.decode('latin-1') or 'missing'}")
 
     async def _finish(self) -> None:
         body = b"".join(self.chunks)
         self.chunks = []
+        errors = self.collector.errors()
         try:
-            body = inject_json(body, self.collector.errors())
+            body = (
+                inject_body(body, self.request.calls, errors)
+                if self.request.calls
+                else inject_json(body, errors)
+            )
         except Untouched as exc:
-            _dropped(self.collector, str(exc))
+            self._dropped(str(exc))
         headers = [
             (k, v) for k, v in self.start.get("headers", []) if k.lower() != b"content-length"
         ]
@@ -101,35 +162,48 @@ class _Response:
         await self._send({**self.start, "headers": headers})
         await self._send({"type": "http.response.body", "body": body, "more_body": False})
 
+    async def _stream(self, message: Message) -> None:
+        assert self.stream is not None
+        more = message.get("more_body", False)
+        body = self.stream.feed(message.get("body", b""))
+        if not more:
+            body += self.stream.close()
+        if body or not more:
+            await self._send({"type": "http.response.body", "body": body, "more_body": more})
+
+    def _dropped(self, reason: str) -> None:
+        names = [
+            (a.details or {}).get("upstream", {}).get("name") for a in self.collector.advisories()
+        ]
+        warn = reason.startswith("Content-Encoding")
+        logger.log(
+            logging.WARNING if warn else logging.INFO,
+            "advisories_not_delivered count=%d upstreams=%s reason=%s",
+            len(self.collector),
+            names,
+            reason,
+        )
+
+
+_JSON = frozenset({b"application/json", b"application/json-rpc"})
+
 
 def _ineligible(scope: Scope, start: Message) -> str | None:
-    """Why a response cannot carry advisories, or None when it can."""
+    """Why a response cannot carry advisories, or None when it may."""
     status = int(start.get("status", 200))
     if not 200 <= status < 300 or status == 204:
         return f"status {status}"
     if scope.get("method") == "HEAD":
         return "HEAD request"
-    headers = _headers(start)
-    if headers.get(b"content-encoding", b"identity") != b"identity":
-        return "Content-Encoding is set: mount this middleware inside compression middleware"
-    content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
-    if content_type != b"application/json" and not content_type.endswith(b"+json"):
-        return f"content type {content_type.decode('latin-1') or 'missing'}"
+    for key, value in start.get("headers", []):
+        if key.lower() == b"content-encoding" and value.lower() != b"identity":
+            return "Content-Encoding is set: mount this middleware inside compression middleware"
     return None
 
 
-def _headers(start: Message) -> dict[bytes, bytes]:
-    return {k.lower(): v for k, v in start.get("headers", [])}
-
-
-def _dropped(collector: AdvisoryCollector, reason: str, *, warn: bool = False) -> None:
-    names: list[Any] = [
-        (a.details or {}).get("upstream", {}).get("name") for a in collector.advisories()
-    ]
-    logger.log(
-        logging.WARNING if warn else logging.INFO,
-        "advisories_not_delivered count=%d upstreams=%s reason=%s",
-        len(collector),
-        names,
-        reason,
-    )
+def _content_type(headers: list[tuple[bytes, bytes]]) -> bytes:
+    for key, value in headers:
+        if key.lower() == b"content-type":
+            media = value.split(b";")[0].strip().lower()
+            return b"application/json" if media.endswith(b"+json") else media
+    return b""

@@ -108,12 +108,13 @@ class Surfaces(BaseModel):
         """Build a registry from policies (``default`` serves unknown tools)."""
         return cls(policies=policies, default=default or SurfacePolicy(name="default"))
 
+    def find(self, name: str | None) -> SurfacePolicy | None:
+        """The policy of a tool name, or None."""
+        return next((policy for policy in self.policies if policy.name == name), None)
+
     def for_tool(self, name: str | None) -> SurfacePolicy:
         """The policy of a tool name, or the default one."""
-        for policy in self.policies:
-            if policy.name == name:
-                return policy
-        return self.default
+        return self.find(name) or self.default
 
     def for_path(self, path: str) -> SurfacePolicy | None:
         """The policy whose route paths include ``path`` (a trailing slash is ignored)."""
@@ -125,8 +126,8 @@ class Surfaces(BaseModel):
 
     def get(self, name: str) -> SurfacePolicy:
         """The policy named ``name``; a clear error for an unknown name."""
-        for policy in self.policies:
-            if policy.name == name:
-                return policy
+        policy = self.find(name)
+        if policy is not None:
+            return policy
         known = ", ".join(p.name for p in self.policies) or "none"
         raise KeyError(f"unknown surface {name!r} (known: {known})")

@@ -1,0 +1,85 @@
+"""JSON-RPC requests: which calls a POST carries (MCP ``tools/call``, A2A ``message/send``...).
+
+The middleware reads this off the request body as the app receives it, to learn the tool
+surface of the request and which response message carries the tool's payload.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from .json import Untouched, dumps, loads
+
+MCP_TOOL_CALL = "tools/call"
+A2A_SEND = frozenset({"message/send", "SendMessage"})
+A2A_STREAM = frozenset({"message/stream", "SendStreamingMessage"})
+
+
+@dataclass(frozen=True, slots=True)
+class RpcCall:
+    """One JSON-RPC request whose answer carries an AdCP payload."""
+
+    protocol: Literal["mcp", "a2a"]
+    id: Any
+    surface: str | None
+
+
+def parse_calls(body: bytes) -> list[RpcCall]:
+    """The tool calls in a JSON-RPC request body (a batch may hold several); [] otherwise."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return []
+    messages = data if isinstance(data, list) else [data]
+    calls = []
+    for message in messages:
+        if not isinstance(message, dict) or "id" not in message:
+            continue  # notifications and responses carry no payload to annotate
+        method = message.get("method")
+        params = message.get("params")
+        if not isinstance(params, dict):
+            params = {}
+        if method == MCP_TOOL_CALL:
+            name = params.get("name")
+            calls.append(RpcCall("mcp", message["id"], name if isinstance(name, str) else None))
+        elif method in A2A_SEND or method in A2A_STREAM:
+            calls.append(RpcCall("a2a", message["id"], a2a_skill(params.get("message"))))
+    return calls
+
+
+def a2a_skill(message: Any) -> str | None:
+    """The AdCP skill an A2A message invokes: a DataPart ``{"skill": ..., ...}``."""
+    parts = message.get("parts") if isinstance(message, dict) else None
+    for part in parts if isinstance(parts, list) else []:
+        data = part.get("data") if isinstance(part, dict) else None
+        if isinstance(data, dict) and isinstance(data.get("skill"), str):
+            return str(data["skill"])
+    return None
+
+
+def inject_response(message: Any, call: RpcCall, errors: list[dict[str, Any]]) -> None:
+    """Append ``errors`` to the payload of the JSON-RPC response answering ``call``, in place."""
+    from . import a2a, mcp
+
+    if not isinstance(message, dict) or message.get("id") != call.id:
+        raise Untouched("not the answer to the tool call")
+    if "error" in message:
+        raise Untouched("JSON-RPC error reply")
+    if call.protocol == "mcp":
+        mcp.inject_tool_result(message.get("result"), errors)
+    else:
+        a2a.inject_result(message.get("result"), errors)
+
+
+def inject_body(body: bytes, calls: list[RpcCall], errors: list[dict[str, Any]]) -> bytes:
+    """A JSON-RPC response body (one message or a batch) with ``errors`` injected."""
+    if len(calls) != 1:
+        raise Untouched(f"{len(calls)} tool calls in one request: advisories cannot be attributed")
+    data = loads(body)
+    messages = data if isinstance(data, list) else [data]
+    answer = next((m for m in messages if isinstance(m, dict) and m.get("id") == calls[0].id), None)
+    inject_response(answer, calls[0], errors)
+    return dumps(data)

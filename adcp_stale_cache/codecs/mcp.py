@@ -1,0 +1,53 @@
+"""MCP ``tools/call`` results: the payload is ``structuredContent``, often mirrored as text."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .json import Untouched, inject_payload
+
+
+def inject_tool_result(result: Any, errors: list[dict[str, Any]]) -> None:
+    """Append ``errors`` to a ``CallToolResult``'s payload, in place.
+
+    The payload is ``structuredContent``; a ``text`` content block holding the same payload as
+    JSON is updated too, while a human summary text is left alone. Without
+    ``structuredContent`` a text block holding a JSON object is the payload. Tool errors
+    (``isError: true``) are never touched.
+    """
+    if not isinstance(result, dict):
+        raise Untouched("tools/call result is not an object")
+    if result.get("isError"):
+        raise Untouched("tool result has isError: true")
+    structured = result.get("structuredContent")
+    mirrors = _payload_texts(result, structured)
+    if isinstance(structured, dict):
+        inject_payload(structured, errors)
+    elif not mirrors:
+        raise Untouched("tool result holds no JSON payload")
+    for block, payload in mirrors:
+        inject_payload(payload, errors)
+        pretty = "\n" in block["text"]
+        block["text"] = json.dumps(payload, indent=2 if pretty else None, ensure_ascii=False)
+
+
+def _payload_texts(result: dict[str, Any], structured: Any) -> list[tuple[dict[str, Any], Any]]:
+    """The text blocks that are the payload as JSON (equal to ``structuredContent`` if any)."""
+    content = result.get("content")
+    found = []
+    for block in content if isinstance(content, list) else []:
+        if not (isinstance(block, dict) and block.get("type") == "text"):
+            continue
+        text = block.get("text")
+        if not isinstance(text, str) or not text.lstrip().startswith("{"):
+            continue
+        try:
+            payload = json.loads(text)
+        except ValueError:
+            continue
+        if structured is None or payload == structured:
+            found.append((block, payload))
+    if structured is None and len(found) > 1:
+        raise Untouched("several JSON text blocks and no structuredContent: which is the payload?")
+    return found

@@ -1,0 +1,84 @@
+"""Server-sent events: split a stream into events across body messages, rewrite ``data:``.
+
+Only whole events are handed on, each byte for byte unless rewritten: line endings (CRLF, LF
+or CR), ``event:``/``id:``/``retry:`` lines and comments are kept as they came. The stream
+itself is never buffered beyond the event being assembled.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+# An event ends with an empty line: two line endings in a row. A lone CR counts as a line
+# ending only when no LF follows it, so that CRLF is never read as two endings.
+_EVENT_END = re.compile(rb"(?:\r\n|\n|\r(?!\n))(?:\r\n|\n|\r(?!\n))")
+
+
+class EventSplitter:
+    """Feed body chunks, get complete raw events back (terminators included)."""
+
+    __slots__ = ("_buffer",)
+
+    def __init__(self) -> None:
+        self._buffer = b""
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The events completed by ``chunk``."""
+        self._buffer += chunk
+        events: list[bytes] = []
+        start = 0
+        for match in _EVENT_END.finditer(self._buffer):
+            end = match.end()
+            if end == len(self._buffer) and self._buffer.endswith(b"\r"):
+                break  # a CR at the edge may be the first half of a CRLF still to come
+            events.append(self._buffer[start:end])
+            start = end
+        self._buffer = self._buffer[start:]
+        return events
+
+    def close(self) -> bytes:
+        """What is left when the stream ends (an unterminated event, or nothing)."""
+        rest, self._buffer = self._buffer, b""
+        return rest
+
+
+def event_data(event: bytes) -> bytes | None:
+    """The event's data (multi-line data joined with LF, as the SSE spec says), or None."""
+    lines = event.splitlines(keepends=True)
+    at = _data_lines(lines)
+    return b"\n".join(_field_value(lines[i]) for i in at) if at else None
+
+
+def rewrite_data(event: bytes, rewrite: Callable[[bytes], bytes | None]) -> bytes:
+    """The event with its ``data`` replaced by ``rewrite(data)``, or as it was on None.
+
+    The new data is written back as one ``data:`` line where the first one stood, with the
+    event's own line ending.
+    """
+    lines = event.splitlines(keepends=True)
+    at = _data_lines(lines)
+    if not at:
+        return event
+    new = rewrite(b"\n".join(_field_value(lines[i]) for i in at))
+    if new is None or b"\n" in new or b"\r" in new:
+        return event
+    first = lines[at[0]]
+    ending = first[len(first.rstrip(b"\r\n")) :] or b"\n"
+    later = set(at[1:])
+    kept = [line for i, line in enumerate(lines) if i not in later]
+    kept[at[0]] = b"data: " + new + ending
+    return b"".join(kept)
+
+
+def _data_lines(lines: list[bytes]) -> list[int]:
+    return [
+        i
+        for i, line in enumerate(lines)
+        if line.startswith(b"data:") or line.rstrip(b"\r\n") == b"data"
+    ]
+
+
+def _field_value(line: bytes) -> bytes:
+    value = line.rstrip(b"\r\n")[5:]
+    return value[1:] if value.startswith(b" ") else value

@@ -1,0 +1,102 @@
+"""Tool answers streamed as server-sent events (MCP SSE replies, A2A ``message/stream``).
+
+Events pass on one by one as they complete. The event answering the tool call gets the
+advisories: for MCP the JSON-RPC response itself; for an A2A stream, the last artifact event
+carrying a DataPart, held back until the final status says whether the task completed
+(artifacts come before the final status event, and a failed task must stay untouched).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from . import a2a
+from .json import Untouched, dumps
+from .jsonrpc import RpcCall, inject_response
+from .sse import EventSplitter, event_data, rewrite_data
+
+Errors = Callable[[], list[dict[str, Any]]]
+
+
+class RpcEventStream:
+    """Rewrite one SSE response answering ``call``; ``errors()`` gives the advisories so far."""
+
+    def __init__(self, call: RpcCall, errors: Errors, on_untouched: Callable[[str], None]) -> None:
+        self.call = call
+        self.errors = errors
+        self.on_untouched = on_untouched
+        self._splitter = EventSplitter()
+        self._held: bytes | None = None  # an A2A artifact event waiting for the final status
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Bytes to send now for this body chunk."""
+        return b"".join(self._event(event) for event in self._splitter.feed(chunk))
+
+    def close(self) -> bytes:
+        """Bytes left to send when the stream ends."""
+        return self._release(inject=False) + self._splitter.close()
+
+    def _event(self, event: bytes) -> bytes:
+        message = _answer(event, self.call)
+        if message is None:
+            return event
+        if self.call.protocol == "mcp" or "error" in message:
+            return self._rewritten(event, message)
+        found = a2a.kind_of(message.get("result"))
+        kind, obj = found if found else ("", {})
+        if kind == "artifact" and self.errors() and _has_data_part(obj):
+            out = self._release(inject=False)
+            self._held = event
+            return out
+        if kind == "status" and a2a.is_terminal(obj):
+            return self._release(inject=a2a.is_completed(obj)) + event
+        if kind in ("task", "message"):
+            return self._release(inject=False) + self._rewritten(event, message)
+        return event
+
+    def _rewritten(self, event: bytes, message: dict[str, Any]) -> bytes:
+        errors = self.errors()
+        if not errors:
+            return event
+        try:
+            inject_response(message, self.call, errors)
+        except Untouched as exc:
+            self.on_untouched(str(exc))
+            return event
+        return rewrite_data(event, lambda _: dumps(message))
+
+    def _release(self, *, inject: bool) -> bytes:
+        held, self._held = self._held, None
+        if held is None or not inject:
+            return held or b""
+
+        def add(data: bytes) -> bytes | None:
+            message = orjson.loads(data)
+            found = a2a.kind_of(message.get("result"))
+            try:
+                assert found is not None
+                a2a.inject_parts(found[1].get("artifact", {}).get("parts"), self.errors())
+            except Untouched as exc:
+                self.on_untouched(str(exc))
+                return None
+            return dumps(message)
+
+        return rewrite_data(held, add)
+
+
+def _answer(event: bytes, call: RpcCall) -> dict[str, Any] | None:
+    """The JSON-RPC message of an event when it answers ``call``."""
+    data = event_data(event)
+    try:
+        message = orjson.loads(data) if data else None
+    except orjson.JSONDecodeError:
+        return None
+    return message if isinstance(message, dict) and message.get("id") == call.id else None
+
+
+def _has_data_part(artifact_event: dict[str, Any]) -> bool:
+    parts = (artifact_event.get("artifact") or {}).get("parts")
+    return any(isinstance(p, dict) and isinstance(p.get("data"), dict) for p in parts or [])
