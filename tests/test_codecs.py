@@ -1,0 +1,182 @@
+"""Wire codecs on recorded shapes: SSE splitting, MCP tool results, A2A tasks and streams."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from adcp_stale_cache.codecs import RpcCall, RpcEventStream, Untouched, inject_body, parse_calls
+from adcp_stale_cache.codecs.mcp import inject_tool_result
+from adcp_stale_cache.codecs.sse import EventSplitter, event_data, rewrite_data
+
+ADVISORY = {"code": "STALE_RESPONSE", "message": "m", "details": {"served_from_cache": True, "cache_age_seconds": 3}}
+PAYLOAD = {"products": [{"product_id": "p1"}], "context": {"correlation_id": "c"}}
+
+
+def test_event_splitter_handles_every_line_ending_and_split_points() -> None:
+    stream = b"event: message\r\ndata: {\"a\":1}\r\n\r\n: comment\n\ndata: x\rdata: y\r\r" + b"id: 7\ndata: z\n\n"
+    expected = [b'event: message\r\ndata: {"a":1}\r\n\r\n', b": comment\n\n", b"data: x\rdata: y\r\r", b"id: 7\ndata: z\n\n"]
+    for size in range(1, len(stream) + 1):
+        splitter, events = EventSplitter(), []
+        for i in range(0, len(stream), size):
+            events += splitter.feed(stream[i : i + size])
+        assert events == expected, size
+        assert splitter.close() == b""
+
+
+def test_event_data_and_rewrite_keep_other_lines() -> None:
+    event = b"event: message\r\nid: 4\r\ndata: {\"a\":\r\ndata: 1}\r\n\r\n"
+    assert event_data(event) == b'{"a":\n1}'
+    rewritten = rewrite_data(event, lambda data: b'{"a":2}')
+    assert rewritten == b'event: message\r\nid: 4\r\ndata: {"a":2}\r\n\r\n'
+    assert rewrite_data(event, lambda data: None) == event
+
+
+def test_parse_calls() -> None:
+    mcp = b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"get_products","arguments":{}}}'
+    a2a_v1 = b'{"jsonrpc":"2.0","id":"x","method":"SendMessage","params":{"message":{"parts":[{"data":{"skill":"get_products"}}]}}}'
+    a2a_v03 = b'{"jsonrpc":"2.0","id":1,"method":"message/stream","params":{"message":{"parts":[{"kind":"text","text":"hi"},{"kind":"data","data":{"skill":"list_creative_formats"}}]}}}'
+    assert parse_calls(mcp) == [RpcCall("mcp", 7, "get_products")]
+    assert parse_calls(a2a_v1) == [RpcCall("a2a", "x", "get_products")]
+    assert parse_calls(a2a_v03) == [RpcCall("a2a", 1, "list_creative_formats")]
+    assert parse_calls(b'{"jsonrpc":"2.0","method":"notifications/initialized"}') == []
+    assert parse_calls(b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}') == []
+    assert parse_calls(b"not json") == []
+
+
+def mcp_result(**result: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 7, "result": result}
+
+
+def test_mcp_structured_and_mirrored_text_both_get_the_advisory() -> None:
+    message = mcp_result(
+        content=[{"type": "text", "text": json.dumps(PAYLOAD, indent=2)}],
+        structuredContent=json.loads(json.dumps(PAYLOAD)),
+        isError=False,
+        resultType="complete",
+    )
+    out = json.loads(inject_body(json.dumps(message).encode(), [RpcCall("mcp", 7, "get_products")], [ADVISORY]))
+    result = out["result"]
+    assert result["structuredContent"]["errors"] == [ADVISORY]
+    assert json.loads(result["content"][0]["text"])["errors"] == [ADVISORY]
+    assert result["isError"] is False and result["resultType"] == "complete"
+
+
+def test_mcp_human_summary_text_is_left_alone() -> None:
+    result = {"content": [{"type": "text", "text": "Found 1 product"}], "structuredContent": dict(PAYLOAD)}
+    inject_tool_result(result, [ADVISORY])
+    assert result["content"][0]["text"] == "Found 1 product"
+    assert result["structuredContent"]["errors"] == [ADVISORY]
+
+
+def test_mcp_text_only_payload() -> None:
+    result = {"content": [{"type": "text", "text": json.dumps(PAYLOAD)}]}
+    inject_tool_result(result, [ADVISORY])
+    assert json.loads(result["content"][0]["text"])["errors"] == [ADVISORY]
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"jsonrpc": "2.0", "id": 7, "error": {"code": -32602, "message": "bad"}},
+        mcp_result(content=[{"type": "text", "text": json.dumps(PAYLOAD)}], isError=True),
+        mcp_result(content=[{"type": "text", "text": "no json here"}]),
+        mcp_result(structuredContent={"adcp_error": {"code": "X", "message": "m"}}),
+        {"jsonrpc": "2.0", "id": 8, "result": {"structuredContent": {}}},
+    ],
+)
+def test_mcp_untouched(message: dict[str, Any]) -> None:
+    with pytest.raises(Untouched):
+        inject_body(json.dumps(message).encode(), [RpcCall("mcp", 7, "get_products")], [ADVISORY])
+
+
+def a2a_task(state: str, *, v1: bool = True) -> dict[str, Any]:
+    part = {"data": dict(PAYLOAD)} if v1 else {"kind": "data", "data": dict(PAYLOAD)}
+    task = {
+        "id": "t", "contextId": "c",
+        "status": {"state": state},
+        "artifacts": [{"artifactId": "a0", "parts": [{"text": "old"}]},
+                      {"artifactId": "a1", "parts": [{"text": "summary"}, part]}],
+    }  # fmt: skip
+    if v1:
+        return {"jsonrpc": "2.0", "id": 1, "result": {"task": task}}
+    return {"jsonrpc": "2.0", "id": 1, "result": {**task, "kind": "task"}}
+
+
+@pytest.mark.parametrize(("v1", "state"), [(True, "TASK_STATE_COMPLETED"), (False, "completed")])
+def test_a2a_completed_task(v1: bool, state: str) -> None:
+    body = json.dumps(a2a_task(state, v1=v1)).encode()
+    out = json.loads(inject_body(body, [RpcCall("a2a", 1, "get_products")], [ADVISORY]))
+    task = out["result"]["task"] if v1 else out["result"]
+    assert task["status"]["state"] == state
+    assert task["artifacts"][-1]["parts"][-1]["data"]["errors"] == [ADVISORY]
+    assert task["artifacts"][0]["parts"] == [{"text": "old"}]
+
+
+@pytest.mark.parametrize("state", ["TASK_STATE_FAILED", "TASK_STATE_WORKING", "failed", "input-required"])
+def test_a2a_unfinished_or_failed_task_untouched(state: str) -> None:
+    with pytest.raises(Untouched):
+        inject_body(json.dumps(a2a_task(state)).encode(), [RpcCall("a2a", 1, "x")], [ADVISORY])
+
+
+def sse(message: dict[str, Any], crlf: bool = False) -> bytes:
+    end = b"\r\n" if crlf else b"\n"
+    return b"event: message" + end + b"data: " + json.dumps(message).encode() + end + end
+
+
+def run_stream(call: RpcCall, events: list[bytes], errors: list[dict[str, Any]], chunk: int = 7) -> list[Any]:
+    stream = RpcEventStream(call, lambda: list(errors), lambda reason: None)
+    raw = b"".join(events)
+    out = b""
+    for i in range(0, len(raw), chunk):
+        out += stream.feed(raw[i : i + chunk])
+    out += stream.close()
+    splitter = EventSplitter()
+    return [json.loads(event_data(e) or b"null") for e in splitter.feed(out)]
+
+
+def test_mcp_sse_injects_only_into_the_answer() -> None:
+    call = RpcCall("mcp", 7, "get_products")
+    progress = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progress": 1}}
+    answer = mcp_result(structuredContent=dict(PAYLOAD), content=[])
+    out = run_stream(call, [sse(progress, crlf=True), sse(answer, crlf=True)], [ADVISORY])
+    assert out[0] == progress
+    assert out[1]["result"]["structuredContent"]["errors"] == [ADVISORY]
+
+
+def test_sse_without_advisories_is_byte_identical() -> None:
+    call = RpcCall("mcp", 7, "get_products")
+    events = [b": ping\r\n\r\n", sse(mcp_result(structuredContent=dict(PAYLOAD)), crlf=True)]
+    stream = RpcEventStream(call, lambda: [], lambda reason: None)
+    raw = b"".join(events)
+    assert b"".join(stream.feed(raw[i : i + 5]) for i in range(0, len(raw), 5)) + stream.close() == raw
+
+
+def a2a_events(final_state: str, v1: bool) -> list[bytes]:
+    if v1:
+        artifact = {"artifactUpdate": {"taskId": "t", "artifact": {"artifactId": "a", "parts": [{"data": dict(PAYLOAD)}]}}}
+        status = {"statusUpdate": {"taskId": "t", "status": {"state": final_state}}}
+        working = {"statusUpdate": {"taskId": "t", "status": {"state": "TASK_STATE_WORKING"}}}
+    else:
+        artifact = {"kind": "artifact-update", "taskId": "t", "artifact": {"artifactId": "a", "parts": [{"kind": "data", "data": dict(PAYLOAD)}]}}
+        status = {"kind": "status-update", "taskId": "t", "status": {"state": final_state}, "final": True}
+        working = {"kind": "status-update", "taskId": "t", "status": {"state": "working"}, "final": False}
+    return [sse({"jsonrpc": "2.0", "id": 1, "result": r}) for r in (working, artifact, status)]
+
+
+@pytest.mark.parametrize(("v1", "state"), [(True, "TASK_STATE_COMPLETED"), (False, "completed")])
+def test_a2a_stream_completed_gets_advisory_in_order(v1: bool, state: str) -> None:
+    out = run_stream(RpcCall("a2a", 1, "get_products"), a2a_events(state, v1), [ADVISORY])
+    kinds = [next(iter(m["result"])) if v1 else m["result"]["kind"] for m in out]
+    assert kinds == (["statusUpdate", "artifactUpdate", "statusUpdate"] if v1 else ["status-update", "artifact-update", "status-update"])
+    artifact = out[1]["result"]["artifactUpdate"] if v1 else out[1]["result"]
+    assert artifact["artifact"]["parts"][0]["data"]["errors"] == [ADVISORY]
+
+
+@pytest.mark.parametrize(("v1", "state"), [(True, "TASK_STATE_FAILED"), (False, "failed")])
+def test_a2a_stream_failed_task_untouched(v1: bool, state: str) -> None:
+    events = a2a_events(state, v1)
+    out = run_stream(RpcCall("a2a", 1, "get_products"), events, [ADVISORY])
+    assert "errors" not in json.dumps(out)
