@@ -22,13 +22,14 @@ import orjson
 
 from .advisory import stale_response
 from .collector import current_collector
-from .decision import Fresh, ServeStale, on_failure, plan
+from .decision import Fresh, ServeStale, on_failure, plan, whole_seconds
 from .entry import Entry
 from .failures import Failure, UpstreamUnavailable, classify
 from .keys import cache_key
 from .policy import SurfacePolicy, Surfaces, Upstream
 from .singleflight import SingleFlight, call_with_deadline
 from .stores import MemoryStore, Store
+from .testing import FORCED_FAILURE, ForcedOutage, ForcedOutages
 
 T = TypeVar("T")
 logger = logging.getLogger("adcp_stale_cache")
@@ -86,12 +87,28 @@ class UpstreamCache:
         surfaces: Surfaces | None = None,
         clock: Callable[[], float] = time.monotonic,
         namespace: str = "adcp-stale-cache",
+        test_mode: bool = False,
     ) -> None:
         self.store: Store = store if store is not None else MemoryStore(clock=clock)
         self.surfaces = surfaces or Surfaces()
         self.clock = clock
         self.namespace = namespace
         self._flights: SingleFlight[_Refreshed[Any]] = SingleFlight()
+        self._forced = ForcedOutages() if test_mode else None
+
+    def force_upstream_unavailable(
+        self, tool: str, upstream_name: str | None = None, cache_age_seconds: int | None = None
+    ) -> ForcedOutage:
+        """Compliance testing only: fail ``upstream_name`` for the next response of ``tool``.
+
+        See :mod:`adcp_stale_cache.testing`. Refused unless the cache was built with
+        ``test_mode=True``.
+        """
+        if self._forced is None:
+            raise RuntimeError("force_upstream_unavailable needs UpstreamCache(test_mode=True)")
+        if tool != "*":
+            self.surfaces.get(tool)  # a clear error for an unknown tool
+        return self._forced.force(tool, upstream_name, cache_age_seconds)
 
     async def fetch(
         self,
@@ -115,12 +132,17 @@ class UpstreamCache:
         """
         policy = self._policy(surface)
         store_key = cache_key(self.namespace, upstream.name, key)
+        timeout = upstream.timeout_seconds or policy.upstream_timeout_seconds
+        if self._forced is not None:
+            outage = self._forced.claim(policy, upstream, current_collector())
+            if outage is not None:
+                return await self._serve_forced(
+                    outage, upstream, policy, store_key, call, codec, timeout
+                )
         entry = await self._get(store_key)
         step = plan(entry, self.clock(), policy)
         if isinstance(step, Fresh):
             return codec.loads(step.entry.data)
-
-        timeout = upstream.timeout_seconds or policy.upstream_timeout_seconds
 
         async def refresh() -> _Refreshed[T]:
             value = await call_with_deadline(call, timeout)
@@ -139,9 +161,11 @@ class UpstreamCache:
             failure = classify(exc, timeout)
             if failure.kind not in policy.stale_on:
                 raise
-            return await self._fall_back(
-                upstream, policy, store_key, step.fallback, failure, exc, codec
-            )
+            # Another flight may have stored a newer entry meanwhile: prefer it.
+            latest = await self._get(store_key)
+            if latest is None or (step.fallback and latest.stored_at < step.fallback.stored_at):
+                latest = step.fallback
+            return self._after_failure(upstream, policy, latest, failure, exc, codec)
         return refreshed.value if refreshed.data is None else codec.loads(refreshed.data)
 
     def cached(
@@ -166,20 +190,16 @@ class UpstreamCache:
 
         return decorate
 
-    async def _fall_back(
+    def _after_failure(
         self,
         upstream: Upstream,
         policy: SurfacePolicy,
-        store_key: str,
-        fallback: Entry | None,
+        latest: Entry | None,
         failure: Failure,
-        exc: Exception,
+        exc: Exception | None,
         codec: Codec[T],
     ) -> T:
-        # Another flight may have stored a newer entry meanwhile: prefer it.
-        latest = await self._get(store_key)
-        if latest is None or (fallback is not None and latest.stored_at < fallback.stored_at):
-            latest = fallback
+        """Serve ``latest`` stale (recording the advisory), as a plain hit, or fail."""
         outcome = on_failure(latest, self.clock(), policy)
         if isinstance(outcome, Fresh):
             return codec.loads(outcome.entry.data)
@@ -204,6 +224,33 @@ class UpstreamCache:
             failure.code,
         )
         raise UpstreamUnavailable(upstream, failure) from exc
+
+    async def _serve_forced(
+        self,
+        outage: ForcedOutage,
+        upstream: Upstream,
+        policy: SurfacePolicy,
+        store_key: str,
+        call: Callable[[], Awaitable[T]],
+        codec: Codec[T],
+        timeout: float,
+    ) -> T:
+        """A forced outage: serve the entry aged as asked (seeding a cold cache for real)."""
+        entry = await self._get(store_key)
+        now = self.clock()
+        if entry is None:
+            try:
+                value = await call_with_deadline(call, timeout)
+            except Exception as exc:
+                raise UpstreamUnavailable(upstream, classify(exc, timeout)) from exc
+            entry = Entry(codec.dumps(value), now)
+            await self._set(store_key, entry, policy.ttl_seconds + 1)
+        age = outage.cache_age_seconds
+        if age is None:
+            age = max(whole_seconds(entry.age(now)), policy.freshness_target_seconds)
+        # The aged copy is served, never stored: the real entry keeps its real age.
+        aged = Entry(entry.data, now - age)
+        return self._after_failure(upstream, policy, aged, FORCED_FAILURE, None, codec)
 
     def _policy(self, surface: str | SurfacePolicy | None) -> SurfacePolicy:
         if isinstance(surface, SurfacePolicy):

@@ -40,6 +40,9 @@ class SurfacePolicy(BaseModel):
         default=None, description="Payload path the advisory names, e.g. 'products'."
     )
     paths: tuple[str, ...] = Field(default=(), description="HTTP route paths of this surface.")
+    upstreams: tuple[str, ...] = Field(
+        default=(), description="Names of the upstreams this surface calls, its default first."
+    )
     freshness_target_seconds: int = Field(
         default=60, ge=0, description="Age up to which an entry is served without calling."
     )

@@ -11,13 +11,25 @@ from adcp_stale_cache.codecs import RpcCall, RpcEventStream, Untouched, inject_b
 from adcp_stale_cache.codecs.mcp import inject_tool_result
 from adcp_stale_cache.codecs.sse import EventSplitter, event_data, rewrite_data
 
-ADVISORY = {"code": "STALE_RESPONSE", "message": "m", "details": {"served_from_cache": True, "cache_age_seconds": 3}}
+ADVISORY = {
+    "code": "STALE_RESPONSE",
+    "message": "m",
+    "details": {"served_from_cache": True, "cache_age_seconds": 3},
+}
 PAYLOAD = {"products": [{"product_id": "p1"}], "context": {"correlation_id": "c"}}
 
 
 def test_event_splitter_handles_every_line_ending_and_split_points() -> None:
-    stream = b"event: message\r\ndata: {\"a\":1}\r\n\r\n: comment\n\ndata: x\rdata: y\r\r" + b"id: 7\ndata: z\n\n"
-    expected = [b'event: message\r\ndata: {"a":1}\r\n\r\n', b": comment\n\n", b"data: x\rdata: y\r\r", b"id: 7\ndata: z\n\n"]
+    stream = (
+        b'event: message\r\ndata: {"a":1}\r\n\r\n: comment\n\ndata: x\rdata: y\r\r'
+        + b"id: 7\ndata: z\n\n"
+    )
+    expected = [
+        b'event: message\r\ndata: {"a":1}\r\n\r\n',
+        b": comment\n\n",
+        b"data: x\rdata: y\r\r",
+        b"id: 7\ndata: z\n\n",
+    ]
     for size in range(1, len(stream) + 1):
         splitter, events = EventSplitter(), []
         for i in range(0, len(stream), size):
@@ -27,7 +39,7 @@ def test_event_splitter_handles_every_line_ending_and_split_points() -> None:
 
 
 def test_event_data_and_rewrite_keep_other_lines() -> None:
-    event = b"event: message\r\nid: 4\r\ndata: {\"a\":\r\ndata: 1}\r\n\r\n"
+    event = b'event: message\r\nid: 4\r\ndata: {"a":\r\ndata: 1}\r\n\r\n'
     assert event_data(event) == b'{"a":\n1}'
     rewritten = rewrite_data(event, lambda data: b'{"a":2}')
     assert rewritten == b'event: message\r\nid: 4\r\ndata: {"a":2}\r\n\r\n'
@@ -57,7 +69,9 @@ def test_mcp_structured_and_mirrored_text_both_get_the_advisory() -> None:
         isError=False,
         resultType="complete",
     )
-    out = json.loads(inject_body(json.dumps(message).encode(), [RpcCall("mcp", 7, "get_products")], [ADVISORY]))
+    out = json.loads(
+        inject_body(json.dumps(message).encode(), [RpcCall("mcp", 7, "get_products")], [ADVISORY])
+    )
     result = out["result"]
     assert result["structuredContent"]["errors"] == [ADVISORY]
     assert json.loads(result["content"][0]["text"])["errors"] == [ADVISORY]
@@ -65,7 +79,10 @@ def test_mcp_structured_and_mirrored_text_both_get_the_advisory() -> None:
 
 
 def test_mcp_human_summary_text_is_left_alone() -> None:
-    result = {"content": [{"type": "text", "text": "Found 1 product"}], "structuredContent": dict(PAYLOAD)}
+    result = {
+        "content": [{"type": "text", "text": "Found 1 product"}],
+        "structuredContent": dict(PAYLOAD),
+    }
     inject_tool_result(result, [ADVISORY])
     assert result["content"][0]["text"] == "Found 1 product"
     assert result["structuredContent"]["errors"] == [ADVISORY]
@@ -115,7 +132,9 @@ def test_a2a_completed_task(v1: bool, state: str) -> None:
     assert task["artifacts"][0]["parts"] == [{"text": "old"}]
 
 
-@pytest.mark.parametrize("state", ["TASK_STATE_FAILED", "TASK_STATE_WORKING", "failed", "input-required"])
+@pytest.mark.parametrize(
+    "state", ["TASK_STATE_FAILED", "TASK_STATE_WORKING", "failed", "input-required"]
+)
 def test_a2a_unfinished_or_failed_task_untouched(state: str) -> None:
     with pytest.raises(Untouched):
         inject_body(json.dumps(a2a_task(state)).encode(), [RpcCall("a2a", 1, "x")], [ADVISORY])
@@ -126,7 +145,9 @@ def sse(message: dict[str, Any], crlf: bool = False) -> bytes:
     return b"event: message" + end + b"data: " + json.dumps(message).encode() + end + end
 
 
-def run_stream(call: RpcCall, events: list[bytes], errors: list[dict[str, Any]], chunk: int = 7) -> list[Any]:
+def run_stream(
+    call: RpcCall, events: list[bytes], errors: list[dict[str, Any]], chunk: int = 7
+) -> list[Any]:
     stream = RpcEventStream(call, lambda: list(errors), lambda reason: None)
     raw = b"".join(events)
     out = b""
@@ -151,18 +172,39 @@ def test_sse_without_advisories_is_byte_identical() -> None:
     events = [b": ping\r\n\r\n", sse(mcp_result(structuredContent=dict(PAYLOAD)), crlf=True)]
     stream = RpcEventStream(call, lambda: [], lambda reason: None)
     raw = b"".join(events)
-    assert b"".join(stream.feed(raw[i : i + 5]) for i in range(0, len(raw), 5)) + stream.close() == raw
+    assert (
+        b"".join(stream.feed(raw[i : i + 5]) for i in range(0, len(raw), 5)) + stream.close() == raw
+    )
 
 
 def a2a_events(final_state: str, v1: bool) -> list[bytes]:
     if v1:
-        artifact = {"artifactUpdate": {"taskId": "t", "artifact": {"artifactId": "a", "parts": [{"data": dict(PAYLOAD)}]}}}
+        artifact = {
+            "artifactUpdate": {
+                "taskId": "t",
+                "artifact": {"artifactId": "a", "parts": [{"data": dict(PAYLOAD)}]},
+            }
+        }
         status = {"statusUpdate": {"taskId": "t", "status": {"state": final_state}}}
         working = {"statusUpdate": {"taskId": "t", "status": {"state": "TASK_STATE_WORKING"}}}
     else:
-        artifact = {"kind": "artifact-update", "taskId": "t", "artifact": {"artifactId": "a", "parts": [{"kind": "data", "data": dict(PAYLOAD)}]}}
-        status = {"kind": "status-update", "taskId": "t", "status": {"state": final_state}, "final": True}
-        working = {"kind": "status-update", "taskId": "t", "status": {"state": "working"}, "final": False}
+        artifact = {
+            "kind": "artifact-update",
+            "taskId": "t",
+            "artifact": {"artifactId": "a", "parts": [{"kind": "data", "data": dict(PAYLOAD)}]},
+        }
+        status = {
+            "kind": "status-update",
+            "taskId": "t",
+            "status": {"state": final_state},
+            "final": True,
+        }
+        working = {
+            "kind": "status-update",
+            "taskId": "t",
+            "status": {"state": "working"},
+            "final": False,
+        }
     return [sse({"jsonrpc": "2.0", "id": 1, "result": r}) for r in (working, artifact, status)]
 
 
@@ -170,7 +212,11 @@ def a2a_events(final_state: str, v1: bool) -> list[bytes]:
 def test_a2a_stream_completed_gets_advisory_in_order(v1: bool, state: str) -> None:
     out = run_stream(RpcCall("a2a", 1, "get_products"), a2a_events(state, v1), [ADVISORY])
     kinds = [next(iter(m["result"])) if v1 else m["result"]["kind"] for m in out]
-    assert kinds == (["statusUpdate", "artifactUpdate", "statusUpdate"] if v1 else ["status-update", "artifact-update", "status-update"])
+    assert kinds == (
+        ["statusUpdate", "artifactUpdate", "statusUpdate"]
+        if v1
+        else ["status-update", "artifact-update", "status-update"]
+    )
     artifact = out[1]["result"]["artifactUpdate"] if v1 else out[1]["result"]
     assert artifact["artifact"]["parts"][0]["data"]["errors"] == [ADVISORY]
 

@@ -17,7 +17,13 @@ import pytest
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from adcp_stale_cache import StaleAdvisoryMiddleware, SurfacePolicy, Surfaces, Upstream, UpstreamCache
+from adcp_stale_cache import (
+    StaleAdvisoryMiddleware,
+    SurfacePolicy,
+    Surfaces,
+    Upstream,
+    UpstreamCache,
+)
 
 from .servers import serve
 
@@ -28,8 +34,15 @@ from mcp.server import MCPServer  # noqa: E402
 pytestmark = pytest.mark.e2e
 
 SURFACES = Surfaces.of(
-    SurfacePolicy(name="get_products", field="products", freshness_target_seconds=0, max_stale_seconds=600),
-    SurfacePolicy(name="list_creative_formats", field="formats", freshness_target_seconds=0, max_stale_seconds=600),
+    SurfacePolicy(
+        name="get_products", field="products", freshness_target_seconds=0, max_stale_seconds=600
+    ),
+    SurfacePolicy(
+        name="list_creative_formats",
+        field="formats",
+        freshness_target_seconds=0,
+        max_stale_seconds=600,
+    ),
 )
 INVENTORY = Upstream(name="inventory-service")
 CREATIVE = Upstream(name="creative-agent", url="https://creative.example/mcp")
@@ -68,12 +81,18 @@ def build_app(world: World, *, json_response: bool, stateless: bool) -> Any:
         return {"formats": payload["formats"]}
 
     mcp_app = server.streamable_http_app(json_response=json_response, stateless_http=stateless)
-    app = Starlette(routes=[Mount("/", mcp_app)], lifespan=lambda app: mcp_app.router.lifespan_context(app))
+    app = Starlette(
+        routes=[Mount("/", mcp_app)], lifespan=lambda app: mcp_app.router.lifespan_context(app)
+    )
     return StaleAdvisoryMiddleware(app, surfaces=SURFACES)
 
 
 MODES = [
-    pytest.param(json_response, stateless, id=f"{'json' if json_response else 'sse'}-{'stateless' if stateless else 'stateful'}")
+    pytest.param(
+        json_response,
+        stateless,
+        id=f"{'json' if json_response else 'sse'}-{'stateless' if stateless else 'stateful'}",
+    )
     for json_response in (True, False)
     for stateless in (True, False)
 ]
@@ -106,7 +125,9 @@ async def client(url: str) -> AsyncIterator[Client]:
 
 
 @pytest.mark.parametrize(("json_response", "stateless"), MODES)
-async def test_stale_answer_carries_advisory_with_transport_success(json_response: bool, stateless: bool, assert_valid_advisory: Any) -> None:
+async def test_stale_answer_carries_advisory_with_transport_success(
+    json_response: bool, stateless: bool, assert_valid_advisory: Any
+) -> None:
     with seller(json_response, stateless) as (world, url):
         async with client(url) as c:
             healthy = await c.call_tool("get_products", {})
@@ -124,7 +145,9 @@ async def test_stale_answer_carries_advisory_with_transport_success(json_respons
 
 
 @pytest.mark.parametrize(("json_response", "stateless"), MODES)
-async def test_concurrent_calls_on_one_session_never_share_advisories(json_response: bool, stateless: bool) -> None:
+async def test_concurrent_calls_on_one_session_never_share_advisories(
+    json_response: bool, stateless: bool
+) -> None:
     with seller(json_response, stateless) as (world, url):
         async with client(url) as c:
             await c.call_tool("get_products", {})
@@ -135,7 +158,9 @@ async def test_concurrent_calls_on_one_session_never_share_advisories(json_respo
         assert result.is_error is False
         for payload in payloads(result):
             if tool == "get_products":
-                assert [e["details"]["upstream"]["name"] for e in payload["errors"]] == ["inventory-service"]
+                assert [e["details"]["upstream"]["name"] for e in payload["errors"]] == [
+                    "inventory-service"
+                ]
             else:
                 assert "errors" not in payload
 
@@ -153,8 +178,16 @@ async def test_no_entry_means_tool_failure_without_advisory() -> None:
 async def test_raw_wire_keeps_framing_and_transport_success(json_response: bool) -> None:
     import httpx
 
-    headers = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2025-06-18"}
-    call = {"jsonrpc": "2.0", "id": 41, "method": "tools/call", "params": {"name": "get_products", "arguments": {}}}
+    headers = {
+        "accept": "application/json, text/event-stream",
+        "mcp-protocol-version": "2025-06-18",
+    }
+    call = {
+        "jsonrpc": "2.0",
+        "id": 41,
+        "method": "tools/call",
+        "params": {"name": "get_products", "arguments": {}},
+    }
     with seller(json_response, True) as (world, url):
         async with httpx.AsyncClient(headers=headers, timeout=10) as http:
             init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",

@@ -1,0 +1,91 @@
+"""Compliance-test hooks: the spec's ``force_upstream_unavailable`` scenario.
+
+Only an :class:`~adcp_stale_cache.UpstreamCache` built with ``test_mode=True`` accepts them:
+never enable that outside a sandbox.
+
+A forced outage makes the named upstream's calls fail for the *next affected response*: the
+next request whose surface calls that upstream is answered from cache with a
+``STALE_RESPONSE`` whose ``cache_age_seconds`` is the forced age, and later requests see the
+upstream healthy again. The spec's ``cache_age_seconds`` parameter "MUST appear on the next
+affected response", and the compliance storyboard checks that a healthy call after the forced
+one carries no advisory without ever resetting: a one-shot outage honours both. When the
+cache is cold, the upstream is called once for real to seed the entry (test mode only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .collector import AdvisoryCollector
+from .failures import Failure
+from .policy import FailureKind, SurfacePolicy, Upstream
+
+FORCED_FAILURE = Failure(
+    FailureKind.UPSTREAM_ERROR,
+    "SERVICE_UNAVAILABLE",
+    "Upstream forced unavailable by the compliance test controller",
+)
+
+
+@dataclass
+class ForcedOutage:
+    """One ``force_upstream_unavailable`` call, until a response has used it."""
+
+    tool: str
+    upstream_name: str | None = None
+    cache_age_seconds: int | None = None
+    claimed_by: object | None = field(default=None, repr=False)
+
+    def matches(self, policy: SurfacePolicy, upstream: Upstream) -> bool:
+        """True when a call of ``upstream`` for ``policy``'s surface is affected."""
+        if self.tool not in ("*", policy.name):
+            return False
+        if self.upstream_name is not None:
+            return self.upstream_name == upstream.name
+        # No upstream named: the tool's default upstream (its first), else any of its upstreams.
+        return not policy.upstreams or policy.upstreams[0] == upstream.name
+
+
+class ForcedOutages:
+    """The outages forced so far, each used up by the response it affects."""
+
+    def __init__(self) -> None:
+        self._outages: list[ForcedOutage] = []
+
+    def force(
+        self, tool: str, upstream_name: str | None = None, cache_age_seconds: int | None = None
+    ) -> ForcedOutage:
+        """Record an outage; a later force of the same tool and upstream replaces it."""
+        if not tool:
+            raise ValueError("tool is required ('*' for every tool)")
+        if cache_age_seconds is not None and cache_age_seconds < 0:
+            raise ValueError("cache_age_seconds must be >= 0")
+        outage = ForcedOutage(tool, upstream_name, cache_age_seconds)
+        self._outages = [
+            o for o in self._outages if (o.tool, o.upstream_name) != (tool, upstream_name)
+        ]
+        self._outages.append(outage)
+        return outage
+
+    def claim(
+        self, policy: SurfacePolicy, upstream: Upstream, collector: AdvisoryCollector | None
+    ) -> ForcedOutage | None:
+        """The outage affecting this call, claimed for the current response."""
+        owner: object = collector if collector is not None else object()
+        for outage in list(self._outages):
+            if not outage.matches(policy, upstream):
+                continue
+            if outage.claimed_by is None:
+                outage.claimed_by = owner
+                return outage
+            if outage.claimed_by is owner:  # the same response, another key
+                return outage
+            self._outages.remove(outage)  # used up by an earlier response
+        return None
+
+    def reset(self) -> None:
+        """Forget every forced outage."""
+        self._outages.clear()
+
+    def __len__(self) -> int:
+        return len(self._outages)

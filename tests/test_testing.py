@@ -1,0 +1,100 @@
+"""force_upstream_unavailable: test mode only, exact forced age, one response, seeds a cold cache."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from adcp_stale_cache import (
+    MemoryStore,
+    SurfacePolicy,
+    Surfaces,
+    Upstream,
+    UpstreamCache,
+    UpstreamUnavailable,
+    collect_advisories,
+)
+
+from .conftest import FakeClock
+
+PRODUCTS = SurfacePolicy(
+    name="get_products", field="products", upstreams=("inventory-service", "pricing"),
+    freshness_target_seconds=60, max_stale_seconds=3600,
+)  # fmt: skip
+INVENTORY = Upstream(name="inventory-service")
+PRICING = Upstream(name="pricing")
+
+
+class Counting:
+    def __init__(self) -> None:
+        self.calls = 0
+        self.down = False
+
+    async def __call__(self) -> dict[str, Any]:
+        self.calls += 1
+        if self.down:
+            raise ConnectionRefusedError
+        return {"products": [{"product_id": "p1"}]}
+
+
+@pytest.fixture
+def cache(clock: FakeClock) -> UpstreamCache:
+    return UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock, test_mode=True)
+
+
+def test_refused_outside_test_mode() -> None:
+    with pytest.raises(RuntimeError, match="test_mode"):
+        UpstreamCache().force_upstream_unavailable("get_products")
+
+
+def test_unknown_tool_is_a_clear_error(cache: UpstreamCache) -> None:
+    with pytest.raises(KeyError, match="unknown surface"):
+        cache.force_upstream_unavailable("get_prodcts")
+
+
+async def test_forced_age_appears_exactly_then_upstream_is_healthy_again(
+    cache: UpstreamCache, clock: FakeClock, assert_valid_advisory: Any
+) -> None:
+    upstream = Counting()
+    await cache.fetch(INVENTORY, "k", upstream, surface="get_products")
+    cache.force_upstream_unavailable("get_products", "inventory-service", cache_age_seconds=4242)
+    with collect_advisories() as forced:
+        value = await cache.fetch(INVENTORY, "k", upstream, surface="get_products")
+        await cache.fetch(INVENTORY, "k2", upstream, surface="get_products")  # same response
+    assert value == {"products": [{"product_id": "p1"}]}
+    [advisory] = forced.errors()
+    assert_valid_advisory(advisory)
+    assert advisory["details"]["cache_age_seconds"] == 4242
+    assert advisory["details"]["upstream"]["name"] == "inventory-service"
+    with collect_advisories() as later:
+        await cache.fetch(INVENTORY, "k", upstream, surface="get_products")
+    assert not later  # one-shot: the next response sees a healthy upstream (and a fresh entry)
+
+
+async def test_cold_cache_is_seeded_and_default_upstream_is_the_first(cache: UpstreamCache) -> None:
+    upstream = Counting()
+    cache.force_upstream_unavailable("get_products")
+    with collect_advisories() as forced:
+        await cache.fetch(PRICING, "k", upstream, surface="get_products")  # not the default
+        await cache.fetch(INVENTORY, "k", upstream, surface="get_products")
+    [advisory] = forced.errors()
+    assert advisory["details"]["upstream"]["name"] == "inventory-service"
+    assert advisory["details"]["cache_age_seconds"] == 60  # default: the freshness target
+    assert upstream.calls == 2  # pricing for real, inventory once to seed
+
+
+async def test_wildcard_tool_and_max_stale_still_bound(cache: UpstreamCache) -> None:
+    upstream = Counting()
+    cache.force_upstream_unavailable("*", "inventory-service", cache_age_seconds=60 + 3600 + 1)
+    with collect_advisories() as forced, pytest.raises(UpstreamUnavailable):
+        await cache.fetch(INVENTORY, "k", upstream, surface="get_products")
+    assert not forced
+
+
+async def test_cold_cache_with_upstream_really_down_fails(cache: UpstreamCache) -> None:
+    upstream = Counting()
+    upstream.down = True
+    cache.force_upstream_unavailable("get_products")
+    with pytest.raises(UpstreamUnavailable):
+        await cache.fetch(INVENTORY, "k", upstream, surface="get_products")
