@@ -58,14 +58,14 @@ async def test_forced_age_appears_exactly_then_upstream_is_healthy_again(
 ) -> None:
     upstream = Counting()
     await cache.fetch(INVENTORY, "k", upstream, surface="get_products")
-    cache.force_upstream_unavailable("get_products", "inventory-service", cache_age_seconds=4242)
+    cache.force_upstream_unavailable("get_products", "inventory-service", cache_age_seconds=1234)
     with collect_advisories() as forced:
         value = await cache.fetch(INVENTORY, "k", upstream, surface="get_products")
         await cache.fetch(INVENTORY, "k2", upstream, surface="get_products")  # same response
     assert value == {"products": [{"product_id": "p1"}]}
     [advisory] = forced.errors()
     assert_valid_advisory(advisory)
-    assert advisory["details"]["cache_age_seconds"] == 4242
+    assert advisory["details"]["cache_age_seconds"] == 1234
     assert advisory["details"]["upstream"]["name"] == "inventory-service"
     with collect_advisories() as later:
         await cache.fetch(INVENTORY, "k", upstream, surface="get_products")
