@@ -48,6 +48,11 @@ def _parser() -> argparse.ArgumentParser:
     seller.add_argument("--freshness-target", type=int, default=60, metavar="S")
     seller.add_argument("--max-stale", type=int, default=3600, metavar="S")
     seller.add_argument("--upstream-timeout", type=float, default=5.0, metavar="S")
+    seller.add_argument(
+        "--test-controller",
+        action="store_true",
+        help="sandbox only: expose comply_test_controller (force_upstream_unavailable)",
+    )
 
     commands.add_parser("demo", help="play the scripted outage story on loopback")
     return parser
@@ -90,6 +95,8 @@ def _serve(args: argparse.Namespace) -> int:
             freshness_target=args.freshness_target,
             max_stale=args.max_stale,
             upstream_timeout=args.upstream_timeout,
+            public_url=f"http://{args.host}:{args.port}",
+            test_controller=args.test_controller,
         )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0

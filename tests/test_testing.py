@@ -40,7 +40,9 @@ class Counting:
 
 @pytest.fixture
 def cache(clock: FakeClock) -> UpstreamCache:
-    return UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock, test_mode=True)
+    return UpstreamCache(
+        MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock, test_mode=True
+    )
 
 
 def test_refused_outside_test_mode() -> None:

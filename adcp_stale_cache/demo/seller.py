@@ -1,13 +1,12 @@
-"""The example seller: a FastAPI app answering AdCP tools from upstreams, through the cache.
+"""The example seller: AdCP tools answered from upstreams through the cache, on every transport.
 
-* ``POST /api/list_creative_formats`` asks every creative agent at once (MCP, through the
-  generic wrapper) and merges their formats;
-* ``POST /api/get_products`` asks the internal inventory service (HTTP, through the httpx
-  transport), forwarding the buyer's bearer token.
+* plain HTTP: ``POST /api/<tool>`` (JSON body = AdCP request, JSON response = AdCP response);
+* MCP streamable HTTP at ``/mcp`` (``mcp`` 2.x ``MCPServer``);
+* A2A JSON-RPC at ``/`` with the agent card at ``/.well-known/agent-card.json`` (``a2a-sdk``).
 
-An upstream that is down is answered from cache with one ``STALE_RESPONSE`` per upstream;
-one with no usable entry becomes a ``SERVICE_UNAVAILABLE`` error (fatal when nothing at all
-could be served).
+``list_creative_formats`` asks every creative agent at once over MCP (the generic wrapper);
+``get_products`` asks the internal inventory service over HTTP (the httpx transport),
+forwarding the buyer's bearer token. One ``StaleAdvisoryMiddleware`` serves all three.
 """
 
 from __future__ import annotations
@@ -15,11 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Mapping
+from contextvars import ContextVar
 from typing import Any
 
 import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .. import (
     CachingTransport,
@@ -35,70 +36,87 @@ from .. import (
 from ..integrations.mcp_client import call_mcp_tool
 from ..stores import Store
 
+TOOLS = ("get_adcp_capabilities", "get_products", "list_creative_formats")
+
+# What get_adcp_capabilities answers: valid for the AdCP 3.0 and 3.1 schemas.
+CAPABILITIES: dict[str, Any] = {
+    "adcp": {"major_versions": [3], "idempotency": {"supported": False}},
+    "supported_protocols": ["media_buy"],
+}
+
+_authorization: ContextVar[str | None] = ContextVar("seller_authorization", default=None)
+
+
+class ToolFailed(Exception):
+    """A tool could not answer at all: ``payload`` holds the fatal ``adcp_error``."""
+
+    def __init__(self, payload: dict[str, Any]) -> None:
+        super().__init__(payload["adcp_error"]["code"])
+        self.payload = payload
+
 
 def seller_surfaces(freshness_target: int, max_stale: int, upstream_timeout: float) -> Surfaces:
-    """The example seller's two surfaces, with the same timings."""
+    """The example seller's surfaces, all with the same timings."""
 
-    def surface(name: str, field: str) -> SurfacePolicy:
+    def surface(name: str, field: str, upstreams: tuple[str, ...] = ()) -> SurfacePolicy:
         return SurfacePolicy(
             name=name,
             field=field,
             paths=(f"/api/{name}",),
+            upstreams=upstreams,
             freshness_target_seconds=freshness_target,
             max_stale_seconds=max_stale,
             upstream_timeout_seconds=upstream_timeout,
         )
 
     return Surfaces.of(
-        surface("list_creative_formats", "formats"), surface("get_products", "products")
+        surface("list_creative_formats", "formats"),
+        surface("get_products", "products", ("inventory-service",)),
     )
 
 
-def create_seller_app(
-    *,
-    creative_agents: Mapping[str, str],
-    inventory_url: str,
-    freshness_target: int = 60,
-    max_stale: int = 3600,
-    upstream_timeout: float = 5.0,
-    store: Store | None = None,
-) -> FastAPI:
-    """The seller app; ``creative_agents`` maps each agent's name to its MCP URL."""
-    surfaces = seller_surfaces(freshness_target, max_stale, upstream_timeout)
-    cache = UpstreamCache(store, surfaces=surfaces)
-    agents = [Upstream(name=name, url=url) for name, url in creative_agents.items()]
-    inventory = Upstream(name="inventory-service")  # internal: its URL is never reported
-    transport = CachingTransport(cache, inventory, surface="get_products", validate=_has_products)
-    inventory_client = httpx.AsyncClient(base_url=inventory_url, transport=transport)
+class SellerTools:
+    """The tools, independent of the transport that asked."""
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        yield
-        await inventory_client.aclose()
+    def __init__(
+        self,
+        cache: UpstreamCache,
+        agents: list[Upstream],
+        inventory: httpx.AsyncClient,
+        *,
+        test_controller: bool,
+    ) -> None:
+        self.cache = cache
+        self.agents = agents
+        self.inventory = inventory
+        self.test_controller = test_controller
 
-    app = FastAPI(title="adcp-stale-cache example seller", lifespan=lifespan)
-    app.add_middleware(StaleAdvisoryMiddleware, surfaces=surfaces)
-    app.state.cache = cache
+    async def get_adcp_capabilities(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Declare media buying."""
+        return _echo({**CAPABILITIES, "sandbox": self.test_controller}, params)
 
-    async def formats_of(agent: Upstream, arguments: dict[str, Any]) -> list[Any]:
-        assert agent.url is not None
-        url = agent.url
-        payload = await cache.fetch(
-            agent,
-            ("list_creative_formats", arguments),
-            lambda: call_mcp_tool(url, "list_creative_formats", arguments),
-            surface="list_creative_formats",
-            validate=_has_formats,
-        )
-        formats: list[Any] = payload["formats"]
-        return formats
+    async def get_products(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Products from the inventory service, for the calling principal."""
+        auth = _authorization.get()
+        try:
+            response = await self.inventory.get(
+                "/products", headers={"authorization": auth} if auth else None
+            )
+        except UpstreamUnavailable as exc:
+            raise ToolFailed(
+                _fatal([service_unavailable(exc, field="products").to_dict()], params)
+            ) from exc
+        payload = {
+            "products": response.json()["products"],
+            "cache_scope": "account" if auth else "public",
+        }
+        return _echo(payload, params)
 
-    @app.post("/api/list_creative_formats")
-    async def list_creative_formats(request: Request) -> Any:
-        body = await _json_body(request)
-        arguments = {k: v for k, v in body.items() if k not in ("context", "ext")}
+    async def list_creative_formats(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Formats of every creative agent, asked concurrently; a dead agent's from cache."""
+        arguments = {k: v for k, v in params.items() if k not in ("context", "ext", "account")}
         results = await asyncio.gather(
-            *(formats_of(agent, arguments) for agent in agents), return_exceptions=True
+            *(self._formats(a, arguments) for a in self.agents), return_exceptions=True
         )
         formats: list[Any] = []
         errors: list[dict[str, Any]] = []
@@ -110,51 +128,169 @@ def create_seller_app(
             else:
                 formats.extend(result)
         if errors and not formats:
-            return _fatal(errors, body)
+            raise ToolFailed(_fatal(errors, params))
         payload: dict[str, Any] = {"formats": formats}
         if errors:
             payload["errors"] = errors
-        return _with_context(payload, body)
+        return _echo(payload, params)
 
-    @app.post("/api/get_products")
-    async def get_products(request: Request) -> Any:
-        body = await _json_body(request)
-        auth = request.headers.get("authorization")
-        try:
-            response = await inventory_client.get(
-                "/products", headers={"authorization": auth} if auth else None
+    async def comply_test_controller(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """The sandbox test controller: ``force_upstream_unavailable`` and ``list_scenarios``."""
+        scenario = params.get("scenario")
+        account = params.get("account")
+        if not self.test_controller or (
+            isinstance(account, dict) and account.get("sandbox") is False
+        ):
+            return _echo(
+                _controller_error("FORBIDDEN", "The test controller is sandbox-only"), params
             )
-        except UpstreamUnavailable as exc:
-            return _fatal([service_unavailable(exc, field="products").to_dict()], body)
-        payload = {
-            "products": response.json()["products"],
-            "cache_scope": "account" if auth else "public",
-        }
-        return _with_context(payload, body)
+        if scenario == "list_scenarios":
+            return _echo({"success": True, "scenarios": ["force_upstream_unavailable"]}, params)
+        if scenario != "force_upstream_unavailable":
+            return _echo(
+                _controller_error("UNKNOWN_SCENARIO", f"Unsupported scenario {scenario!r}"), params
+            )
+        args = params.get("params") if isinstance(params.get("params"), dict) else {}
+        assert isinstance(args, dict)
+        try:
+            outage = self.cache.force_upstream_unavailable(
+                str(args.get("tool") or ""),
+                args.get("upstream_name"),
+                args.get("cache_age_seconds"),
+            )
+        except (KeyError, ValueError) as exc:
+            return _echo(_controller_error("INVALID_PARAMS", str(exc).strip("'\"")), params)
+        upstream = outage.upstream_name or "the default upstream"
+        return _echo(
+            {
+                "success": True,
+                "previous_state": "available",
+                "current_state": "unavailable",
+                "message": f"{upstream} of {outage.tool} is down for the next affected response",
+            },
+            params,
+        )
 
+    async def _formats(self, agent: Upstream, arguments: dict[str, Any]) -> list[Any]:
+        assert agent.url is not None
+        url = agent.url
+        payload = await self.cache.fetch(
+            agent,
+            ("list_creative_formats", arguments),
+            lambda: call_mcp_tool(url, "list_creative_formats", arguments),
+            surface="list_creative_formats",
+            validate=_has_formats,
+        )
+        formats: list[Any] = payload["formats"]
+        return formats
+
+
+def create_seller_app(
+    *,
+    creative_agents: Mapping[str, str],
+    inventory_url: str,
+    freshness_target: int = 60,
+    max_stale: int = 3600,
+    upstream_timeout: float = 5.0,
+    store: Store | None = None,
+    public_url: str = "http://127.0.0.1:8000",
+    test_controller: bool = False,
+) -> FastAPI:
+    """The seller app; ``creative_agents`` maps each agent's name to its MCP URL.
+
+    ``test_controller`` enables the sandbox ``comply_test_controller`` tool (and the cache's
+    test mode): never in production.
+    """
+    surfaces = seller_surfaces(freshness_target, max_stale, upstream_timeout)
+    cache = UpstreamCache(store, surfaces=surfaces, test_mode=test_controller)
+    inventory = Upstream(name="inventory-service")  # internal: its URL is never reported
+    transport = CachingTransport(cache, inventory, surface="get_products", validate=_has_products)
+    client = httpx.AsyncClient(base_url=inventory_url, transport=transport)
+    agents = [Upstream(name=name, url=url) for name, url in creative_agents.items()]
+    tools = SellerTools(cache, agents, client, test_controller=test_controller)
+    names = (*TOOLS, "comply_test_controller") if test_controller else TOOLS
+
+    from .a2a_app import FatalSkillError, create_a2a_routes
+    from .mcp_app import create_mcp_app
+
+    mcp_app = create_mcp_app(tools, names)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with mcp_app.router.lifespan_context(app):
+            yield
+        await client.aclose()
+
+    app = FastAPI(title="adcp-stale-cache example seller", lifespan=lifespan)
+    app.state.cache = cache
+    app.state.tools = tools
+
+    async def json_route(request: Request) -> Any:
+        name = request.path_params["tool"]
+        if name not in names:
+            return JSONResponse({"detail": f"unknown tool {name!r}"}, status_code=404)
+        try:
+            return await getattr(tools, name)(await _json_body(request))
+        except ToolFailed as exc:
+            return JSONResponse(exc.payload, status_code=503)
+
+    async def skill(name: str, params: dict[str, Any]) -> dict[str, Any]:
+        try:
+            result: dict[str, Any] = await getattr(tools, name)(params)
+        except ToolFailed as exc:
+            raise FatalSkillError(exc.payload) from exc
+        return result
+
+    app.add_api_route("/api/{tool}", json_route, methods=["POST"])
+    app.router.routes.extend(mcp_app.routes)  # /mcp itself: a Mount would redirect to /mcp/
+    skills = {name: (lambda params, name=name: skill(name, params)) for name in names}
+    app.router.routes.extend(create_a2a_routes(skills, name="example-seller", url=f"{public_url}/"))
+    app.add_middleware(StaleAdvisoryMiddleware, surfaces=surfaces)
+    app.add_middleware(_RememberAuthorization)
     return app
+
+
+class _RememberAuthorization:
+    """Keeps the buyer's ``Authorization`` header for the tools (forwarded to the inventory)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        auth = None
+        if scope["type"] == "http":
+            auth = next(
+                (v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None
+            )
+        token = _authorization.set(auth)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            _authorization.reset(token)
 
 
 async def _json_body(request: Request) -> dict[str, Any]:
     raw = await request.body()
-    if not raw.strip():
-        return {}
     try:
-        body = await request.json()
+        body = await request.json() if raw.strip() else {}
     except ValueError:
         return {}
     return body if isinstance(body, dict) else {}
 
 
-def _with_context(payload: dict[str, Any], request_body: Mapping[str, Any]) -> dict[str, Any]:
-    if "context" in request_body:
-        payload["context"] = request_body["context"]
+def _echo(payload: dict[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
+    """AdCP echoes the request's ``context`` on every response."""
+    if "context" in params:
+        payload["context"] = params["context"]
     return payload
 
 
-def _fatal(errors: list[dict[str, Any]], request_body: Mapping[str, Any]) -> JSONResponse:
-    payload = _with_context({"adcp_error": errors[0], "errors": errors}, request_body)
-    return JSONResponse(payload, status_code=503)
+def _fatal(errors: list[dict[str, Any]], params: Mapping[str, Any]) -> dict[str, Any]:
+    return _echo({"adcp_error": errors[0], "errors": errors}, params)
+
+
+def _controller_error(code: str, message: str) -> dict[str, Any]:
+    return {"success": False, "error": code, "error_detail": message}
 
 
 def _has_formats(payload: dict[str, Any]) -> None:
