@@ -42,6 +42,10 @@ class AdvisoryCollector:
         """The recorded advisories, in the order their upstreams first went stale."""
         return list(self._by_upstream.values())
 
+    def clear(self) -> None:
+        """Forget what was recorded (once delivered by another path)."""
+        self._by_upstream.clear()
+
     def errors(self) -> list[dict[str, Any]]:
         """The recorded advisories in wire form, ready for a payload's ``errors[]``."""
         return [advisory.to_dict() for advisory in self._by_upstream.values()]

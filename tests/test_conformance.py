@@ -22,12 +22,17 @@ from adcp_stale_cache.demo.processes import App, free_port
 
 pytestmark = pytest.mark.e2e
 
-STORYBOARD = Path(__file__).resolve().parents[2] / "shared" / "conformance" / "stale-response-advisory.yaml"
+STORYBOARD = (
+    Path(__file__).resolve().parents[2] / "shared" / "conformance" / "stale-response-advisory.yaml"
+)
 RUNNER = "@adcp/sdk@6.11.0"
 KNOWN_RUNNER_LIMITATION = "stale_response_wire_placement"
 
 if not STORYBOARD.is_file():
-    pytest.skip(f"official storyboard not found at {STORYBOARD} (../shared/ is absent)", allow_module_level=True)
+    pytest.skip(
+        f"official storyboard not found at {STORYBOARD} (../shared/ is absent)",
+        allow_module_level=True,
+    )
 if shutil.which("npx") is None:
     pytest.skip("npx (Node.js) is needed for the official AdCP runner", allow_module_level=True)
 
@@ -54,7 +59,19 @@ def seller() -> Iterator[App]:
 
 
 def run_storyboard(url: str, protocol: str) -> dict[str, Any]:
-    command = ["npx", "--yes", RUNNER, "storyboard", "run", url, "--file", str(STORYBOARD), "--json", "--protocol", protocol]
+    command = [
+        "npx",
+        "--yes",
+        RUNNER,
+        "storyboard",
+        "run",
+        url,
+        "--file",
+        str(STORYBOARD),
+        "--json",
+        "--protocol",
+        protocol,
+    ]
     run = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert run.returncode in (0, 3), run.stderr[-2000:]
     result: dict[str, Any] = json.loads(run.stdout)
@@ -69,7 +86,12 @@ def test_storyboard_validations_all_pass(seller: App, protocol: str) -> None:
     validations = [v for step in steps for v in step["validations"]]
     assert len(steps) == 4 and len(validations) == 22
     assert not [s["step_id"] for s in steps if s.get("skipped")], "no step may be skipped"
-    failed = [(s["step_id"], v["description"], v.get("error")) for s in steps for v in s["validations"] if not v["passed"]]
+    failed = [
+        (s["step_id"], v["description"], v.get("error"))
+        for s in steps
+        for v in s["validations"]
+        if not v["passed"]
+    ]
     assert not failed
     for step in steps:
         if step["step_id"] == KNOWN_RUNNER_LIMITATION:

@@ -56,7 +56,12 @@ def seller() -> Iterator[Seller]:
 def skill_message(skill: str, *, v03: bool = False) -> dict[str, Any]:
     data = {"skill": skill, "parameters": {"context": {"correlation_id": f"c-{skill}"}}}
     if v03:
-        return {"kind": "message", "messageId": str(uuid4()), "role": "user", "parts": [{"kind": "data", "data": data}]}
+        return {
+            "kind": "message",
+            "messageId": str(uuid4()),
+            "role": "user",
+            "parts": [{"kind": "data", "data": data}],
+        }
     return {"messageId": str(uuid4()), "role": "ROLE_USER", "parts": [{"data": data}]}
 
 
@@ -85,7 +90,12 @@ def check(skill: str, payload: dict[str, Any], *, protobuf: bool = False) -> Non
 
 
 async def send_v1(http: httpx.AsyncClient, url: str, skill: str) -> dict[str, Any]:
-    body = {"jsonrpc": "2.0", "id": str(uuid4()), "method": "SendMessage", "params": {"message": skill_message(skill)}}
+    body = {
+        "jsonrpc": "2.0",
+        "id": str(uuid4()),
+        "method": "SendMessage",
+        "params": {"message": skill_message(skill)},
+    }
     response = await http.post(url, json=body, headers={"A2A-Version": "1.0"})
     assert response.status_code == 200
     task: dict[str, Any] = response.json()["result"]["task"]
@@ -100,7 +110,12 @@ async def test_a2a_v1_send_message(seller: Seller, skill: str) -> None:
 
 
 async def test_a2a_v03_message_send(seller: Seller) -> None:
-    body = {"jsonrpc": "2.0", "id": 5, "method": "message/send", "params": {"message": skill_message("get_products", v03=True)}}
+    body = {
+        "jsonrpc": "2.0",
+        "id": 5,
+        "method": "message/send",
+        "params": {"message": skill_message("get_products", v03=True)},
+    }
     async with httpx.AsyncClient(timeout=10) as http:
         response = await http.post(f"{seller.url}/", json=body)
     task = response.json()["result"]
@@ -108,18 +123,35 @@ async def test_a2a_v03_message_send(seller: Seller) -> None:
     check("get_products", task_payload(task))
 
 
-@pytest.mark.parametrize("v03", [False, True], ids=["v1-SendStreamingMessage", "v03-message-stream"])
+@pytest.mark.parametrize(
+    "v03", [False, True], ids=["v1-SendStreamingMessage", "v03-message-stream"]
+)
 async def test_a2a_streaming(seller: Seller, v03: bool) -> None:
     method = "message/stream" if v03 else "SendStreamingMessage"
-    body = {"jsonrpc": "2.0", "id": 9, "method": method, "params": {"message": skill_message("get_products", v03=v03)}}
+    body = {
+        "jsonrpc": "2.0",
+        "id": 9,
+        "method": method,
+        "params": {"message": skill_message("get_products", v03=v03)},
+    }
     headers = {"accept": "text/event-stream", **({} if v03 else {"A2A-Version": "1.0"})}
     async with httpx.AsyncClient(timeout=10) as http:
         response = await http.post(f"{seller.url}/", json=body, headers=headers)
     assert response.headers["content-type"].startswith("text/event-stream")
-    events = [json.loads(line[5:]) for line in response.text.splitlines() if line.startswith("data:")]
+    events = [
+        json.loads(line[5:]) for line in response.text.splitlines() if line.startswith("data:")
+    ]
     results = [e["result"] for e in events]
-    artifacts = [r.get("artifactUpdate", r) for r in results if "artifactUpdate" in r or r.get("kind") == "artifact-update"]
-    statuses = [r.get("statusUpdate", r)["status"]["state"] for r in results if "statusUpdate" in r or r.get("kind") == "status-update"]
+    artifacts = [
+        r.get("artifactUpdate", r)
+        for r in results
+        if "artifactUpdate" in r or r.get("kind") == "artifact-update"
+    ]
+    statuses = [
+        r.get("statusUpdate", r)["status"]["state"]
+        for r in results
+        if "statusUpdate" in r or r.get("kind") == "status-update"
+    ]
     assert statuses[-1] in ("completed", "TASK_STATE_COMPLETED")
     [artifact] = artifacts
     payload = [p["data"] for p in artifact["artifact"]["parts"] if "data" in p][-1]
@@ -133,18 +165,34 @@ async def test_a2a_sdk_client_sees_advisory_with_completed_task(seller: Seller) 
     from google.protobuf.struct_pb2 import Value
 
     data = Value()
-    ParseDict({"skill": "get_products", "parameters": {"context": {"correlation_id": "c-get_products"}}}, data)
-    message = pb.Message(message_id=str(uuid4()), role=pb.Role.ROLE_USER, parts=[pb.Part(data=data)])
+    ParseDict(
+        {"skill": "get_products", "parameters": {"context": {"correlation_id": "c-get_products"}}},
+        data,
+    )
+    message = pb.Message(
+        message_id=str(uuid4()), role=pb.Role.ROLE_USER, parts=[pb.Part(data=data)]
+    )
     async with httpx.AsyncClient(timeout=10) as http:
         for streaming in (False, True):
-            client = await create_client(seller.url, client_config=ClientConfig(streaming=streaming, httpx_client=http))
-            events = [MessageToDict(e) async for e in client.send_message(pb.SendMessageRequest(message=message))]
+            client = await create_client(
+                seller.url, client_config=ClientConfig(streaming=streaming, httpx_client=http)
+            )
+            events = [
+                MessageToDict(e)
+                async for e in client.send_message(pb.SendMessageRequest(message=message))
+            ]
             tasks = [e["task"] for e in events if "task" in e]
             artifacts = [e["artifactUpdate"]["artifact"] for e in events if "artifactUpdate" in e]
-            states = [(e.get("statusUpdate") or e.get("task", {}))["status"]["state"] for e in events if "statusUpdate" in e or "task" in e]
+            states = [
+                (e.get("statusUpdate") or e.get("task", {}))["status"]["state"]
+                for e in events
+                if "statusUpdate" in e or "task" in e
+            ]
             assert states[-1] == "TASK_STATE_COMPLETED"
             last = artifacts[-1] if artifacts else tasks[-1]["artifacts"][-1]
-            check("get_products", [p["data"] for p in last["parts"] if "data" in p][-1], protobuf=True)
+            check(
+                "get_products", [p["data"] for p in last["parts"] if "data" in p][-1], protobuf=True
+            )
 
 
 async def test_a2a_concurrent_calls_never_share_advisories(seller: Seller) -> None:

@@ -21,10 +21,10 @@ def validator(version: str, path: str) -> Any:
 
 
 # 3.1 responses carry the protocol envelope's status and a cache_scope of their own.
-ENVELOPE = {"3.0": {}, "3.1": {"status": "completed"}}
+ENVELOPE = {"3.0": {}, "3.1": {"status": "completed"}, "3.2": {"status": "completed"}}
 
 
-@pytest.mark.parametrize("version", ["3.0", "3.1"])
+@pytest.mark.parametrize("version", ["3.0", "3.1", "3.2"])
 def test_formats_valid(version: str) -> None:
     payload = {
         "formats": creative_formats("http://127.0.0.1:8000/mcp", "a", 8),
@@ -39,7 +39,7 @@ def test_formats_valid(version: str) -> None:
     assert not errors
 
 
-@pytest.mark.parametrize("version", ["3.0", "3.1"])
+@pytest.mark.parametrize("version", ["3.0", "3.1", "3.2"])
 @pytest.mark.parametrize("principal", [None, "alice"])
 def test_products_valid(version: str, principal: str | None) -> None:
     payload = {"products": products(5, principal), "cache_scope": "public", **ENVELOPE[version]}

@@ -41,6 +41,14 @@ def products(count: int, principal: str | None = None) -> list[dict[str, Any]]:
                 "format_ids": [
                     {"agent_url": "https://creative.adcontextprotocol.org", "id": "display_300x250"}
                 ],
+                # 3.2 declares formats inline; format_ids stays for 3.0 and 3.1 buyers.
+                "format_options": [
+                    {
+                        "format_option_id": "display_300x250",
+                        "format_kind": "image",
+                        "params": {"width": 300, "height": 250},
+                    }
+                ],
                 "delivery_type": "non_guaranteed",
                 "pricing_options": [
                     {

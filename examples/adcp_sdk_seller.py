@@ -1,0 +1,93 @@
+"""An AdCP seller on the ``adcp`` SDK server, with adcp-stale-cache in front of its inventory.
+
+MCP at /mcp and A2A at / (``serve(transport="both")``). By default the advisories go in
+through the ASGI middleware; ``--skill-middleware`` uses the SDK's dict-level skill
+middleware instead. ``--test-controller`` (sandbox only) adds ``comply_test_controller``
+with ``force_upstream_unavailable``.
+
+    python examples/adcp_sdk_seller.py --port 8000 --inventory-service http://127.0.0.1:9000
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, ClassVar
+
+import httpx
+from adcp.server import ADCPHandler, serve
+from adcp.server.helpers import adcp_error
+from adcp.server.responses import capabilities_response
+
+from adcp_stale_cache import (
+    CachingTransport,
+    StaleAdvisoryMiddleware,
+    SurfacePolicy,
+    Surfaces,
+    Upstream,
+    UpstreamCache,
+    UpstreamUnavailable,
+    service_unavailable,
+)
+from adcp_stale_cache.integrations.adcp_sdk import skill_middleware, stale_cache_test_controller
+
+
+class Seller(ADCPHandler):  # type: ignore[misc]
+    """Products come from the internal inventory service, through the cache."""
+
+    advertised_tools: ClassVar[set[str]] = {"get_adcp_capabilities", "get_products"}
+
+    def __init__(self, inventory: httpx.AsyncClient) -> None:
+        super().__init__()
+        self.inventory = inventory
+
+    async def get_adcp_capabilities(self, params: Any, context: Any = None) -> dict[str, Any]:
+        return capabilities_response(["media_buy"], idempotency={"supported": False})
+
+    async def get_products(self, params: Any, context: Any = None) -> dict[str, Any]:
+        try:
+            response = await self.inventory.get("/products")
+        except UpstreamUnavailable as exc:  # no usable cache entry: the failure stays a failure
+            error = service_unavailable(exc, field="products")
+            return adcp_error(error.code, error.message, field=error.field, recovery="transient")
+        return {"products": response.json()["products"], "cache_scope": "public"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--inventory-service", required=True)
+    parser.add_argument("--freshness-target", type=int, default=60)
+    parser.add_argument("--skill-middleware", action="store_true")
+    parser.add_argument("--test-controller", action="store_true")
+    args = parser.parse_args()
+
+    surfaces = Surfaces.of(
+        SurfacePolicy(
+            name="get_products",
+            field="products",
+            upstreams=("inventory-service",),
+            freshness_target_seconds=args.freshness_target,
+            max_stale_seconds=3600,
+            upstream_timeout_seconds=2,
+        )
+    )
+    cache = UpstreamCache(surfaces=surfaces, test_mode=args.test_controller)
+    transport = CachingTransport(cache, Upstream(name="inventory-service"), surface="get_products")
+    inventory = httpx.AsyncClient(base_url=args.inventory_service, transport=transport)
+
+    serve(
+        Seller(inventory),
+        name="adcp-sdk-seller",
+        host="127.0.0.1",
+        port=args.port,
+        transport="both",
+        asgi_middleware=[]
+        if args.skill_middleware
+        else [(StaleAdvisoryMiddleware, {"surfaces": surfaces})],
+        middleware=[skill_middleware(surfaces)] if args.skill_middleware else [],
+        test_controller=stale_cache_test_controller(cache) if args.test_controller else None,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""Sellers built on the ``adcp`` SDK server (examples/adcp_sdk_seller.py), called by the
+official ``adcp`` Python client: once with the ASGI middleware, once with the skill middleware.
+
+The SDK takes about half a minute to import, so both sellers start once, side by side.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from adcp_stale_cache.demo.processes import App, free_port, wait_for_port
+
+pytest.importorskip("adcp", reason="the adcp extra is needed")
+pytestmark = pytest.mark.e2e
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "adcp_sdk_seller.py"
+
+
+class SdkSeller:
+    def __init__(self, inventory_url: str, *flags: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        command = [sys.executable, str(EXAMPLE), "--port", str(self.port), "--inventory-service", inventory_url,
+                   "--freshness-target", "0", *flags]  # fmt: skip
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
+        )
+
+
+@pytest.fixture(scope="module")
+def inventory() -> Iterator[App]:
+    app = App("inventory-service", free_port()).start()
+    try:
+        yield app.wait()
+    finally:
+        app.stop()
+
+
+@pytest.fixture(scope="module")
+def sellers(inventory: App) -> Iterator[dict[str, SdkSeller]]:
+    started = {
+        "asgi": SdkSeller(inventory.url),
+        "skill": SdkSeller(inventory.url, "--skill-middleware"),
+    }
+    try:
+        for seller in started.values():
+            wait_for_port(seller.port, timeout=180)
+            httpx.post(f"{seller.url}/mcp", timeout=30)  # first request warms lazy imports
+        yield started
+    finally:
+        for seller in started.values():
+            seller.process.terminate()
+            seller.process.wait(10)
+
+
+async def get_products(url: str, protocol: str) -> Any:
+    from adcp import ADCPClient
+    from adcp.types import GetProductsRequest
+    from adcp.types.core import AgentConfig, Protocol
+
+    client = ADCPClient(AgentConfig(id="seller", agent_uri=url, protocol=Protocol(protocol)))
+    return await client.get_products(
+        GetProductsRequest(buying_mode="brief", brief="outdoor display")
+    )
+
+
+@pytest.fixture(scope="module")
+def outage(inventory: App, sellers: dict[str, SdkSeller]) -> dict[str, SdkSeller]:
+    """Warm both sellers' caches over MCP, then kill the inventory service."""
+    import asyncio
+
+    for seller in sellers.values():
+        healthy = asyncio.run(get_products(f"{seller.url}/mcp", "mcp"))
+        assert healthy.success and healthy.data.products
+        assert not healthy.data.errors  # no advisory while the upstream is healthy
+    inventory.kill()
+    return sellers
+
+
+@pytest.mark.parametrize("mode", ["asgi", "skill"])
+async def test_adcp_client_over_mcp_sees_typed_stale_response(
+    outage: dict[str, SdkSeller], mode: str
+) -> None:
+    from adcp.types import StaleResponseDetails
+
+    result = await get_products(f"{outage[mode].url}/mcp", "mcp")
+    assert result.success is True
+    assert result.data.products
+    [error] = result.data.errors
+    assert error.code == "STALE_RESPONSE"
+    assert error.field == "products"
+    details = StaleResponseDetails.model_validate(error.details)
+    assert details.served_from_cache is True
+    assert details.upstream.name == "inventory-service"
+    assert details.original_error.code == "CONNECTION_REFUSED"
+
+
+@pytest.mark.parametrize("mode", ["asgi", "skill"])
+async def test_a2a_wire_of_the_sdk_seller(outage: dict[str, SdkSeller], mode: str) -> None:
+    """Over A2A the advisory rides in the completed task's DataPart. (The adcp 9.2 client
+    reads any errors[] over A2A as a failure: see docs/faq.md.)"""
+    message = {"messageId": "m1", "role": "ROLE_USER",
+               "parts": [{"data": {"skill": "get_products", "parameters": {"buying_mode": "brief", "brief": "x"}}}]}  # fmt: skip
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}}
+    async with httpx.AsyncClient(timeout=30) as http:
+        response = await http.post(
+            f"{outage[mode].url}/", json=body, headers={"A2A-Version": "1.0"}
+        )
+    task = response.json()["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    payload = [p["data"] for p in task["artifacts"][-1]["parts"] if "data" in p][-1]
+    assert payload["products"]
+    assert [e["code"] for e in payload["errors"]] == ["STALE_RESPONSE"]
