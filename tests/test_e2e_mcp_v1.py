@@ -28,9 +28,9 @@ from .servers import serve
 if not version("mcp").startswith("1."):
     pytest.skip("mcp 1.x only: CI runs it in its mcp<2 environment", allow_module_level=True)
 
-from mcp import ClientSession  # noqa: E402
-from mcp.client.streamable_http import streamablehttp_client  # noqa: E402
-from mcp.server.fastmcp import FastMCP  # noqa: E402
+from mcp import ClientSession
+from mcp.client.streamable_http import streamablehttp_client
+from mcp.server.fastmcp import FastMCP
 
 pytestmark = pytest.mark.e2e
 
