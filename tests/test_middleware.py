@@ -291,3 +291,40 @@ async def test_rewrites_keep_every_value(payload: bytes, expected_errors: int) -
     rewritten["errors"] = rewritten["errors"][: expected_errors - 1] or None
     original["errors"] = original.get("errors") or None
     assert rewritten == original
+
+
+async def test_event_stream_without_a_tool_call_passes_untouched() -> None:
+    """A GET on the MCP endpoint (a long-lived SSE stream) carries no tool answer."""
+    sent: list[Any] = []
+    events = [
+        b'event: message\r\ndata: {"jsonrpc":"2.0","method":"notifications/x"}\r\n\r\n',
+        b": ping\r\n\r\n",
+    ]
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        record("inv")
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream")],
+            }
+        )
+        for event in events:
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    async def receive() -> Any:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": "/mcp",
+        "headers": [(b"accept", b"text/event-stream")],
+    }
+    await StaleAdvisoryMiddleware(app, surfaces=SURFACES)(scope, receive, send)
+    assert [m.get("body") for m in sent[1:]] == [*events, b""]
