@@ -69,21 +69,28 @@ class AdcpError(BaseModel):
 
 
 def stale_response(
-    upstream: Upstream, policy: SurfacePolicy, age_seconds: int, failure: Failure
+    upstream: Upstream, policy: SurfacePolicy, age_seconds: int, failure: Failure | None
 ) -> AdcpError:
-    """The advisory for one upstream served from a cache entry ``age_seconds`` old."""
+    """The advisory for one upstream served from a cache entry ``age_seconds`` old.
+
+    ``failure`` is None for a stale-while-revalidate answer (no call failed: the refresh runs
+    behind it), and ``original_error`` is then left out.
+    """
     details = StaleResponseDetails(
         cache_age_seconds=age_seconds,
         freshness_target_seconds=policy.freshness_target_seconds,
         upstream=UpstreamRef(name=upstream.name, url=upstream.url),
-        original_error=OriginalError(code=failure.code, message=failure.message),
+        original_error=OriginalError(code=failure.code, message=failure.message)
+        if failure
+        else None,
     )
     what = policy.field or "data"
+    why = failure.message.lower() if failure else "refreshing in the background"
     return AdcpError(
         code=STALE_RESPONSE,
         message=(
             f"Served cached {what} from upstream '{upstream.name}' ({age_seconds}s old, "
-            f"freshness target {policy.freshness_target_seconds}s): {failure.message.lower()}."
+            f"freshness target {policy.freshness_target_seconds}s): {why}."
         ),
         field=policy.field,
         recovery="transient",

@@ -12,6 +12,7 @@ One call of :meth:`UpstreamCache.fetch`:
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
@@ -21,10 +22,18 @@ from typing import Any, Generic, Protocol, TypeVar
 import orjson
 
 from .advisory import stale_response
+from .breaker import DEFAULT_BREAKER, Admission, Breaker, BreakerPolicy
 from .collector import current_collector
 from .decision import Fresh, ServeStale, on_failure, plan, whole_seconds
 from .entry import Entry
-from .failures import Failure, UpstreamUnavailable, classify
+from .failures import (
+    BUDGET_SPENT,
+    CIRCUIT_OPEN,
+    UNKNOWN_FAILURE,
+    Failure,
+    UpstreamUnavailable,
+    classify,
+)
 from .keys import cache_key
 from .policy import SurfacePolicy, Surfaces, Upstream
 from .singleflight import SingleFlight, call_with_deadline
@@ -77,7 +86,9 @@ class UpstreamCache:
     """A freshness-aware cache in front of upstream calls, serving stale on outages.
 
     ``surfaces`` gives each tool surface its policy; ``store`` defaults to a bounded
-    :class:`~adcp_stale_cache.stores.MemoryStore`. ``clock`` stamps entries and measures ages.
+    :class:`~adcp_stale_cache.stores.MemoryStore`. ``clock`` stamps entries and measures ages
+    (and breaker cooldowns). ``breaker`` sets the per-upstream circuit breaker (None: off).
+    ``test_mode`` enables :meth:`force_upstream_unavailable`: sandbox only.
     """
 
     def __init__(
@@ -87,6 +98,7 @@ class UpstreamCache:
         surfaces: Surfaces | None = None,
         clock: Callable[[], float] = time.monotonic,
         namespace: str = "adcp-stale-cache",
+        breaker: BreakerPolicy | None = DEFAULT_BREAKER,
         test_mode: bool = False,
     ) -> None:
         self.store: Store = store if store is not None else MemoryStore(clock=clock)
@@ -95,6 +107,14 @@ class UpstreamCache:
         self.namespace = namespace
         self._flights: SingleFlight[_Refreshed[Any]] = SingleFlight()
         self._forced = ForcedOutages() if test_mode else None
+        self.breaker_policy = breaker
+        self._breakers: dict[str, Breaker] = {}
+        self._tasks: set[asyncio.Future[object]] = set()
+
+    def breaker_open(self, upstream_name: str) -> bool:
+        """True while the breaker of ``upstream_name`` holds calls back."""
+        breaker = self._breakers.get(upstream_name)
+        return breaker is not None and breaker.is_open
 
     def force_upstream_unavailable(
         self, tool: str, upstream_name: str | None = None, cache_age_seconds: int | None = None
@@ -131,10 +151,14 @@ class UpstreamCache:
         outage are re-raised as they are.
         """
         policy = self._policy(surface)
-        store_key = cache_key(self.namespace, upstream.name, key)
+        collector = current_collector()
+        partition = (
+            None if policy.shared_across_callers or collector is None else collector.partition
+        )
+        store_key = cache_key(self.namespace, upstream.name, (partition, key))
         timeout = upstream.timeout_seconds or policy.upstream_timeout_seconds
         if self._forced is not None:
-            outage = self._forced.claim(policy, upstream, current_collector())
+            outage = self._forced.claim(policy, upstream, collector)
             if outage is not None:
                 return await self._serve_forced(
                     outage, upstream, policy, store_key, call, codec, timeout
@@ -144,17 +168,29 @@ class UpstreamCache:
         if isinstance(step, Fresh):
             return codec.loads(step.entry.data)
 
-        async def refresh() -> _Refreshed[T]:
-            value = await call_with_deadline(call, timeout)
-            if validate is not None:
-                validate(value)
-            if cacheable is not None and not cacheable(value):
-                return _Refreshed(value, None)
-            data = codec.dumps(value)
-            # One second of slack: the decision, not the store's expiry, draws the exact bound.
-            await self._set(store_key, Entry(data, self.clock()), policy.ttl_seconds + 1)
-            return _Refreshed(value, data)
+        breaker = self._breaker(upstream)
+        admission = breaker.admit(self.clock()) if breaker else Admission.CALL
+        if admission is Admission.REJECT:  # open: answer from cache at once
+            failure = breaker.last_failure if breaker and breaker.last_failure else CIRCUIT_OPEN
+            return self._after_failure(upstream, policy, step.fallback, failure, None, codec)
+        budget = collector.budget_left(policy) if collector is not None else None
+        if budget is not None:
+            if budget <= 0:
+                return self._after_failure(
+                    upstream, policy, step.fallback, BUDGET_SPENT, None, codec
+                )
+            timeout = min(timeout, budget)
 
+        refresh = self._refresher(
+            upstream, policy, store_key, call, codec, timeout, cacheable, validate
+        )
+        if step.fallback is not None and (
+            admission is Admission.PROBE or policy.stale_while_revalidate
+        ):
+            # Serve the entry now; the probe (breaker) or the revalidation runs behind it.
+            self._background(self._flights.run(store_key, refresh))
+            last = breaker.last_failure if admission is Admission.PROBE and breaker else None
+            return self._after_failure(upstream, policy, step.fallback, last, None, codec)
         try:
             refreshed: _Refreshed[T] = await self._flights.run(store_key, refresh)
         except Exception as exc:
@@ -167,6 +203,58 @@ class UpstreamCache:
                 latest = step.fallback
             return self._after_failure(upstream, policy, latest, failure, exc, codec)
         return refreshed.value if refreshed.data is None else codec.loads(refreshed.data)
+
+    def _refresher(
+        self,
+        upstream: Upstream,
+        policy: SurfacePolicy,
+        store_key: str,
+        call: Callable[[], Awaitable[T]],
+        codec: Codec[T],
+        timeout: float,
+        cacheable: Callable[[T], bool] | None,
+        validate: Callable[[T], object] | None,
+    ) -> Callable[[], Awaitable[_Refreshed[T]]]:
+        """The one upstream call a flight makes: store what may be kept, tell the breaker."""
+        breaker = self._breaker(upstream)
+
+        async def refresh() -> _Refreshed[T]:
+            try:
+                value = await call_with_deadline(call, timeout)
+                if validate is not None:
+                    validate(value)
+            except Exception as exc:
+                failure = classify(exc, timeout)
+                if breaker is not None:
+                    if failure.kind in policy.stale_on:
+                        breaker.on_failure(self.clock(), failure)
+                    else:
+                        breaker.on_success()  # it answered: what failed was not an outage
+                raise
+            if breaker is not None:
+                breaker.on_success()
+            if cacheable is not None and not cacheable(value):
+                return _Refreshed(value, None)
+            data = codec.dumps(value)
+            # One second of slack: the decision, not the store's expiry, draws the exact bound.
+            await self._set(store_key, Entry(data, self.clock()), policy.ttl_seconds + 1)
+            return _Refreshed(value, data)
+
+        return refresh
+
+    def _breaker(self, upstream: Upstream) -> Breaker | None:
+        if self.breaker_policy is None:
+            return None
+        breaker = self._breakers.get(upstream.name)
+        if breaker is None:
+            breaker = self._breakers[upstream.name] = Breaker(self.breaker_policy)
+        return breaker
+
+    def _background(self, work: Awaitable[object]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     def cached(
         self,
@@ -195,11 +283,14 @@ class UpstreamCache:
         upstream: Upstream,
         policy: SurfacePolicy,
         latest: Entry | None,
-        failure: Failure,
+        failure: Failure | None,
         exc: Exception | None,
         codec: Codec[T],
     ) -> T:
-        """Serve ``latest`` stale (recording the advisory), as a plain hit, or fail."""
+        """Serve ``latest`` stale (recording the advisory), as a plain hit, or fail.
+
+        ``failure`` is None for a stale-while-revalidate answer, where no call failed.
+        """
         outcome = on_failure(latest, self.clock(), policy)
         if isinstance(outcome, Fresh):
             return codec.loads(outcome.entry.data)
@@ -213,10 +304,11 @@ class UpstreamCache:
                 upstream.name,
                 policy.name,
                 outcome.age_seconds,
-                failure.code,
+                failure.code if failure else "REVALIDATING",
                 collector is not None,
             )
             return codec.loads(outcome.entry.data)
+        failure = failure or UNKNOWN_FAILURE  # revalidating an entry that just expired
         logger.warning(
             "upstream_unavailable upstream=%s surface=%s code=%s",
             upstream.name,

@@ -8,6 +8,7 @@ appends what was recorded to the response payload's ``errors[]``.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -20,11 +21,19 @@ from .policy import SurfacePolicy
 class AdvisoryCollector:
     """Advisories of one request: one per upstream, the oldest age winning."""
 
-    __slots__ = ("_by_upstream", "surface")
+    __slots__ = ("_by_upstream", "partition", "started_at", "surface")
 
-    def __init__(self, surface: SurfacePolicy | None = None) -> None:
+    def __init__(self, surface: SurfacePolicy | None = None, partition: str | None = None) -> None:
         self.surface = surface
+        self.partition = partition
+        self.started_at = time.monotonic()
         self._by_upstream: dict[str, AdcpError] = {}
+
+    def budget_left(self, policy: SurfacePolicy) -> float | None:
+        """Seconds left of the surface's request budget, or None without a budget."""
+        if policy.request_budget_seconds is None:
+            return None
+        return policy.request_budget_seconds - (time.monotonic() - self.started_at)
 
     def record(self, upstream_name: str, advisory: AdcpError) -> None:
         """Keep one advisory per upstream: several stale keys report the oldest entry."""
@@ -87,7 +96,9 @@ def _from_mcp_v1_request() -> AdvisoryCollector | None:
 
 
 @contextmanager
-def collect_advisories(surface: SurfacePolicy | None = None) -> Iterator[AdvisoryCollector]:
+def collect_advisories(
+    surface: SurfacePolicy | None = None, partition: str | None = None
+) -> Iterator[AdvisoryCollector]:
     """Open a collector for the code inside the ``with`` block (and the tasks it starts).
 
     Use it where no ASGI middleware runs: a worker, a test, an SDK hook::
@@ -96,7 +107,7 @@ def collect_advisories(surface: SurfacePolicy | None = None) -> Iterator[Advisor
             products = await cache.fetch(inventory, "all", load_products)
         payload["errors"] = advisories.errors()
     """
-    collector = AdvisoryCollector(surface)
+    collector = AdvisoryCollector(surface, partition)
     token = _current.set(collector)
     try:
         yield collector

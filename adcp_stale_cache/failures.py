@@ -42,6 +42,14 @@ class Failure:
     retry_after: float | None = None
 
 
+#: The breaker is open and no failure was seen yet in this process (a restart, say).
+CIRCUIT_OPEN = Failure(FailureKind.CONNECTION, "CIRCUIT_OPEN", "Upstream is failing; calls paused")
+#: Any other exception.
+UNKNOWN_FAILURE = Failure(FailureKind.UNEXPECTED, "UPSTREAM_ERROR", "Upstream call failed")
+#: The request's budget ran out before this upstream could be called.
+BUDGET_SPENT = Failure(FailureKind.TIMEOUT, "TIMEOUT", "Request time budget spent before the call")
+
+
 class UpstreamError(Exception):
     """Raise from an upstream call when the upstream answered with an AdCP error.
 
@@ -117,7 +125,7 @@ def classify(exc: BaseException, timeout_seconds: float | None = None) -> Failur
                     f"Upstream did not answer within {_seconds(timeout_seconds)}",
                 )
             return failure
-    return Failure(FailureKind.UNEXPECTED, "UPSTREAM_ERROR", "Upstream call failed")
+    return UNKNOWN_FAILURE
 
 
 def _explicit(exc: BaseException) -> Failure | None:

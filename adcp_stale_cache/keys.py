@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import orjson
 
@@ -35,3 +36,26 @@ def cache_key(namespace: str, upstream_name: str, key: object) -> str:
     """The store key of one upstream's answer: readable prefix, hashed remainder."""
     parts = key if isinstance(key, tuple) else (key,)
     return f"{namespace}:{upstream_name}:{digest(parts)}"
+
+
+#: Request headers that identify the caller (credentials) or its tenant.
+CALLER_HEADERS = (
+    b"authorization",
+    b"x-adcp-auth",
+    b"x-api-key",
+    b"cookie",
+    b"x-adcp-tenant",
+    b"host",
+)
+
+
+def caller_partition(scope: Mapping[str, Any]) -> str:
+    """The default cache partition of an incoming request: a digest of its credentials,
+    tenant and host headers, so that no caller is ever served another caller's entry.
+    (Hashed: no credential is kept in clear.)"""
+    headers = dict.fromkeys(CALLER_HEADERS, b"")
+    for name, value in scope.get("headers", []):
+        name = name.lower()
+        if name in headers:
+            headers[name] = value
+    return digest(headers[name] for name in CALLER_HEADERS)

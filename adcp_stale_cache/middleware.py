@@ -4,6 +4,12 @@ Mount it inside any compression middleware (it must see the JSON, not gzip)::
 
     app.add_middleware(StaleAdvisoryMiddleware, surfaces=cache.surfaces)
 
+Each request also gets a cache partition (default: a digest of the caller's credentials,
+tenant and host headers, see :func:`~adcp_stale_cache.keys.caller_partition`): cache keys
+include it, so no caller is served another caller's entry. Pass ``partition=`` to derive it
+differently (a resolved principal id, say), or mark public surfaces
+``shared_across_callers``.
+
 It serves every AdCP transport on one app: plain JSON routes (the body is the payload), MCP
 streamable HTTP (``tools/call`` answers, JSON or SSE) and A2A JSON-RPC (``message/send``,
 ``SendMessage`` and their streaming forms). The tool surface of a request comes from its
@@ -18,11 +24,13 @@ Anything that cannot carry advisories goes out untouched, with a log line saying
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .codecs import RpcCall, RpcEventStream, Untouched, inject_body, inject_json, parse_calls
 from .collector import STATE_KEY, AdvisoryCollector, _current
+from .keys import caller_partition
 from .policy import Surfaces
 
 logger = logging.getLogger("adcp_stale_cache.middleware")
@@ -34,15 +42,23 @@ _MAX_PEEK = 1024 * 1024
 class StaleAdvisoryMiddleware:
     """Attach each request's ``STALE_RESPONSE`` advisories to its response payload."""
 
-    def __init__(self, app: ASGIApp, *, surfaces: Surfaces | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        surfaces: Surfaces | None = None,
+        partition: Callable[[Scope], str | None] | None = caller_partition,
+    ) -> None:
         self.app = app
         self.surfaces = surfaces or Surfaces()
+        self.partition = partition
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        collector = AdvisoryCollector(self.surfaces.for_path(scope.get("path", "")))
+        partition = self.partition(scope) if self.partition else None
+        collector = AdvisoryCollector(self.surfaces.for_path(scope.get("path", "")), partition)
         scope.setdefault("state", {})[STATE_KEY] = collector
         request = _Request(self.surfaces, collector, scope, receive)
         response = _Response(collector, scope, request, send)

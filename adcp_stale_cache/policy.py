@@ -55,6 +55,19 @@ class SurfacePolicy(BaseModel):
     stale_on: frozenset[FailureKind] = Field(
         default=DEFAULT_STALE_ON, description="Failure kinds that fall back to a stale entry."
     )
+    request_budget_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="Deadline of a whole request: no upstream call outlives it.",
+    )
+    stale_while_revalidate: bool = Field(
+        default=False,
+        description="Serve a past-target entry at once (with its advisory), refresh behind.",
+    )
+    shared_across_callers: bool = Field(
+        default=False,
+        description="Public data: one cache entry for every caller instead of one per caller.",
+    )
 
     @property
     def ttl_seconds(self) -> int:

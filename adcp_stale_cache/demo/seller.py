@@ -58,19 +58,22 @@ class ToolFailed(Exception):
 def seller_surfaces(freshness_target: int, max_stale: int, upstream_timeout: float) -> Surfaces:
     """The example seller's surfaces, all with the same timings."""
 
-    def surface(name: str, field: str, upstreams: tuple[str, ...] = ()) -> SurfacePolicy:
+    def surface(
+        name: str, field: str, upstreams: tuple[str, ...] = (), shared: bool = False
+    ) -> SurfacePolicy:
         return SurfacePolicy(
             name=name,
             field=field,
             paths=(f"/api/{name}",),
             upstreams=upstreams,
+            shared_across_callers=shared,
             freshness_target_seconds=freshness_target,
             max_stale_seconds=max_stale,
             upstream_timeout_seconds=upstream_timeout,
         )
 
     return Surfaces.of(
-        surface("list_creative_formats", "formats"),
+        surface("list_creative_formats", "formats", shared=True),  # public: one entry for all
         surface("get_products", "products", ("inventory-service",)),
     )
 

@@ -1,0 +1,85 @@
+"""Per-upstream circuit breaker, sans-I/O: a failure detector and a cooldown.
+
+After ``failure_threshold`` outage failures within ``window_seconds`` the breaker opens: calls
+are not made, answers come from cache at once (the last failure as ``original_error``). After
+``cooldown_seconds`` one probe is let through (half-open); its success closes the breaker, its
+failure keeps it open for another cooldown.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .failures import Failure
+
+
+class BreakerPolicy(BaseModel):
+    """When to stop calling a failing upstream, and for how long."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    failure_threshold: int = Field(default=3, ge=1, description="Failures that open the breaker.")
+    window_seconds: float = Field(default=30.0, gt=0, description="Window the failures count in.")
+    cooldown_seconds: float = Field(default=5.0, gt=0, description="Open time before a probe.")
+
+
+DEFAULT_BREAKER = BreakerPolicy()
+
+
+class Admission(str, enum.Enum):
+    """What the breaker lets a caller do now."""
+
+    CALL = "call"  # closed: call the upstream
+    PROBE = "probe"  # cooldown over: this caller's call is the one probe
+    REJECT = "reject"  # open: do not call
+
+
+class Breaker:
+    """The state of one upstream."""
+
+    __slots__ = ("_failures", "last_failure", "opened_at", "policy", "probing")
+
+    def __init__(self, policy: BreakerPolicy) -> None:
+        self.policy = policy
+        self._failures: deque[float] = deque()
+        self.opened_at: float | None = None
+        self.probing = False
+        self.last_failure: Failure | None = None
+
+    @property
+    def is_open(self) -> bool:
+        """True while calls are held back (half-open included)."""
+        return self.opened_at is not None
+
+    def admit(self, now: float) -> Admission:
+        """May a call be made now?"""
+        if self.opened_at is None:
+            return Admission.CALL
+        if not self.probing and now - self.opened_at >= self.policy.cooldown_seconds:
+            self.probing = True
+            return Admission.PROBE
+        return Admission.REJECT
+
+    def on_success(self) -> None:
+        """A call succeeded: close."""
+        self._failures.clear()
+        self.opened_at = None
+        self.probing = False
+
+    def on_failure(self, now: float, failure: Failure) -> None:
+        """An outage failure: count it, open past the threshold (or re-open after a probe)."""
+        self.last_failure = failure
+        if self.opened_at is not None:
+            if self.probing:  # the probe failed: another cooldown
+                self.opened_at = now
+                self.probing = False
+            return
+        self._failures.append(now)
+        while self._failures and now - self._failures[0] > self.policy.window_seconds:
+            self._failures.popleft()
+        if len(self._failures) >= self.policy.failure_threshold:
+            self.opened_at = now
+            self._failures.clear()

@@ -1,0 +1,204 @@
+"""Circuit breaking, stale-while-revalidate, request budgets and caller partitions."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from adcp_stale_cache import (
+    MemoryStore,
+    SurfacePolicy,
+    Surfaces,
+    Upstream,
+    UpstreamCache,
+    UpstreamUnavailable,
+    collect_advisories,
+)
+from adcp_stale_cache.breaker import Admission, Breaker, BreakerPolicy
+from adcp_stale_cache.failures import Failure
+from adcp_stale_cache.policy import FailureKind
+
+from .conftest import FakeClock
+
+DOWN = Failure(FailureKind.CONNECTION, "CONNECTION_REFUSED", "Upstream refused the connection")
+POLICY = SurfacePolicy(
+    name="get_products", field="products", freshness_target_seconds=10, max_stale_seconds=1000
+)
+INVENTORY = Upstream(name="inventory-service")
+
+
+def test_breaker_table() -> None:
+    breaker = Breaker(BreakerPolicy(failure_threshold=3, window_seconds=10, cooldown_seconds=5))
+    assert breaker.admit(0) is Admission.CALL
+    breaker.on_failure(0, DOWN)
+    breaker.on_failure(1, DOWN)
+    breaker.on_failure(12, DOWN)  # the first two left the window
+    assert not breaker.is_open
+    breaker.on_failure(13, DOWN)
+    breaker.on_failure(14, DOWN)
+    assert breaker.is_open
+    assert breaker.admit(18.9) is Admission.REJECT
+    assert breaker.admit(19) is Admission.PROBE  # cooldown over: one probe
+    assert breaker.admit(19.1) is Admission.REJECT  # and only one
+    breaker.on_failure(20, DOWN)  # the probe failed: another cooldown
+    assert breaker.admit(24.9) is Admission.REJECT
+    assert breaker.admit(25) is Admission.PROBE
+    breaker.on_success()
+    assert not breaker.is_open and breaker.admit(25.1) is Admission.CALL
+
+
+class Upstreamish:
+    def __init__(self) -> None:
+        self.calls = 0
+        self.down = False
+        self.delay = 0.0
+
+    async def __call__(self) -> dict[str, Any]:
+        self.calls += 1
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if self.down:
+            raise ConnectionRefusedError
+        return {"products": [self.calls]}
+
+
+def make_cache(clock: FakeClock, **policy: Any) -> UpstreamCache:
+    surfaces = Surfaces.of(POLICY.model_copy(update=policy))
+    breaker = BreakerPolicy(failure_threshold=2, window_seconds=60, cooldown_seconds=30)
+    return UpstreamCache(MemoryStore(clock=clock), surfaces=surfaces, clock=clock, breaker=breaker)
+
+
+async def fetch(cache: UpstreamCache, up: Upstreamish) -> tuple[Any, list[dict[str, Any]]]:
+    with collect_advisories() as advisories:
+        value = await cache.fetch(INVENTORY, "k", up, surface="get_products")
+    return value, advisories.errors()
+
+
+async def test_open_breaker_serves_stale_without_calling_then_probes_behind(
+    clock: FakeClock,
+) -> None:
+    cache, up = make_cache(clock), Upstreamish()
+    await fetch(cache, up)
+    clock.advance(20)
+    up.down = True
+    for _ in range(2):
+        await fetch(cache, up)
+    assert cache.breaker_open("inventory-service") and up.calls == 3
+    value, [advisory] = await fetch(cache, up)  # open: no call
+    assert up.calls == 3 and value == {"products": [1]}
+    assert advisory["details"]["original_error"]["code"] == "CONNECTION_REFUSED"  # the last failure
+    clock.advance(30)
+    up.down = False
+    value, [advisory] = await fetch(cache, up)  # the probe runs behind this stale answer
+    await asyncio.sleep(0.01)
+    assert up.calls == 4 and not cache.breaker_open("inventory-service")
+    value, errors = await fetch(cache, up)  # the probe refreshed the entry: fresh again
+    assert value == {"products": [4]} and errors == [] and up.calls == 4
+
+
+async def test_open_breaker_without_entry_fails_fast(clock: FakeClock) -> None:
+    cache, up = make_cache(clock), Upstreamish()
+    up.down = True
+    for _ in range(2):
+        with pytest.raises(UpstreamUnavailable):
+            await fetch(cache, up)
+    with pytest.raises(UpstreamUnavailable) as raised:
+        await fetch(cache, up)
+    assert up.calls == 2 and raised.value.failure.code == "CONNECTION_REFUSED"
+
+
+async def test_stale_while_revalidate_answers_at_once_with_advisory(clock: FakeClock) -> None:
+    cache, up = make_cache(clock, stale_while_revalidate=True), Upstreamish()
+    await fetch(cache, up)
+    clock.advance(15)
+    up.delay = 0.2
+    started = time.monotonic()
+    value, [advisory] = await fetch(cache, up)
+    assert time.monotonic() - started < 0.1
+    assert value == {"products": [1]}
+    assert (
+        advisory["details"]["cache_age_seconds"] == 15
+        and "original_error" not in advisory["details"]
+    )
+    assert "refreshing in the background" in advisory["message"]
+    await asyncio.sleep(0.3)
+    value, errors = await fetch(cache, up)
+    assert value == {"products": [2]} and errors == []
+
+
+async def test_request_budget_bounds_a_fan_out_of_hung_upstreams(clock: FakeClock) -> None:
+    cache = make_cache(clock, request_budget_seconds=0.3, upstream_timeout_seconds=5)
+    ups = [Upstreamish() for _ in range(4)]
+    names = [Upstream(name=f"agent-{i}") for i in range(4)]
+    for up, name in zip(ups, names, strict=True):
+        await cache.fetch(name, "k", up, surface="get_products")
+        up.delay = 10
+    clock.advance(20)
+    started = time.monotonic()
+    with collect_advisories() as advisories:
+        await asyncio.gather(
+            *(
+                cache.fetch(n, "k", u, surface="get_products")
+                for u, n in zip(ups, names, strict=True)
+            )
+        )
+    elapsed = time.monotonic() - started
+    assert elapsed < 0.6, elapsed
+    assert (
+        sorted(e["details"]["original_error"]["code"] for e in advisories.errors())
+        == ["TIMEOUT"] * 4
+    )
+
+
+async def test_spent_budget_serves_stale_without_calling(clock: FakeClock) -> None:
+    cache, up = make_cache(clock, request_budget_seconds=0.05), Upstreamish()
+    await fetch(cache, up)
+    clock.advance(20)
+    with collect_advisories() as advisories:
+        await asyncio.sleep(0.06)
+        await cache.fetch(INVENTORY, "k", up, surface="get_products")
+    assert up.calls == 1
+    assert advisories.errors()[0]["details"]["original_error"]["code"] == "TIMEOUT"
+
+
+async def test_partitions_never_share_entries(clock: FakeClock) -> None:
+    cache = make_cache(clock)
+    seen: list[str] = []
+
+    def call_for(who: str) -> Any:
+        async def call() -> dict[str, Any]:
+            seen.append(who)
+            return {"products": [who]}
+
+        return call
+
+    for who in ("alice", "bob"):
+        with collect_advisories(partition=who):
+            assert await cache.fetch(INVENTORY, "k", call_for(who), surface="get_products") == {
+                "products": [who]
+            }
+    assert seen == ["alice", "bob"]
+    shared = make_cache(clock, shared_across_callers=True)
+    for who in ("alice", "bob"):
+        with collect_advisories(partition=who):
+            assert await shared.fetch(INVENTORY, "k", call_for(who), surface="get_products") == {
+                "products": ["alice"]
+            }
+
+
+def test_caller_partition_is_hashed_and_distinct() -> None:
+    from adcp_stale_cache.keys import caller_partition
+
+    def scope(*headers: tuple[bytes, bytes]) -> dict[str, Any]:
+        return {"headers": [(b"host", b"seller.example"), *headers]}
+
+    alice = caller_partition(scope((b"authorization", b"Bearer alice-secret")))
+    bob = caller_partition(scope((b"Authorization", b"Bearer bob-secret")))
+    tenant = caller_partition(
+        scope((b"authorization", b"Bearer alice-secret"), (b"x-adcp-tenant", b"t2"))
+    )
+    assert len({alice, bob, tenant, caller_partition(scope())}) == 4
+    assert "secret" not in alice + bob
