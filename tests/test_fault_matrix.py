@@ -31,7 +31,9 @@ from .conftest import FakeClock
 
 URL = "http://inventory.internal/products"
 GOOD = {"products": [{"product_id": "p1"}]}
-POLICY = SurfacePolicy(name="get_products", field="products", freshness_target_seconds=10, max_stale_seconds=100)
+POLICY = SurfacePolicy(
+    name="get_products", field="products", freshness_target_seconds=10, max_stale_seconds=100
+)
 
 
 def raises(exc: Exception) -> Any:
@@ -40,20 +42,38 @@ def raises(exc: Exception) -> Any:
 
 FAULTS: dict[str, tuple[Any, str]] = {
     # name: (respx side effect, original_error.code or outcome marker)
-    "connection refused": (httpx.ConnectError("[Errno 111] Connection refused"), "CONNECTION_REFUSED"),
+    "connection refused": (
+        httpx.ConnectError("[Errno 111] Connection refused"),
+        "CONNECTION_REFUSED",
+    ),
     "connect timeout": (httpx.ConnectTimeout("timed out"), "TIMEOUT"),
     "read timeout / hang": (httpx.ReadTimeout("timed out"), "TIMEOUT"),
-    "reset mid-body": (httpx.RemoteProtocolError("peer closed connection without sending complete message body"), "CONNECTION_RESET"),
+    "reset mid-body": (
+        httpx.RemoteProtocolError("peer closed connection without sending complete message body"),
+        "CONNECTION_RESET",
+    ),
     "HTTP 500": (httpx.Response(500), "UPSTREAM_HTTP_500"),
     "HTTP 502": (httpx.Response(502), "UPSTREAM_HTTP_502"),
     "HTTP 503": (httpx.Response(503), "UPSTREAM_HTTP_503"),
     "HTTP 504": (httpx.Response(504), "UPSTREAM_HTTP_504"),
-    "HTTP 429 + Retry-After": (httpx.Response(429, headers={"Retry-After": "7"}), "UPSTREAM_HTTP_429"),
-    "200, body not JSON": (httpx.Response(200, text="<html>", headers={"content-type": "application/json"}), "INVALID_PAYLOAD"),
+    "HTTP 429 + Retry-After": (
+        httpx.Response(429, headers={"Retry-After": "7"}),
+        "UPSTREAM_HTTP_429",
+    ),
+    "200, body not JSON": (
+        httpx.Response(200, text="<html>", headers={"content-type": "application/json"}),
+        "INVALID_PAYLOAD",
+    ),
     "200, not a valid payload": (httpx.Response(200, json={"items": []}), "INVALID_PAYLOAD"),
     "DNS failure": (httpx.ConnectError("[Errno -2] Name or service not known"), "DNS_FAILURE"),
-    "TLS error": (httpx.ConnectError("[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed"), "TLS_ERROR"),
-    "upstream adcp_error": (httpx.Response(200, json={"adcp_error": {"code": "SERVICE_UNAVAILABLE", "message": "m"}}), "SERVICE_UNAVAILABLE"),
+    "TLS error": (
+        httpx.ConnectError("[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed"),
+        "TLS_ERROR",
+    ),
+    "upstream adcp_error": (
+        httpx.Response(200, json={"adcp_error": {"code": "SERVICE_UNAVAILABLE", "message": "m"}}),
+        "SERVICE_UNAVAILABLE",
+    ),
     "HTTP 404 (caller's problem)": (httpx.Response(404, json={"errors": []}), "4xx"),
     "caller cancellation": ("cancel", "cancel"),
 }
@@ -83,7 +103,9 @@ def validate(response: httpx.Response) -> None:
 
 async def observe(fault: str, state: str, clock: FakeClock) -> str:
     cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(POLICY), clock=clock)
-    transport = CachingTransport(cache, Upstream(name="inventory-service"), surface="get_products", validate=validate)
+    transport = CachingTransport(
+        cache, Upstream(name="inventory-service"), surface="get_products", validate=validate
+    )
     client = httpx.AsyncClient(transport=transport)
     route = respx.get(URL)
     age = STATES[state]
@@ -146,7 +168,10 @@ async def test_fault_matrix(fault: str, state: str, clock: FakeClock) -> None:
 
 def render() -> str:
     """The matrix as the Markdown table published in the docs."""
-    lines = ["| fault | " + " | ".join(f"entry {s}" for s in STATES) + " |", "| --- |" + " --- |" * len(STATES)]
+    lines = [
+        "| fault | " + " | ".join(f"entry {s}" for s in STATES) + " |",
+        "| --- |" + " --- |" * len(STATES),
+    ]
     for fault in FAULTS:
         lines.append(f"| {fault} | " + " | ".join(expected(fault, s) for s in STATES) + " |")
     return "\n".join(lines)
@@ -154,4 +179,6 @@ def render() -> str:
 
 def test_docs_publish_this_matrix() -> None:
     doc = (Path(__file__).resolve().parents[1] / "docs" / "fault-matrix.md").read_text()
-    assert render() in doc, "regenerate docs/fault-matrix.md from tests/test_fault_matrix.py::render"
+    assert render() in doc, (
+        "regenerate docs/fault-matrix.md from tests/test_fault_matrix.py::render"
+    )

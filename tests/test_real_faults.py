@@ -21,14 +21,19 @@ from adcp_stale_cache.demo.processes import free_port
 
 from .conftest import FakeClock
 
-POLICY = SurfacePolicy(name="get_products", field="products", freshness_target_seconds=10, upstream_timeout_seconds=0.5)
+POLICY = SurfacePolicy(
+    name="get_products", field="products", freshness_target_seconds=10, upstream_timeout_seconds=0.5
+)
 GOOD = b'{"products": [{"product_id": "p1"}]}'
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
 async def healthy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     await reader.readuntil(b"\r\n\r\n")
-    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(GOOD), GOOD))
+    writer.write(
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+        % (len(GOOD), GOOD)
+    )
     await writer.drain()
     writer.close()
 
@@ -39,7 +44,10 @@ async def hang(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> No
 
 async def reset_mid_body(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     await reader.readuntil(b"\r\n\r\n")
-    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n" + GOOD[:10])
+    writer.write(
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n"
+        + GOOD[:10]
+    )
     await writer.drain()
     writer.transport.abort()
 

@@ -59,6 +59,11 @@ def loads(body: bytes | str, *, exact: bool = False) -> Any:
         raise Untouched("body is not valid JSON") from exc
 
 
+def parse(body: bytes) -> Any:
+    """Parse JSON without losing data: exact (stdlib) when an integer is too long for orjson."""
+    return loads(body, exact=_LONG_INTEGER.search(body) is not None)
+
+
 def dumps(value: Any) -> bytes:
     """Serialise JSON compactly (stdlib fallback for what orjson refuses)."""
     try:
@@ -69,8 +74,7 @@ def dumps(value: Any) -> bytes:
 
 def inject_json(body: bytes, errors: list[dict[str, Any]]) -> bytes:
     """The JSON body with ``errors`` appended to its payload's ``errors[]``."""
-    exact = _LONG_INTEGER.search(body) is not None
-    payload = loads(body, exact=exact)
+    payload = parse(body)
     _check(payload)
     if "errors" not in payload:
         head = body.rstrip()

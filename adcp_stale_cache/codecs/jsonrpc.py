@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import orjson
 
-from .json import Untouched, dumps, loads
+from .json import Untouched, dumps, parse
 
 MCP_TOOL_CALL = "tools/call"
 A2A_SEND = frozenset({"message/send", "SendMessage"})
@@ -78,7 +78,7 @@ def inject_body(body: bytes, calls: list[RpcCall], errors: list[dict[str, Any]])
     """A JSON-RPC response body (one message or a batch) with ``errors`` injected."""
     if len(calls) != 1:
         raise Untouched(f"{len(calls)} tool calls in one request: advisories cannot be attributed")
-    data = loads(body)
+    data = parse(body)
     messages = data if isinstance(data, list) else [data]
     answer = next((m for m in messages if isinstance(m, dict) and m.get("id") == calls[0].id), None)
     inject_response(answer, calls[0], errors)

@@ -11,10 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import orjson
-
 from . import a2a
-from .json import Untouched, dumps
+from .json import Untouched, dumps, parse
 from .jsonrpc import RpcCall, inject_response
 from .sse import EventSplitter, event_data, rewrite_data
 
@@ -74,7 +72,7 @@ class RpcEventStream:
             return held or b""
 
         def add(data: bytes) -> bytes | None:
-            message = orjson.loads(data)
+            message = parse(data)
             found = a2a.kind_of(message.get("result"))
             try:
                 assert found is not None
@@ -91,8 +89,8 @@ def _answer(event: bytes, call: RpcCall) -> dict[str, Any] | None:
     """The JSON-RPC message of an event when it answers ``call``."""
     data = event_data(event)
     try:
-        message = orjson.loads(data) if data else None
-    except orjson.JSONDecodeError:
+        message = parse(data) if data else None
+    except Untouched:
         return None
     return message if isinstance(message, dict) and message.get("id") == call.id else None
 
