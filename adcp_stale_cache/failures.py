@@ -193,10 +193,12 @@ _TRANSPORT_RULES = (
         Failure(FailureKind.CONNECTION, "DNS_FAILURE", "Upstream host name did not resolve"),
     ),
     (
-        lambda e: isinstance(e, ssl.SSLError)
-        or "SSLError" in _names(e)
-        or "[ssl" in str(e).lower()
-        or "certificate verify failed" in str(e).lower(),
+        lambda e: (
+            isinstance(e, ssl.SSLError)
+            or "SSLError" in _names(e)
+            or "[ssl" in str(e).lower()
+            or "certificate verify failed" in str(e).lower()
+        ),
         Failure(FailureKind.CONNECTION, "TLS_ERROR", "TLS handshake with upstream failed"),
     ),
     (

@@ -9,12 +9,18 @@ body holds an integer too long for a 64-bit parser (orjson would turn it into a 
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import orjson
 
-_LONG_INTEGER = re.compile(rb"\d{19,}")
+# Digits all become "0": a run of 19 "0"s then means a number (or digit string) orjson may not
+# hold exactly. translate + substring search is C-speed; a regex scan is ten times slower.
+_DIGITS_TO_ZERO = bytes.maketrans(b"0123456789", b"0" * 10)
+_LONG_RUN = b"0" * 19
+
+
+def _has_long_integer(body: bytes) -> bool:
+    return _LONG_RUN in body.translate(_DIGITS_TO_ZERO)
 
 
 class Untouched(Exception):
@@ -61,7 +67,7 @@ def loads(body: bytes | str, *, exact: bool = False) -> Any:
 
 def parse(body: bytes) -> Any:
     """Parse JSON without losing data: exact (stdlib) when an integer is too long for orjson."""
-    return loads(body, exact=_LONG_INTEGER.search(body) is not None)
+    return loads(body, exact=_has_long_integer(body))
 
 
 def dumps(value: Any) -> bytes:
