@@ -49,7 +49,9 @@ async def products(request: Request) -> JSONResponse:
 async def control(request: Request) -> JSONResponse:
     if request.method == "POST":
         state["outage"] = True
-    return JSONResponse({"bytes": store.bytes, "entries": store.entries, "max_bytes": MAX_BYTES})
+    return JSONResponse(
+        {"bytes": store.bytes, "max_bytes": MAX_BYTES, "upstreams": UPSTREAMS, "down": sorted(DOWN)}
+    )
 
 
 app = StaleAdvisoryMiddleware(

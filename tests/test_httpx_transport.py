@@ -48,7 +48,7 @@ FAULTS: list[tuple[Any, str]] = [
     (httpx.ReadTimeout("timed out"), "TIMEOUT"),
     (httpx.RemoteProtocolError("peer closed connection"), "CONNECTION_RESET"),
     (httpx.ConnectError("[Errno -2] Name or service not known"), "DNS_FAILURE"),
-    (httpx.ConnectError("[SSL: CERTIFICATE_VERIFY_FAILED]"), "CONNECTION_ERROR"),
+    (httpx.ConnectError("[SSL: CERTIFICATE_VERIFY_FAILED]"), "TLS_ERROR"),
     (httpx.Response(500), "UPSTREAM_HTTP_500"),
     (httpx.Response(502), "UPSTREAM_HTTP_502"),
     (httpx.Response(503, headers={"Retry-After": "30"}), "UPSTREAM_HTTP_503"),

@@ -20,8 +20,6 @@ import pytest
 
 from adcp_stale_cache.demo.processes import free_port, wait_for_port
 
-from .load_app import DOWN, UPSTREAMS
-
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,13 +54,15 @@ async def test_load_with_30_percent_failing_upstreams(seller_port: int) -> None:
     async with httpx.AsyncClient(
         base_url=f"http://127.0.0.1:{seller_port}", timeout=30, limits=limits
     ) as client:
-        for n in range(UPSTREAMS):  # warm every key
+        setup = (await client.get("/control")).json()  # not imported: it sets log levels
+        upstreams, down = setup["upstreams"], set(setup["down"])
+        for n in range(upstreams):  # warm every key
             assert (await client.post("/api/get_products", params={"u": n})).status_code == 200
         await client.post("/control")  # the outage starts
         counts = {"ok": 0, "5xx": 0, "wrong": 0}
         queue: asyncio.Queue[int] = asyncio.Queue()
         for i in range(REQUESTS):
-            queue.put_nowait(i % UPSTREAMS)
+            queue.put_nowait(i % upstreams)
 
         async def worker() -> None:
             while not queue.empty():
@@ -73,7 +73,7 @@ async def test_load_with_30_percent_failing_upstreams(seller_port: int) -> None:
                     continue
                 body = response.json()
                 names = [e["details"]["upstream"]["name"] for e in body.get("errors", [])]
-                expected = [f"upstream-{n}"] if n in DOWN else []
+                expected = [f"upstream-{n}"] if n in down else []
                 right = names == expected and body["products"][0]["product_id"] == f"u{n}-0"
                 counts["ok" if right else "wrong"] += 1
 
