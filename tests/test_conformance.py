@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from adcp_stale_cache.demo.processes import App, free_port
+from .deployment import Deployment
 
 pytestmark = pytest.mark.e2e
 
@@ -38,24 +38,10 @@ if shutil.which("npx") is None:
 
 
 @pytest.fixture(scope="module")
-def seller() -> Iterator[App]:
-    inventory = App("inventory-service", free_port())
-    agent = App("creative-agent", free_port(), "--name", "a")
-    seller = App(
-        "seller", free_port(),
-        f"--creative-agent=a={agent.url}/mcp", "--inventory-service", inventory.url,
-        "--freshness-target", "60", "--upstream-timeout", "2", "--test-controller",
-    )  # fmt: skip
-    apps = [inventory, agent, seller]
-    for app in apps:
-        app.start()
-    try:
-        for app in apps:
-            app.wait()
-        yield seller
-    finally:
-        for app in apps:
-            app.stop()
+def seller() -> Iterator[Deployment]:
+    flags = ("--freshness-target", "60", "--upstream-timeout", "2", "--test-controller")
+    with Deployment(*flags, agents="a") as deployment:
+        yield deployment
 
 
 def run_storyboard(url: str, protocol: str) -> dict[str, Any]:
@@ -79,7 +65,7 @@ def run_storyboard(url: str, protocol: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("protocol", ["mcp", "a2a"])
-def test_storyboard_validations_all_pass(seller: App, protocol: str) -> None:
+def test_storyboard_validations_all_pass(seller: Deployment, protocol: str) -> None:
     url = f"{seller.url}/mcp" if protocol == "mcp" else seller.url
     result = run_storyboard(url, protocol)
     steps = [step for phase in result["phases"] for step in phase["steps"]]

@@ -17,30 +17,17 @@ from typing import Any
 import httpx
 import pytest
 
-from adcp_stale_cache.demo.processes import App, free_port
+from adcp_stale_cache.demo.processes import App
+
+from .deployment import Deployment
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
 def seller() -> Iterator[tuple[App, App]]:
-    inventory = App("inventory-service", free_port())
-    agent = App("creative-agent", free_port(), "--name", "a")
-    seller = App(
-        "seller", free_port(),
-        f"--creative-agent=a={agent.url}/mcp", "--inventory-service", inventory.url,
-        "--freshness-target", "1", "--upstream-timeout", "1",
-    )  # fmt: skip
-    apps = [inventory, agent, seller]
-    for app in apps:
-        app.start()
-    try:
-        for app in apps:
-            app.wait()
-        yield seller, inventory
-    finally:
-        for app in apps:
-            app.stop()
+    with Deployment("--freshness-target", "1", "--upstream-timeout", "1", agents="a") as deployment:
+        yield deployment.seller, deployment.inventory
 
 
 def timed(client: httpx.Client, **kwargs: Any) -> tuple[float, dict[str, Any]]:

@@ -11,52 +11,29 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
-from adcp_stale_cache.demo.processes import App, free_port
+from .deployment import Deployment
 
 pytestmark = pytest.mark.e2e
 
 TIMEOUT = 1.0
 
 
-class Deployment:
-    def __init__(self, *, freshness_target: int = 1, max_stale: int = 3600) -> None:
-        self.agents = {
-            n: App("creative-agent", free_port(), "--name", n, "--formats", "2") for n in "abc"
-        }
-        self.inventory = App("inventory-service", free_port(), "--products", "4")
-        self.seller = App(
-            "seller", free_port(),
-            *[f"--creative-agent={n}={a.url}/mcp" for n, a in self.agents.items()],
-            "--inventory-service", self.inventory.url,
-            "--freshness-target", str(freshness_target),
-            "--max-stale", str(max_stale),
-            "--upstream-timeout", str(TIMEOUT),
-        )  # fmt: skip
-        self.apps = [*self.agents.values(), self.inventory, self.seller]
-
-    def __enter__(self) -> Deployment:
-        for app in self.apps:
-            app.start()
-        for app in self.apps:
-            app.wait()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for app in self.apps:
-            app.stop()
-
-    def post(self, tool: str, **kwargs: Any) -> tuple[httpx.Response, float]:
-        started = time.monotonic()
-        response = httpx.post(f"{self.seller.url}/api/{tool}", timeout=10, **kwargs)
-        return response, time.monotonic() - started
+def seller_flags(freshness_target: int = 1, max_stale: int = 3600) -> tuple[str, ...]:
+    return (
+        "--freshness-target",
+        str(freshness_target),
+        "--max-stale",
+        str(max_stale),
+        "--upstream-timeout",
+        str(TIMEOUT),
+    )
 
 
 @pytest.fixture
 def deployment() -> Iterator[Deployment]:
-    with Deployment() as d:
+    with Deployment(*seller_flags()) as d:
         yield d
 
 
@@ -145,7 +122,7 @@ def test_no_entry_means_the_failure_stays_a_failure(deployment: Deployment) -> N
 
 
 def test_no_stale_serve_past_max_stale() -> None:
-    with Deployment(freshness_target=1, max_stale=1) as deployment:
+    with Deployment(*seller_flags(max_stale=1)) as deployment:
         deployment.post("get_products", json={})
         time.sleep(2.2)  # past target + max-stale
         deployment.inventory.kill()

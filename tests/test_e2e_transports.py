@@ -16,41 +16,20 @@ from uuid import uuid4
 import httpx
 import pytest
 
-from adcp_stale_cache.demo.processes import App, free_port
+from .deployment import Deployment
 
 pytestmark = pytest.mark.e2e
 
 
-class Seller:
-    def __init__(self) -> None:
-        self.inventory = App("inventory-service", free_port())
-        self.agent = App("creative-agent", free_port(), "--name", "a")
-        self.app = App(
-            "seller", free_port(),
-            f"--creative-agent=a={self.agent.url}/mcp", "--inventory-service", self.inventory.url,
-            "--freshness-target", "0", "--max-stale", "600", "--upstream-timeout", "2",
-        )  # fmt: skip
-
-    @property
-    def url(self) -> str:
-        return self.app.url
-
-
 @pytest.fixture(scope="module")
-def seller() -> Iterator[Seller]:
-    s = Seller()
-    apps = [s.inventory, s.agent, s.app]
-    for app in apps:
-        app.start()
-    try:
-        for app in apps:
-            app.wait()
-        httpx.post(f"{s.url}/api/get_products", json={}, timeout=10).raise_for_status()  # warm
-        s.inventory.kill()
-        yield s
-    finally:
-        for app in apps:
-            app.stop()
+def seller() -> Iterator[Deployment]:
+    flags = ("--freshness-target", "0", "--max-stale", "600", "--upstream-timeout", "2")
+    with Deployment(*flags, agents="a") as deployment:
+        httpx.post(
+            f"{deployment.url}/api/get_products", json={}, timeout=10
+        ).raise_for_status()  # warm
+        deployment.inventory.kill()
+        yield deployment
 
 
 def skill_message(skill: str, *, v03: bool = False) -> dict[str, Any]:
@@ -104,12 +83,12 @@ async def send_v1(http: httpx.AsyncClient, url: str, skill: str) -> dict[str, An
 
 
 @pytest.mark.parametrize("skill", ["get_products", "list_creative_formats"])
-async def test_a2a_v1_send_message(seller: Seller, skill: str) -> None:
+async def test_a2a_v1_send_message(seller: Deployment, skill: str) -> None:
     async with httpx.AsyncClient(timeout=10) as http:
         check(skill, task_payload(await send_v1(http, f"{seller.url}/", skill)))
 
 
-async def test_a2a_v03_message_send(seller: Seller) -> None:
+async def test_a2a_v03_message_send(seller: Deployment) -> None:
     body = {
         "jsonrpc": "2.0",
         "id": 5,
@@ -126,7 +105,7 @@ async def test_a2a_v03_message_send(seller: Seller) -> None:
 @pytest.mark.parametrize(
     "v03", [False, True], ids=["v1-SendStreamingMessage", "v03-message-stream"]
 )
-async def test_a2a_streaming(seller: Seller, v03: bool) -> None:
+async def test_a2a_streaming(seller: Deployment, v03: bool) -> None:
     method = "message/stream" if v03 else "SendStreamingMessage"
     body = {
         "jsonrpc": "2.0",
@@ -158,7 +137,7 @@ async def test_a2a_streaming(seller: Seller, v03: bool) -> None:
     check("get_products", payload)
 
 
-async def test_a2a_sdk_client_sees_advisory_with_completed_task(seller: Seller) -> None:
+async def test_a2a_sdk_client_sees_advisory_with_completed_task(seller: Deployment) -> None:
     from a2a import types as pb
     from a2a.client import ClientConfig, create_client
     from google.protobuf.json_format import MessageToDict, ParseDict
@@ -195,7 +174,7 @@ async def test_a2a_sdk_client_sees_advisory_with_completed_task(seller: Seller) 
             )
 
 
-async def test_a2a_concurrent_calls_never_share_advisories(seller: Seller) -> None:
+async def test_a2a_concurrent_calls_never_share_advisories(seller: Deployment) -> None:
     skills = ["get_products" if i % 2 else "list_creative_formats" for i in range(50)]
     async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=50)) as http:
         tasks = await asyncio.gather(*(send_v1(http, f"{seller.url}/", s) for s in skills))
@@ -203,7 +182,7 @@ async def test_a2a_concurrent_calls_never_share_advisories(seller: Seller) -> No
         check(skill, task_payload(task))
 
 
-async def test_mcp_concurrent_calls_on_one_stateful_session(seller: Seller) -> None:
+async def test_mcp_concurrent_calls_on_one_stateful_session(seller: Deployment) -> None:
     from mcp import Client
 
     tools = ["get_products" if i % 2 else "list_creative_formats" for i in range(50)]
