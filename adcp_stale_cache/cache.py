@@ -87,7 +87,10 @@ class UpstreamCache:
 
     ``surfaces`` gives each tool surface its policy; ``store`` defaults to a bounded
     :class:`~adcp_stale_cache.stores.MemoryStore`. ``clock`` stamps entries and measures ages
-    (and breaker cooldowns). ``breaker`` sets the per-upstream circuit breaker (None: off).
+    (and breaker cooldowns); it defaults to the store's own clock (the wall clock for shared
+    stores, a monotonic one in memory). ``breaker`` sets the per-upstream circuit breaker
+    (None: off). ``coordinate_refreshes`` makes processes sharing a store that offers leases
+    (Redis) refresh an expired key once between them.
     ``test_mode`` enables :meth:`force_upstream_unavailable`: sandbox only.
     """
 
@@ -96,14 +99,20 @@ class UpstreamCache:
         store: Store | None = None,
         *,
         surfaces: Surfaces | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] | None = None,
         namespace: str = "adcp-stale-cache",
         breaker: BreakerPolicy | None = DEFAULT_BREAKER,
+        coordinate_refreshes: bool = False,
         test_mode: bool = False,
     ) -> None:
-        self.store: Store = store if store is not None else MemoryStore(clock=clock)
+        self.store: Store = (
+            store if store is not None else MemoryStore(clock=clock or time.monotonic)
+        )
         self.surfaces = surfaces or Surfaces()
-        self.clock = clock
+        # A shared store (Redis) stamps entries with the wall clock every process shares.
+        store_clock: Callable[[], float] = getattr(self.store, "clock", time.monotonic)
+        self.clock = clock or store_clock
+        self.coordinate_refreshes = coordinate_refreshes
         self.namespace = namespace
         self._flights: SingleFlight[_Refreshed[Any]] = SingleFlight()
         self._forced = ForcedOutages() if test_mode else None
@@ -219,6 +228,17 @@ class UpstreamCache:
         breaker = self._breaker(upstream)
 
         async def refresh() -> _Refreshed[T]:
+            lease = getattr(self.store, "lease", None) if self.coordinate_refreshes else None
+            if lease is None:
+                return await call_and_store()
+            started = self.clock()
+            async with lease(store_key, timeout + 1) as holder:
+                if holder:
+                    return await call_and_store()
+            entry = await self._await_other_process(store_key, started, timeout)
+            return _Refreshed(codec.loads(entry.data), entry.data)
+
+        async def call_and_store() -> _Refreshed[T]:
             try:
                 value = await call_with_deadline(call, timeout)
                 if validate is not None:
@@ -241,6 +261,22 @@ class UpstreamCache:
             return _Refreshed(value, data)
 
         return refresh
+
+    async def _await_other_process(self, store_key: str, since: float, timeout: float) -> Entry:
+        """The entry another process's refresh stores, waited for up to ``timeout``."""
+        lease_active: Any = getattr(self.store, "lease_active", None)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+            entry = await self._get(store_key)
+            if entry is not None and entry.stored_at >= since:
+                return entry
+            if lease_active is not None and not await lease_active(store_key):
+                entry = await self._get(store_key)  # released: it stored, or it failed
+                if entry is not None and entry.stored_at >= since:
+                    return entry
+                raise ConnectionError("the refresh by another process failed")
+        raise TimeoutError(f"no answer within {timeout:g}s (refresh by another process)")
 
     def _breaker(self, upstream: Upstream) -> Breaker | None:
         if self.breaker_policy is None:

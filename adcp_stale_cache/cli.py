@@ -49,6 +49,14 @@ def _parser() -> argparse.ArgumentParser:
     seller.add_argument("--max-stale", type=int, default=3600, metavar="S")
     seller.add_argument("--upstream-timeout", type=float, default=5.0, metavar="S")
     seller.add_argument(
+        "--redis", metavar="URL", help="share the cache through Redis (two tiers: memory, Redis)"
+    )
+    seller.add_argument(
+        "--coordinate-refreshes",
+        action="store_true",
+        help="with --redis: processes refresh an expired key once between them (lease lock)",
+    )
+    seller.add_argument(
         "--test-controller",
         action="store_true",
         help="sandbox only: expose comply_test_controller (force_upstream_unavailable)",
@@ -97,9 +105,18 @@ def _serve(args: argparse.Namespace) -> int:
             upstream_timeout=args.upstream_timeout,
             public_url=f"http://{args.host}:{args.port}",
             test_controller=args.test_controller,
+            store=_redis_store(args.redis) if args.redis else None,
+            coordinate_refreshes=args.coordinate_refreshes,
         )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
+
+
+def _redis_store(url: str) -> Any:
+    from .stores import TieredStore
+    from .stores.redis import RedisStore
+
+    return TieredStore(RedisStore(url=url))
 
 
 if __name__ == "__main__":

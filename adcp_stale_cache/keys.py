@@ -51,11 +51,19 @@ CALLER_HEADERS = (
 
 def caller_partition(scope: Mapping[str, Any]) -> str:
     """The default cache partition of an incoming request: a digest of its credentials,
-    tenant and host headers, so that no caller is ever served another caller's entry.
-    (Hashed: no credential is kept in clear.)"""
+    tenant and host name, so that no caller is ever served another caller's entry.
+    (Hashed: no credential is kept in clear. The port is left out of the host: workers
+    behind one name, on several ports, share their entries.)"""
     headers = dict.fromkeys(CALLER_HEADERS, b"")
     for name, value in scope.get("headers", []):
         name = name.lower()
         if name in headers:
             headers[name] = value
+    headers[b"host"] = _host_name(headers[b"host"])
     return digest(headers[name] for name in CALLER_HEADERS)
+
+
+def _host_name(host: bytes) -> bytes:
+    if host.startswith(b"["):  # [IPv6]:port
+        return host.split(b"]")[0] + b"]"
+    return host.rsplit(b":", 1)[0].lower()

@@ -198,6 +198,7 @@ def create_seller_app(
     store: Store | None = None,
     public_url: str = "http://127.0.0.1:8000",
     test_controller: bool = False,
+    coordinate_refreshes: bool = False,
 ) -> FastAPI:
     """The seller app; ``creative_agents`` maps each agent's name to its MCP URL.
 
@@ -205,7 +206,12 @@ def create_seller_app(
     test mode): never in production.
     """
     surfaces = seller_surfaces(freshness_target, max_stale, upstream_timeout)
-    cache = UpstreamCache(store, surfaces=surfaces, test_mode=test_controller)
+    cache = UpstreamCache(
+        store,
+        surfaces=surfaces,
+        test_mode=test_controller,
+        coordinate_refreshes=coordinate_refreshes,
+    )
     inventory = Upstream(name="inventory-service")  # internal: its URL is never reported
     transport = CachingTransport(cache, inventory, surface="get_products", validate=_has_products)
     client = httpx.AsyncClient(base_url=inventory_url, transport=transport)

@@ -29,7 +29,7 @@ class MemoryStore:
             raise ValueError("max_entries and max_bytes must be positive")
         self.max_entries = max_entries
         self.max_bytes = max_bytes
-        self._clock = clock
+        self.clock = clock
         self._data: TLRUCache[str, tuple[Entry, float]] = TLRUCache(
             maxsize=max_bytes, ttu=_expires_at, timer=clock, getsizeof=_sizeof
         )

@@ -1,0 +1,157 @@
+"""A Redis store (``redis.asyncio``), shared by every worker and host of a seller.
+
+Entry format (version 1), under ``{prefix}:v1:{key}``::
+
+    b"\\x01" | stored_at (8 bytes, big-endian IEEE double, Unix seconds) | data
+
+``stored_at`` is the writer's wall clock, so every process computes the same age (up to the
+clock skew between hosts, which NTP keeps small; ages are clamped at zero, so a reader behind
+the writer never sees a negative age). Keys carry the format version: a future format uses
+``v2`` keys and never misreads a ``v1`` value. Redis expires each entry at target + max-stale.
+
+Redis faults never fail a request: every operation has short socket timeouts, and after a
+failure the store stays away from Redis for ``retry_after_seconds`` (answering "no entry"),
+then tries again; the client reconnects by itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from ..entry import Entry
+
+logger = logging.getLogger("adcp_stale_cache.redis")
+
+FORMAT_VERSION = 1
+_HEADER = struct.Struct(">Bd")
+_RELEASE = (
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+)
+
+
+class RedisStore:
+    """Entries in Redis; ``clock`` is the wall clock (``time.time``) every process shares."""
+
+    clock = staticmethod(time.time)
+
+    def __init__(
+        self,
+        client: Any = None,
+        *,
+        url: str = "redis://127.0.0.1:6379/0",
+        prefix: str = "adcp-stale-cache",
+        socket_timeout: float = 0.25,
+        retry_after_seconds: float = 1.0,
+    ) -> None:
+        if client is None:
+            import redis.asyncio as redis
+
+            client = redis.Redis.from_url(
+                url, socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout
+            )
+        self.client = client
+        self.prefix = f"{prefix}:v{FORMAT_VERSION}"
+        self.retry_after_seconds = retry_after_seconds
+        self.failures = 0  # Redis operations that failed (and were answered as "no entry")
+        self._down_until = 0.0
+
+    def _key(self, key: str) -> str:
+        return f"{self.prefix}:{key}"
+
+    @property
+    def available(self) -> bool:
+        """False while the store stays away from Redis after a failure."""
+        return time.monotonic() >= self._down_until
+
+    async def get(self, key: str) -> Entry | None:
+        """The entry under ``key``; None when absent, unreadable or Redis is down."""
+        if not self.available:
+            return None
+        try:
+            raw = await self.client.get(self._key(key))
+        except Exception as exc:
+            self._failed("get", exc)
+            return None
+        return decode(raw) if raw else None
+
+    async def set(self, key: str, entry: Entry, ttl_seconds: float) -> None:
+        """Write ``entry`` with its expiry; a Redis fault is logged, not raised."""
+        if not self.available:
+            return
+        try:
+            await self.client.set(self._key(key), encode(entry), px=max(1, int(ttl_seconds * 1000)))
+        except Exception as exc:
+            self._failed("set", exc)
+
+    async def delete(self, key: str) -> None:
+        """Forget ``key``."""
+        if not self.available:
+            return
+        try:
+            await self.client.delete(self._key(key))
+        except Exception as exc:
+            self._failed("delete", exc)
+
+    @asynccontextmanager
+    async def lease(self, key: str, seconds: float) -> AsyncIterator[bool]:
+        """A cross-process lock on refreshing ``key``: yields True to the one holder.
+
+        The lease expires by itself after ``seconds``, so a holder that dies never blocks the
+        others for longer. Yields True too when Redis is down (no coordination possible: each
+        process refreshes for itself).
+        """
+        lock, token = f"{self.prefix}:lease:{key}", uuid.uuid4().hex
+        acquired = True
+        if self.available:
+            try:
+                acquired = bool(
+                    await self.client.set(lock, token, nx=True, px=max(1, int(seconds * 1000)))
+                )
+            except Exception as exc:
+                self._failed("lease", exc)
+        try:
+            yield acquired
+        finally:
+            if acquired and self.available:
+                try:
+                    await self.client.eval(_RELEASE, 1, lock, token)
+                except Exception as exc:
+                    self._failed("release", exc)
+
+    async def lease_active(self, key: str) -> bool:
+        """Whether some process holds the refresh lease of ``key``."""
+        if not self.available:
+            return False
+        try:
+            return bool(await self.client.exists(f"{self.prefix}:lease:{key}"))
+        except Exception as exc:
+            self._failed("lease_active", exc)
+            return False
+
+    async def aclose(self) -> None:
+        """Close the client's connections."""
+        await self.client.aclose()
+
+    def _failed(self, op: str, exc: Exception) -> None:
+        self.failures += 1
+        self._down_until = time.monotonic() + self.retry_after_seconds
+        logger.warning("redis_unavailable op=%s error=%s", op, type(exc).__name__)
+
+
+def encode(entry: Entry) -> bytes:
+    """The stored form of an entry."""
+    return _HEADER.pack(FORMAT_VERSION, entry.stored_at) + entry.data
+
+
+def decode(raw: bytes) -> Entry | None:
+    """An entry from its stored form; None for anything else (never a misread)."""
+    if len(raw) < _HEADER.size or raw[0] != FORMAT_VERSION:
+        return None
+    _, stored_at = _HEADER.unpack_from(raw)
+    return Entry(bytes(raw[_HEADER.size :]), stored_at)

@@ -1,0 +1,74 @@
+"""Two tiers: a bounded memory store in front of a shared one (Redis).
+
+Reads take the memory copy while it is young (``near_max_age_seconds``), else ask the shared
+store and keep the newer of the two, so a process sees what another process refreshed. When
+the shared store is down or empty, the memory copy is still served: a process keeps its
+stale fallback through a Redis outage, and a cold process finds one in Redis through an
+upstream outage. Writes go to both tiers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from ..entry import Entry
+from .base import Store
+from .memory import MemoryStore
+
+
+class TieredStore:
+    """Memory in front of ``far``; both keep entries on the shared wall clock."""
+
+    clock = staticmethod(time.time)
+
+    def __init__(
+        self,
+        far: Store,
+        near: MemoryStore | None = None,
+        *,
+        near_max_age_seconds: float = 1.0,
+        near_ttl_seconds: float = 3600.0,
+    ) -> None:
+        self.far = far
+        self.near = near if near is not None else MemoryStore()
+        self.near_max_age_seconds = near_max_age_seconds
+        self.near_ttl_seconds = near_ttl_seconds
+
+    async def get(self, key: str) -> Entry | None:
+        """The newer of the memory and shared copies (memory alone while it is young)."""
+        near = await self.near.get(key)
+        if near is not None and self.clock() - near.stored_at < self.near_max_age_seconds:
+            return near
+        far = await self.far.get(key)
+        if far is None or (near is not None and near.stored_at >= far.stored_at):
+            return near
+        await self.near.set(key, far, self.near_ttl_seconds)
+        return far
+
+    async def set(self, key: str, entry: Entry, ttl_seconds: float) -> None:
+        """Write both tiers."""
+        await self.near.set(key, entry, ttl_seconds)
+        await self.far.set(key, entry, ttl_seconds)
+
+    async def delete(self, key: str) -> None:
+        """Forget ``key`` in both tiers."""
+        await self.near.delete(key)
+        await self.far.delete(key)
+
+    @asynccontextmanager
+    async def lease(self, key: str, seconds: float) -> AsyncIterator[bool]:
+        """The shared store's lease (True, no coordination, when it has none)."""
+        lease: Any = getattr(self.far, "lease", None)
+        if lease is None:
+            yield True
+            return
+        async with lease(key, seconds) as holder:
+            yield holder
+
+    async def lease_active(self, key: str) -> bool:
+        """Whether another process holds the refresh lease of ``key``."""
+        active: Any = getattr(self.far, "lease_active", None)
+        return bool(await active(key)) if active is not None else False

@@ -1,0 +1,46 @@
+"""A real redis-server on loopback for the tests (CI installs the Debian package)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from adcp_stale_cache.demo.processes import free_port, wait_for_port
+
+
+class RedisServer:
+    """One redis-server process on 127.0.0.1, no persistence; stop and start it at will."""
+
+    def __init__(self) -> None:
+        if shutil.which("redis-server") is None:
+            pytest.skip(
+                "redis-server is not installed (apt-get install redis-server; CI installs it)"
+            )
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> RedisServer:
+        command = [
+            "redis-server",
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL
+        )
+        wait_for_port(self.port)
+        return self
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()

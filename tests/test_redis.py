@@ -1,0 +1,268 @@
+"""The Redis store, two tiers, cross-process refresh leases, and Redis faults (real redis-server)."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from adcp_stale_cache import SurfacePolicy, Surfaces, Upstream, UpstreamCache, collect_advisories
+from adcp_stale_cache.entry import Entry
+from adcp_stale_cache.stores import MemoryStore, TieredStore
+from adcp_stale_cache.stores.redis import RedisStore, decode, encode
+
+from .redis_server import RedisServer
+
+redis_asyncio = pytest.importorskip("redis.asyncio", reason="the redis extra is needed")
+
+POLICY = SurfacePolicy(name="get_products", field="products", freshness_target_seconds=1, max_stale_seconds=600,
+                       upstream_timeout_seconds=2)  # fmt: skip
+INVENTORY = Upstream(name="inventory-service")
+
+
+@pytest.fixture
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer().start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+@pytest.fixture
+async def store(redis_server: RedisServer) -> AsyncIterator[RedisStore]:
+    s = RedisStore(url=redis_server.url, retry_after_seconds=0.2)
+    try:
+        yield s
+    finally:
+        await s.aclose()
+
+
+def test_entry_format_is_versioned_and_never_misread() -> None:
+    entry = Entry(b'{"products":[]}', 1_700_000_000.25)
+    assert decode(encode(entry)) == entry
+    assert decode(b"\x02" + encode(entry)[1:]) is None  # a future format is not misread
+    assert decode(b"garbage") is None and decode(b"") is None
+
+
+async def test_roundtrip_keys_and_expiry(store: RedisStore, redis_server: RedisServer) -> None:
+    entry = Entry(b"data", time.time())
+    await store.set("k", entry, 0.3)
+    assert await store.get("k") == entry
+    raw = redis_asyncio.Redis.from_url(redis_server.url)
+    assert await raw.exists("adcp-stale-cache:v1:k") == 1
+    assert 0 < await raw.pttl("adcp-stale-cache:v1:k") <= 300
+    await asyncio.sleep(0.4)
+    assert await store.get("k") is None
+    await raw.aclose()
+
+
+async def test_redis_down_degrades_and_recovers(
+    store: RedisStore, redis_server: RedisServer
+) -> None:
+    await store.set("k", Entry(b"v", time.time()), 60)
+    redis_server.kill()
+    started = time.monotonic()
+    assert await store.get("k") is None  # no entry rather than an error
+    await store.set("k", Entry(b"w", time.time()), 60)  # no raise
+    assert time.monotonic() - started < 1.0
+    assert store.failures >= 1
+    redis_server.start()  # flushed: a new, empty server on the same port
+    await asyncio.sleep(0.3)
+    await store.set("k", Entry(b"x", time.time()), 60)
+    assert (await store.get("k") or Entry(b"", 0)).data == b"x"
+
+
+def cache_on(url: str, **kwargs: Any) -> UpstreamCache:
+    return UpstreamCache(
+        TieredStore(RedisStore(url=url, retry_after_seconds=0.2)),
+        surfaces=Surfaces.of(POLICY),
+        **kwargs,
+    )
+
+
+async def test_cold_process_serves_stale_from_redis(redis_server: RedisServer) -> None:
+    warm, cold = cache_on(redis_server.url), cache_on(redis_server.url)
+
+    async def healthy() -> dict[str, Any]:
+        return {"products": ["p1"]}
+
+    async def down() -> dict[str, Any]:
+        raise ConnectionRefusedError
+
+    await warm.fetch(INVENTORY, "k", healthy, surface="get_products")
+    await asyncio.sleep(1.1)
+    with collect_advisories() as advisories:
+        assert await cold.fetch(INVENTORY, "k", down, surface="get_products") == {
+            "products": ["p1"]
+        }
+    [advisory] = advisories.errors()
+    assert advisory["details"]["cache_age_seconds"] >= 1
+
+
+async def test_redis_killed_mid_test_requests_keep_succeeding(redis_server: RedisServer) -> None:
+    cache = cache_on(redis_server.url)
+    up = {"down": False}
+
+    async def call() -> dict[str, Any]:
+        if up["down"]:
+            raise ConnectionRefusedError
+        return {"products": ["p1"]}
+
+    await cache.fetch(INVENTORY, "k", call, surface="get_products")
+    redis_server.kill()
+    assert await cache.fetch(INVENTORY, "k", call, surface="get_products") == {
+        "products": ["p1"]
+    }  # fresh, memory
+    await asyncio.sleep(1.1)
+    up["down"] = True
+    with collect_advisories() as advisories:
+        assert await cache.fetch(INVENTORY, "k", call, surface="get_products") == {
+            "products": ["p1"]
+        }
+    assert len(advisories) == 1  # stale from memory while Redis is down
+    redis_server.start()
+    await asyncio.sleep(0.3)
+    up["down"] = False
+    await cache.fetch(INVENTORY, "k2", call, surface="get_products")  # writes reach Redis again
+    raw = redis_asyncio.Redis.from_url(redis_server.url)
+    assert len(await raw.keys("adcp-stale-cache:v1:*")) == 1
+    await raw.aclose()
+
+
+REFRESHER = """
+import asyncio, sys, time
+import redis.asyncio as redis
+from adcp_stale_cache import SurfacePolicy, Surfaces, Upstream, UpstreamCache
+from adcp_stale_cache.stores import TieredStore
+from adcp_stale_cache.stores.redis import RedisStore
+
+url, start_at, coordinate = sys.argv[1], float(sys.argv[2]), sys.argv[3] == "1"
+policy = SurfacePolicy(name="get_products", freshness_target_seconds=1, upstream_timeout_seconds=3)
+
+async def main():
+    cache = UpstreamCache(TieredStore(RedisStore(url=url)), surfaces=Surfaces.of(policy), coordinate_refreshes=coordinate)
+    counter = redis.Redis.from_url(url)
+
+    async def upstream():
+        await counter.incr("upstream-calls")
+        await asyncio.sleep(0.5)
+        return {"products": ["fresh"]}
+
+    await asyncio.sleep(max(0, start_at - time.time()))
+    value = await cache.fetch(Upstream(name="inventory-service"), "k", upstream, surface="get_products")
+    print(value["products"][0])
+
+asyncio.run(main())
+"""
+
+
+def refresher(url: str, start_at: float, coordinate: bool) -> list[str]:
+    return [sys.executable, "-c", REFRESHER, url, str(start_at), "1" if coordinate else "0"]
+
+
+async def run_refreshers(url: str, coordinate: bool) -> tuple[int, list[str]]:
+    raw = redis_asyncio.Redis.from_url(url)
+    seed = cache_on(url)
+
+    async def old() -> dict[str, Any]:
+        return {"products": ["old"]}
+
+    await seed.fetch(INVENTORY, "k", old, surface="get_products")
+    await asyncio.sleep(1.1)  # the key is past its target: every process wants to refresh it
+    await raw.delete("upstream-calls")
+    start_at = time.time() + 4
+    procs = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            REFRESHER,
+            url,
+            str(start_at),
+            "1" if coordinate else "0",
+            stdout=subprocess.PIPE,
+        )
+        for _ in range(4)
+    ]
+    outputs = [(await p.communicate())[0].decode().strip() for p in procs]
+    calls = int(await raw.get("upstream-calls") or 0)
+    await raw.aclose()
+    return calls, outputs
+
+
+async def test_four_processes_one_upstream_call_with_the_lease(redis_server: RedisServer) -> None:
+    calls, outputs = await run_refreshers(redis_server.url, coordinate=True)
+    assert outputs == ["fresh"] * 4
+    assert calls == 1
+
+
+async def test_without_the_lease_each_process_calls(redis_server: RedisServer) -> None:
+    calls, outputs = await run_refreshers(redis_server.url, coordinate=False)
+    assert outputs == ["fresh"] * 4
+    assert calls == 4  # the control: the lease is what made it one
+
+
+async def test_dead_lease_holder_never_blocks_past_the_lease(store: RedisStore) -> None:
+    raw_lock = f"{store.prefix}:lease:k"
+    await store.client.set(raw_lock, "someone-who-died", px=300)
+    async with store.lease("k", 1) as holder:
+        assert holder is False
+    await asyncio.sleep(0.35)
+    async with store.lease("k", 1) as holder:
+        assert holder is True
+
+
+async def test_memory_tier_is_bounded_and_first(redis_server: RedisServer) -> None:
+    far = RedisStore(url=redis_server.url)
+    tiered = TieredStore(far, MemoryStore(max_entries=2))
+    for i in range(3):
+        await tiered.set(f"k{i}", Entry(b"v", time.time()), 60)
+    assert tiered.near.entries == 2
+    assert await tiered.get("k0") is not None  # evicted from memory, found in Redis
+    await far.aclose()
+
+
+def test_two_sellers_share_one_redis(redis_server: RedisServer) -> None:
+    import httpx
+
+    from adcp_stale_cache.demo.processes import App, free_port
+
+    inventory = App("inventory-service", free_port()).start()
+    flags = (
+        "--inventory-service",
+        inventory.url,
+        "--freshness-target",
+        "1",
+        "--upstream-timeout",
+        "1",
+        "--redis",
+        redis_server.url,
+    )
+    seller_a, seller_b = App("seller", free_port(), *flags), App("seller", free_port(), *flags)
+    apps = [inventory, seller_a, seller_b]
+    try:
+        for app in apps[1:]:
+            app.start()
+        for app in apps:
+            app.wait()
+        warm = httpx.post(f"{seller_a.url}/api/get_products", json={}, timeout=10)
+        assert warm.status_code == 200 and "errors" not in warm.json()
+        inventory.kill()
+        time.sleep(1.2)
+        response = httpx.post(
+            f"{seller_b.url}/api/get_products", json={}, timeout=10
+        )  # never warmed
+    finally:
+        for app in apps:
+            app.stop()
+    assert response.status_code == 200
+    body = response.json()
+    assert body["products"] == warm.json()["products"]
+    [advisory] = body["errors"]
+    assert advisory["code"] == "STALE_RESPONSE"
+    assert advisory["details"]["original_error"]["code"] == "CONNECTION_REFUSED"
