@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -21,13 +21,26 @@ from .policy import SurfacePolicy
 class AdvisoryCollector:
     """Advisories of one request: one per upstream, the oldest age winning."""
 
-    __slots__ = ("_by_upstream", "partition", "started_at", "surface")
+    __slots__ = ("_by_upstream", "_partition", "_partition_of", "started_at", "surface")
 
-    def __init__(self, surface: SurfacePolicy | None = None, partition: str | None = None) -> None:
+    def __init__(
+        self,
+        surface: SurfacePolicy | None = None,
+        partition: str | None = None,
+        partition_of: Callable[[], str | None] | None = None,
+    ) -> None:
         self.surface = surface
-        self.partition = partition
+        self._partition = partition
+        self._partition_of = partition_of  # computed on first use: most requests never need it
         self.started_at = time.monotonic()
         self._by_upstream: dict[str, AdcpError] = {}
+
+    @property
+    def partition(self) -> str | None:
+        """The cache partition of the request's caller."""
+        if self._partition_of is not None:
+            self._partition, self._partition_of = self._partition_of(), None
+        return self._partition
 
     def budget_left(self, policy: SurfacePolicy) -> float | None:
         """Seconds left of the surface's request budget, or None without a budget."""

@@ -23,6 +23,7 @@ Anything that cannot carry advisories goes out untouched, with a log line saying
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 
@@ -57,8 +58,10 @@ class StaleAdvisoryMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        partition = self.partition(scope) if self.partition else None
-        collector = AdvisoryCollector(self.surfaces.for_path(scope.get("path", "")), partition)
+        partition_of = functools.partial(self.partition, scope) if self.partition else None
+        collector = AdvisoryCollector(
+            self.surfaces.for_path(scope.get("path", "")), None, partition_of
+        )
         scope.setdefault("state", {})[STATE_KEY] = collector
         request = _Request(self.surfaces, collector, scope, receive)
         response = _Response(collector, scope, request, send)

@@ -203,5 +203,7 @@ def test_caller_partition_is_hashed_and_distinct() -> None:
     assert len({alice, bob, tenant, caller_partition(scope())}) == 4
     assert "secret" not in alice + bob
     # Workers behind one host name on several ports share entries; another name does not.
-    assert caller_partition({"headers": [(b"host", b"seller.example:8001")]}) == caller_partition(scope())
+    assert caller_partition({"headers": [(b"host", b"seller.example:8001")]}) == caller_partition(
+        scope()
+    )
     assert caller_partition({"headers": [(b"host", b"other.example")]}) != caller_partition(scope())

@@ -1,0 +1,434 @@
+"""The benchmark suite: ``python -m bench [--quick] [--json PATH]`` from a checkout.
+
+Every figure is a ratio of two things measured side by side in the same run (interleaved
+rounds, median per-operation time), so drift on a shared machine cancels out. Needs the
+``bench`` extra (hishel, cashews, aiocache) and, for the Redis figure, a ``redis-server``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+import tracemalloc
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+import orjson
+
+from adcp_stale_cache import (
+    CachingTransport,
+    MemoryStore,
+    StaleAdvisoryMiddleware,
+    SurfacePolicy,
+    Surfaces,
+    Upstream,
+    UpstreamCache,
+)
+from adcp_stale_cache.codecs import inject_json
+from adcp_stale_cache.demo.data import products
+from adcp_stale_cache.entry import Entry
+
+Op = Callable[[], Awaitable[Any]]
+POLICY = SurfacePolicy(name="get_products", field="products", paths=("/api/get_products",),
+                       freshness_target_seconds=3600, max_stale_seconds=3600)  # fmt: skip
+SURFACES = Surfaces.of(POLICY)
+ADVISORY = [{"code": "STALE_RESPONSE", "message": "m", "field": "products",
+             "details": {"served_from_cache": True, "cache_age_seconds": 12}}]  # fmt: skip
+
+
+async def per_op(op: Op, n: int) -> float:
+    started = time.perf_counter()
+    for _ in range(n):
+        await op()
+    return (time.perf_counter() - started) / n
+
+
+async def side_by_side(a: Op, b: Op, n: int, rounds: int) -> tuple[float, float]:
+    """Median seconds per operation of ``a`` and of ``b``, measured in interleaved rounds."""
+    await per_op(a, max(1, n // 10))
+    await per_op(b, max(1, n // 10))
+    times_a, times_b = [], []
+    for _ in range(rounds):
+        times_a.append(await per_op(a, n))
+        times_b.append(await per_op(b, n))
+    return statistics.median(times_a), statistics.median(times_b)
+
+
+def asgi_caller(app: Any, body: bytes = b"{}") -> Op:
+    """One in-process POST /api/get_products through ``app`` (no sockets)."""
+    scope = {"type": "http", "method": "POST", "path": "/api/get_products", "headers": [(b"content-type", b"application/json")],
+             "query_string": b"", "http_version": "1.1", "scheme": "http", "server": ("b", 80), "root_path": ""}  # fmt: skip
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        pass
+
+    async def call() -> None:
+        await app(dict(scope), receive, send)
+
+    return call
+
+
+def json_app() -> Any:
+    """A plain JSON seller route (Starlette), answering 10 products from memory."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    items = products(10)
+
+    async def get_products(request: Request) -> JSONResponse:
+        await request.body()
+        return JSONResponse({"products": items})
+
+    return Starlette(routes=[Route("/api/get_products", get_products, methods=["POST"])])
+
+
+async def passthrough(n: int, rounds: int) -> dict[str, float]:
+    bare = json_app()
+    wrapped = StaleAdvisoryMiddleware(bare, surfaces=SURFACES)
+    t_bare, t_wrapped = await side_by_side(asgi_caller(bare), asgi_caller(wrapped), n, rounds)
+    return {"passthrough_ratio": t_bare / t_wrapped}  # requests/s with / without
+
+
+def uvicorn_passthrough(requests: int, rounds: int) -> dict[str, float]:
+    """The same over real uvicorn servers on loopback, each in its own process."""
+    from adcp_stale_cache.demo.processes import free_port, wait_for_port
+
+    code = ("import sys, orjson, uvicorn; sys.path.insert(0, '.'); from bench.__main__ import json_app, SURFACES;"
+            "from adcp_stale_cache import StaleAdvisoryMiddleware;"
+            "app = json_app();"
+            "app = StaleAdvisoryMiddleware(app, surfaces=SURFACES) if sys.argv[2] == '1' else app;"
+            "uvicorn.run(app, host='127.0.0.1', port=int(sys.argv[1]), log_level='error', access_log=False)")  # fmt: skip
+    ports, procs = [], []
+    for wrapped in ("0", "1"):
+        port = free_port()
+        procs.append(subprocess.Popen([sys.executable, "-c", code, str(port), wrapped]))
+        ports.append(port)
+    try:
+        for port in ports:
+            wait_for_port(port)
+
+        async def load(port: int) -> float:
+            async with httpx.AsyncClient(
+                base_url=f"http://127.0.0.1:{port}", limits=httpx.Limits(max_connections=16)
+            ) as client:
+
+                async def worker(count: int) -> None:
+                    for _ in range(count):
+                        (await client.post("/api/get_products", content=b"{}")).raise_for_status()
+
+                started = time.perf_counter()
+                await asyncio.gather(*(worker(requests // 16) for _ in range(16)))
+                return (time.perf_counter() - started) / requests
+
+        async def rounds_of() -> tuple[float, float]:
+            bare, wrapped = [], []
+            for _ in range(rounds):
+                bare.append(await load(ports[0]))
+                wrapped.append(await load(ports[1]))
+            return statistics.median(bare), statistics.median(wrapped)
+
+        t_bare, t_wrapped = asyncio.run(rounds_of())
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait()
+    return {"passthrough_ratio_uvicorn": t_bare / t_wrapped}
+
+
+async def inject(n: int, rounds: int) -> dict[str, float]:
+    out = {}
+    for label, count in (("1k", 1), ("100k", 45), ("1m", 450)):
+        body = orjson.dumps({"products": products(count), "context": {"correlation_id": "c"}})
+
+        async def ours(body: bytes = body) -> None:
+            inject_json(body, ADVISORY)
+
+        async def floor(body: bytes = body) -> None:
+            orjson.dumps(orjson.loads(body))
+
+        t_ours, t_floor = await side_by_side(ours, floor, max(5, n // (count * 5)), rounds)
+        out[f"inject_ratio_{label}"] = t_ours / t_floor
+    from adcp_stale_cache.codecs import RpcCall, RpcEventStream
+
+    message = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "result": {
+            "structuredContent": {"products": products(45)},
+            "content": [],
+            "isError": False,
+        },
+    }
+    event = b"event: message\r\ndata: " + orjson.dumps(message) + b"\r\n\r\n"
+
+    async def sse() -> None:
+        stream = RpcEventStream(RpcCall("mcp", 1, "get_products"), lambda: ADVISORY, lambda _: None)
+        stream.feed(event)
+
+    async def sse_floor() -> None:
+        orjson.dumps(orjson.loads(event[22:-4]))
+
+    t_ours, t_floor = await side_by_side(sse, sse_floor, max(5, n // 200), rounds)
+    out["inject_ratio_mcp_sse_100k"] = t_ours / t_floor
+    return out
+
+
+async def transport_hit(n: int, rounds: int) -> dict[str, float]:
+    body = orjson.dumps({"products": products(3)})
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=body, headers={"content-type": "application/json"})
+
+    floor = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    cache = UpstreamCache(surfaces=SURFACES)
+    ours = httpx.AsyncClient(
+        transport=CachingTransport(
+            cache,
+            Upstream(name="inv"),
+            transport=httpx.MockTransport(handler),
+            surface="get_products",
+        )
+    )
+    url = "http://inventory.internal/products"
+    await ours.get(url)
+    t_ours, t_floor = await side_by_side(lambda: ours.get(url), lambda: floor.get(url), n, rounds)
+    out = {"transport_hit_vs_floor": t_ours / t_floor}
+
+    import hishel
+    from hishel.httpx import AsyncCacheTransport
+
+    # hishel 2.0 ships SQLite storage only (in memory: its fastest): the best it offers.
+    storage = hishel.AsyncSqliteStorage(database_path=":memory:")
+    client = httpx.AsyncClient(
+        transport=AsyncCacheTransport(httpx.MockTransport(handler), storage=storage)
+    )
+    await client.get(url)
+    t_hishel, t_ours2 = await side_by_side(
+        lambda: client.get(url), lambda: ours.get(url), max(50, n // 10), rounds
+    )
+    out["hishel_vs_transport_hit"] = t_hishel / t_ours2
+    return out
+
+
+async def wrapper_hit(n: int, rounds: int) -> dict[str, float]:
+    from cashews import Cache
+
+    cache = UpstreamCache(surfaces=SURFACES)
+    upstream = Upstream(name="inv")
+    value = {"products": products(3)}
+
+    async def call() -> dict[str, Any]:
+        return value
+
+    cashews = Cache()
+    cashews.setup("mem://")
+
+    @cashews(ttl="1h")
+    async def cashews_call() -> dict[str, Any]:
+        return value
+
+    from aiocache import Cache as AioCache
+    from aiocache import cached
+
+    @cached(ttl=3600, cache=AioCache.MEMORY)  # type: ignore[misc]
+    async def aiocache_call() -> dict[str, Any]:
+        return value
+
+    async def ours() -> None:
+        await cache.fetch(upstream, "k", call, surface="get_products")
+
+    await ours()
+    await cashews_call()
+    await aiocache_call()
+    t_ours, t_cashews = await side_by_side(ours, cashews_call, n, rounds)
+    t_ours2, t_aio = await side_by_side(ours, aiocache_call, n, rounds)
+    return {
+        "wrapper_hit_us": t_ours * 1e6,
+        "cashews_vs_wrapper_hit": t_cashews / t_ours,
+        "aiocache_vs_wrapper_hit": t_aio / t_ours2,
+    }
+
+
+async def outage(n: int, rounds: int) -> dict[str, float]:
+    """A seller whose upstream hangs, breaker open, against the same seller answering hits."""
+    import logging
+
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    logging.getLogger("adcp_stale_cache").setLevel(logging.ERROR)
+
+    def seller(target: int) -> tuple[Any, UpstreamCache, dict[str, bool]]:
+        policy = POLICY.model_copy(
+            update={"freshness_target_seconds": target, "upstream_timeout_seconds": 0.05}
+        )
+        cache = UpstreamCache(surfaces=Surfaces.of(policy))
+        state = {"hung": False}
+
+        async def call() -> dict[str, Any]:
+            if state["hung"]:
+                await asyncio.sleep(10)
+            return {"products": products(3)}
+
+        async def get_products(request: Any) -> JSONResponse:
+            return JSONResponse(await cache.fetch(Upstream(name="inv"), "k", call))
+
+        routes = [Route("/api/get_products", get_products, methods=["POST"])]
+        return (
+            StaleAdvisoryMiddleware(Starlette(routes=routes), surfaces=Surfaces.of(policy)),
+            cache,
+            state,
+        )
+
+    healthy, _, _ = seller(3600)
+    hung, hung_cache, state = seller(0)
+    await asgi_caller(healthy)()
+    await asgi_caller(hung)()  # warm
+    state["hung"] = True
+    for _ in range(3):  # three timeouts open the breaker
+        await asgi_caller(hung)()
+    assert hung_cache.breaker_open("inv")
+    t_stale, t_hit = await side_by_side(asgi_caller(hung), asgi_caller(healthy), n, rounds)
+    return {"outage_vs_hit_p50": t_stale / t_hit}
+
+
+async def stampede(callers: int) -> dict[str, float]:
+    from cashews import Cache
+
+    calls = {"ours": 0, "cashews": 0}
+    cache = UpstreamCache(surfaces=SURFACES)
+
+    async def ours_call() -> dict[str, Any]:
+        calls["ours"] += 1
+        await asyncio.sleep(0.05)
+        return {"products": []}
+
+    await asyncio.gather(
+        *(
+            cache.fetch(Upstream(name="inv"), "k", ours_call, surface="get_products")
+            for _ in range(callers)
+        )
+    )
+    cashews = Cache()
+    cashews.setup("mem://")
+
+    @cashews(ttl="1h")
+    async def cashews_call() -> dict[str, Any]:
+        calls["cashews"] += 1
+        await asyncio.sleep(0.05)
+        return {"products": []}
+
+    await asyncio.gather(*(cashews_call() for _ in range(callers)))
+    return {"stampede_upstream_calls": calls["ours"], "stampede_cashews_calls": calls["cashews"]}
+
+
+async def memory(entries: int) -> dict[str, float]:
+    payload = b"x" * 2048
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    store = MemoryStore(max_entries=entries * 2, max_bytes=entries * 4096)
+    for i in range(entries):
+        data = bytes(bytearray(payload))  # a distinct object per entry, as real answers are
+        await store.set(f"adcp-stale-cache:inv:{i:032x}", Entry(data, 0.0), 3600)
+    used = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    small = MemoryStore(max_bytes=100 * (2048 + 200))
+    for i in range(1000):
+        await small.set(str(i), Entry(payload, 0.0), 3600)
+    assert small.bytes <= small.max_bytes
+    return {"memory_per_entry_ratio": used / entries / len(payload)}
+
+
+async def redis_hit(n: int, rounds: int) -> dict[str, float]:
+    if shutil.which("redis-server") is None:
+        return {}
+    from adcp_stale_cache.demo.processes import free_port, wait_for_port
+    from adcp_stale_cache.stores.redis import RedisStore
+
+    port = free_port()
+    proc = subprocess.Popen(  # noqa: ASYNC220 (a local server for the benchmark, started once)
+        ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port)
+        redis_cache = UpstreamCache(
+            RedisStore(url=f"redis://127.0.0.1:{port}/0"), surfaces=SURFACES
+        )
+        memory_cache = UpstreamCache(surfaces=SURFACES)
+        value = {"products": products(3)}
+
+        async def call() -> dict[str, Any]:
+            return value
+
+        up = Upstream(name="inv")
+        await redis_cache.fetch(up, "k", call, surface="get_products")
+        await memory_cache.fetch(up, "k", call, surface="get_products")
+        t_redis, t_memory = await side_by_side(
+            lambda: redis_cache.fetch(up, "k", call, surface="get_products"),
+            lambda: memory_cache.fetch(up, "k", call, surface="get_products"), n, rounds)  # fmt: skip
+    finally:
+        proc.terminate()
+        proc.wait()
+    return {"redis_hit_vs_memory_hit": t_redis / t_memory}
+
+
+TARGETS = {
+    "passthrough_ratio": ">= 0.97", "passthrough_ratio_uvicorn": ">= 0.97",
+    "inject_ratio_1k": "<= 1.5", "inject_ratio_100k": "<= 1.5", "inject_ratio_1m": "<= 1.5", "inject_ratio_mcp_sse_100k": "<= 1.5",
+    "transport_hit_vs_floor": "<= 1.15", "hishel_vs_transport_hit": ">= 4",
+    "wrapper_hit_us": "(us)", "cashews_vs_wrapper_hit": ">= 10", "aiocache_vs_wrapper_hit": "(info)",
+    "outage_vs_hit_p50": "<= 1.5", "stampede_upstream_calls": "1", "stampede_cashews_calls": "(info)",
+    "memory_per_entry_ratio": "<= 1.3", "redis_hit_vs_memory_hit": "(info)",
+}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument("--quick", action="store_true", help="small counts: proves the suite runs")
+    parser.add_argument("--json", metavar="PATH", help="write the figures as one JSON object")
+    args = parser.parse_args(argv)
+    n, rounds = (200, 3) if args.quick else (5000, 7)
+    figures: dict[str, float] = {}
+
+    async def measure() -> None:
+        figures.update(await passthrough(n, rounds))
+        figures.update(await inject(n, rounds))
+        figures.update(await transport_hit(n, rounds))
+        figures.update(await wrapper_hit(n * 4, rounds))
+        figures.update(await outage(n, rounds))
+        figures.update(await stampede(1000))
+        figures.update(await memory(2000 if args.quick else 100_000))
+        figures.update(await redis_hit(n, rounds))
+
+    asyncio.run(measure())
+    figures.update(uvicorn_passthrough(400 if args.quick else 4000, rounds))
+    print(f"adcp-stale-cache benchmarks ({'quick' if args.quick else 'full'}) on {platform.machine()}, "
+          f"Python {platform.python_version()}, {platform.processor() or 'cpu'}")  # fmt: skip
+    print(f"{'figure':32} {'measured':>12}  target")
+    for name, value in figures.items():
+        print(f"{name:32} {value:12.3f}  {TARGETS.get(name, '')}")
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(figures, out, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""The benchmark suite runs (quick mode) and writes every figure. No timing is asserted here:
+speed is judged by the ratios the suite prints (docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("cashews", reason="the bench extra is needed")
+pytest.importorskip("hishel", reason="the bench extra is needed")
+
+ROOT = Path(__file__).resolve().parents[1]
+FIGURES = [
+    "passthrough_ratio", "passthrough_ratio_uvicorn", "inject_ratio_1k", "inject_ratio_100k", "inject_ratio_1m",
+    "transport_hit_vs_floor", "hishel_vs_transport_hit", "wrapper_hit_us", "cashews_vs_wrapper_hit",
+    "outage_vs_hit_p50", "stampede_upstream_calls", "memory_per_entry_ratio",
+]  # fmt: skip
+
+
+def test_quick_bench_prints_the_table_and_writes_the_json(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    run = subprocess.run([sys.executable, "-m", "bench", "--quick", "--json", str(out)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    for name in FIGURES:
+        assert name in figures and figures[name] > 0, name
+        assert name in run.stdout
+    assert figures["stampede_upstream_calls"] == 1  # single-flight: 1,000 callers, one call
