@@ -104,6 +104,8 @@ class _Request:
         return message
 
     def _read_calls(self, body: bytes) -> None:
+        if b'"jsonrpc"' not in body:
+            return  # a plain JSON route: no JSON-RPC call to read
         self.calls = parse_calls(body)
         names = {call.surface for call in self.calls}
         policy = self.surfaces.find(names.pop()) if len(names) == 1 else None
