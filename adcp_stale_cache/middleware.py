@@ -18,7 +18,9 @@ route path, the MCP tool name or the A2A skill.
 When the request recorded no advisory, every response message passes straight through,
 unbuffered and byte for byte. Otherwise the payload's ``errors[]`` is extended (one
 ``STALE_RESPONSE`` per stale upstream), ``Content-Length`` recomputed and the status kept.
-Anything that cannot carry advisories goes out untouched, with a log line saying why.
+Anything that cannot carry advisories goes out untouched, with a log line saying why. A
+stale plain-HTTP answer also gets ``Age`` and RFC 9211 ``Cache-Status`` (``fwd=stale``,
+negative ``ttl``) for HTTP tooling (``stale_headers=False`` turns them off).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -49,10 +52,12 @@ class StaleAdvisoryMiddleware:
         *,
         surfaces: Surfaces | None = None,
         partition: Callable[[Scope], str | None] | None = caller_partition,
+        stale_headers: bool = True,
     ) -> None:
         self.app = app
         self.surfaces = surfaces or Surfaces()
         self.partition = partition
+        self.stale_headers = stale_headers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -64,7 +69,7 @@ class StaleAdvisoryMiddleware:
         )
         scope.setdefault("state", {})[STATE_KEY] = collector
         request = _Request(self.surfaces, collector, scope, receive)
-        response = _Response(collector, scope, request, send)
+        response = _Response(collector, scope, request, send, self.stale_headers)
         token = _current.set(collector)
         try:
             await self.app(scope, request.receive, response.send)
@@ -116,11 +121,20 @@ class _Request:
 class _Response:
     """The state of one response: passing through, buffering JSON, or rewriting events."""
 
-    __slots__ = ("_send", "chunks", "collector", "mode", "request", "scope", "start", "stream")
+    __slots__ = (
+        "_send", "chunks", "collector", "mode", "request", "scope", "stale_headers", "start",
+        "stream",
+    )  # fmt: skip
 
     def __init__(
-        self, collector: AdvisoryCollector, scope: Scope, request: _Request, send: Send
+        self,
+        collector: AdvisoryCollector,
+        scope: Scope,
+        request: _Request,
+        send: Send,
+        stale_headers: bool = True,
     ) -> None:
+        self.stale_headers = stale_headers
         self.collector = collector
         self.scope = scope
         self.request = request
@@ -168,18 +182,21 @@ class _Response:
         body = b"".join(self.chunks)
         self.chunks = []
         errors = self.collector.errors()
+        injected = False
         try:
             body = (
                 inject_body(body, self.request.calls, errors)
                 if self.request.calls
                 else inject_json(body, errors)
             )
+            injected = True
         except Untouched as exc:
             self._dropped(str(exc))
-        headers = [
-            (k, v) for k, v in self.start.get("headers", []) if k.lower() != b"content-length"
-        ]
+        replaced = (b"content-length", b"age", b"cache-status")
+        headers = [(k, v) for k, v in self.start.get("headers", []) if k.lower() not in replaced]
         headers.append((b"content-length", str(len(body)).encode()))
+        if injected and self.stale_headers and not self.request.calls:
+            headers.extend(_http_cache_headers(errors))
         await self._send({**self.start, "headers": headers})
         await self._send({"type": "http.response.body", "body": body, "more_body": False})
 
@@ -207,6 +224,16 @@ class _Response:
 
 
 _JSON = frozenset({b"application/json", b"application/json-rpc"})
+
+
+def _http_cache_headers(errors: list[dict[str, Any]]) -> list[tuple[bytes, bytes]]:
+    """``Age`` and RFC 9211 ``Cache-Status`` of a stale plain-HTTP answer (its oldest part)."""
+    details = [e.get("details") or {} for e in errors]
+    oldest = max(details, key=lambda d: int(d.get("cache_age_seconds", 0)))
+    age = int(oldest.get("cache_age_seconds", 0))
+    ttl = int(oldest.get("freshness_target_seconds", 0)) - age
+    status = f"adcp-stale-cache; fwd=stale; ttl={ttl}".encode()
+    return [(b"age", str(age).encode()), (b"cache-status", status)]
 
 
 def _ineligible(scope: Scope, start: Message) -> str | None:

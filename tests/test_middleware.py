@@ -49,6 +49,7 @@ def make_app(
     chunks: int = 1,
     gzip_outside: bool = False,
     gzip_inside: bool = False,
+    stale_headers: bool = True,
 ) -> Any:
     async def handler(request: Request) -> Response:
         record(*stale)
@@ -68,7 +69,9 @@ def make_app(
     middleware = []
     if gzip_outside:
         middleware.append(Middleware(GZipMiddleware, minimum_size=1))
-    middleware.append(Middleware(StaleAdvisoryMiddleware, surfaces=SURFACES))
+    middleware.append(
+        Middleware(StaleAdvisoryMiddleware, surfaces=SURFACES, stale_headers=stale_headers)
+    )
     if gzip_inside:
         middleware.append(Middleware(GZipMiddleware, minimum_size=1))
     return Starlette(routes=routes, middleware=middleware)
@@ -328,3 +331,12 @@ async def test_event_stream_without_a_tool_call_passes_untouched() -> None:
     }
     await StaleAdvisoryMiddleware(app, surfaces=SURFACES)(scope, receive, send)
     assert [m.get("body") for m in sent[1:]] == [*events, b""]
+
+
+async def test_stale_json_answer_gets_age_and_cache_status() -> None:
+    response = await call(make_app(PAYLOAD, stale=("inv", "pricing")))
+    assert response.headers["age"] == "12"
+    ttl = PRODUCTS.freshness_target_seconds - 12  # negative once past the target
+    assert response.headers["cache-status"] == f"adcp-stale-cache; fwd=stale; ttl={ttl}"
+    assert "age" not in (await call(make_app(PAYLOAD, stale=("inv",), stale_headers=False))).headers
+    assert "age" not in (await call(make_app(PAYLOAD))).headers
