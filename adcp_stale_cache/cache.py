@@ -35,6 +35,7 @@ from .failures import (
     classify,
 )
 from .keys import cache_key
+from .metrics import CacheMetrics
 from .policy import SurfacePolicy, Surfaces, Upstream
 from .singleflight import SingleFlight, call_with_deadline
 from .stores import MemoryStore, Store
@@ -103,6 +104,7 @@ class UpstreamCache:
         namespace: str = "adcp-stale-cache",
         breaker: BreakerPolicy | None = DEFAULT_BREAKER,
         coordinate_refreshes: bool = False,
+        metrics: CacheMetrics | None = None,
         test_mode: bool = False,
     ) -> None:
         self.store: Store = (
@@ -113,6 +115,7 @@ class UpstreamCache:
         store_clock: Callable[[], float] = getattr(self.store, "clock", time.monotonic)
         self.clock = clock or store_clock
         self.coordinate_refreshes = coordinate_refreshes
+        self.metrics = metrics or CacheMetrics()
         self.namespace = namespace
         self._flights: SingleFlight[_Refreshed[Any]] = SingleFlight()
         self._forced = ForcedOutages() if test_mode else None
@@ -175,7 +178,10 @@ class UpstreamCache:
         entry = await self._get(store_key)
         step = plan(entry, self.clock(), policy)
         if isinstance(step, Fresh):
+            self.metrics.hit(policy.name, upstream.name)
             return codec.loads(step.entry.data)
+        if entry is None:
+            self.metrics.miss(policy.name, upstream.name)
 
         breaker = self._breaker(upstream)
         admission = breaker.admit(self.clock()) if breaker else Admission.CALL
@@ -239,20 +245,27 @@ class UpstreamCache:
             return _Refreshed(codec.loads(entry.data), entry.data)
 
         async def call_and_store() -> _Refreshed[T]:
+            started = time.monotonic()
             try:
                 value = await call_with_deadline(call, timeout)
                 if validate is not None:
                     validate(value)
             except Exception as exc:
                 failure = classify(exc, timeout)
+                self.metrics.refresh(policy.name, upstream.name, time.monotonic() - started, False)
+                if failure.kind in policy.stale_on:
+                    self.metrics.upstream_failure(upstream.name, failure.code)
                 if breaker is not None:
                     if failure.kind in policy.stale_on:
                         breaker.on_failure(self.clock(), failure)
                     else:
                         breaker.on_success()  # it answered: what failed was not an outage
+                    self.metrics.breaker(upstream.name, breaker.is_open)
                 raise
+            self.metrics.refresh(policy.name, upstream.name, time.monotonic() - started, True)
             if breaker is not None:
                 breaker.on_success()
+                self.metrics.breaker(upstream.name, False)
             if cacheable is not None and not cacheable(value):
                 return _Refreshed(value, None)
             data = codec.dumps(value)
@@ -335,6 +348,8 @@ class UpstreamCache:
             if collector is not None:
                 advisory = stale_response(upstream, policy, outcome.age_seconds, failure)
                 collector.record(upstream.name, advisory)
+            code = failure.code if failure else "REVALIDATING"
+            self.metrics.stale_serve(policy.name, upstream.name, code, collector is not None)
             logger.warning(
                 "stale_serve upstream=%s surface=%s age_seconds=%d code=%s collected=%s",
                 upstream.name,
@@ -345,6 +360,7 @@ class UpstreamCache:
             )
             return codec.loads(outcome.entry.data)
         failure = failure or UNKNOWN_FAILURE  # revalidating an entry that just expired
+        self.metrics.unavailable(policy.name, upstream.name, failure.code)
         logger.warning(
             "upstream_unavailable upstream=%s surface=%s code=%s",
             upstream.name,

@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from .deployment import Deployment
@@ -155,3 +156,21 @@ def test_cli_rejects_bad_flags() -> None:
     )  # fmt: skip
     assert run.returncode == 2
     assert "expected NAME=URL" in run.stderr
+
+
+def test_metrics_show_the_stale_serve(deployment: Deployment) -> None:
+    deployment.post("get_products", json={})
+    time.sleep(1.2)
+    deployment.inventory.kill()
+    assert deployment.post("get_products", json={})[0].status_code == 200
+    metrics = httpx.get(f"{deployment.url}/metrics", timeout=10).text
+    labels = 'surface="get_products",upstream="inventory-service"'
+    assert (
+        f'adcp_stale_cache_stale_serves_total{{code="CONNECTION_REFUSED",{labels}}} 1.0' in metrics
+    )
+    assert f"adcp_stale_cache_advisories_total{{{labels}}} 1.0" in metrics
+    assert (
+        'adcp_stale_cache_upstream_failures_total{code="CONNECTION_REFUSED",upstream="inventory-service"} 1.0'
+        in metrics
+    )
+    assert "adcp_stale_cache_store_entries 1.0" in metrics

@@ -19,7 +19,8 @@ from typing import Any
 
 import httpx
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CollectorRegistry, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .. import (
@@ -34,7 +35,8 @@ from .. import (
     service_unavailable,
 )
 from ..integrations.mcp_client import call_mcp_tool
-from ..stores import Store
+from ..metrics import PrometheusMetrics
+from ..stores import MemoryStore, Store
 
 TOOLS = ("get_adcp_capabilities", "get_products", "list_creative_formats")
 
@@ -206,11 +208,14 @@ def create_seller_app(
     test mode): never in production.
     """
     surfaces = seller_surfaces(freshness_target, max_stale, upstream_timeout)
+    store = store if store is not None else MemoryStore()
+    registry = CollectorRegistry()
     cache = UpstreamCache(
         store,
         surfaces=surfaces,
         test_mode=test_controller,
         coordinate_refreshes=coordinate_refreshes,
+        metrics=PrometheusMetrics(registry, store=getattr(store, "near", store)),
     )
     inventory = Upstream(name="inventory-service")  # internal: its URL is never reported
     transport = CachingTransport(cache, inventory, surface="get_products", validate=_has_products)
@@ -250,7 +255,11 @@ def create_seller_app(
             raise FatalSkillError(exc.payload) from exc
         return result
 
+    async def metrics(request: Request) -> Response:
+        return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
+
     app.add_api_route("/api/{tool}", json_route, methods=["POST"])
+    app.add_api_route("/metrics", metrics, methods=["GET"])
     app.router.routes.extend(mcp_app.routes)  # /mcp itself: a Mount would redirect to /mcp/
     skills = {name: (lambda params, name=name: skill(name, params)) for name in names}
     app.router.routes.extend(create_a2a_routes(skills, name="example-seller", url=f"{public_url}/"))

@@ -1,0 +1,117 @@
+"""What the cache does, as events: a no-op by default, Prometheus with the ``metrics`` extra.
+
+    cache = UpstreamCache(surfaces=surfaces, metrics=PrometheusMetrics())
+
+Metric names follow Prometheus conventions (``_total`` counters, ``_seconds`` histograms):
+
+- ``adcp_stale_cache_hits_total{surface,upstream}``: fresh hits (no upstream call);
+- ``adcp_stale_cache_misses_total{surface,upstream}``: lookups with no entry at all;
+- ``adcp_stale_cache_refreshes_total{surface,upstream,outcome}``: upstream calls, ok/failed;
+- ``adcp_stale_cache_refresh_seconds{upstream}``: upstream call latency (histogram);
+- ``adcp_stale_cache_upstream_failures_total{upstream,code}``: outage failures by code;
+- ``adcp_stale_cache_stale_serves_total{surface,upstream,code}``: answers served stale;
+- ``adcp_stale_cache_advisories_total{surface,upstream}``: ``STALE_RESPONSE`` recorded;
+- ``adcp_stale_cache_unavailable_total{surface,upstream,code}``: failures with no entry;
+- ``adcp_stale_cache_breaker_open{upstream}``: 1 while the upstream's breaker is open;
+- ``adcp_stale_cache_store_entries`` and ``..._store_bytes``: the memory store's size.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class CacheMetrics:
+    """The events the cache reports; this base class ignores them all."""
+
+    def hit(self, surface: str, upstream: str) -> None:
+        """A fresh hit."""
+
+    def miss(self, surface: str, upstream: str) -> None:
+        """No entry for the key."""
+
+    def refresh(self, surface: str, upstream: str, seconds: float, ok: bool) -> None:
+        """An upstream call finished."""
+
+    def upstream_failure(self, upstream: str, code: str) -> None:
+        """An outage failure of an upstream call."""
+
+    def stale_serve(self, surface: str, upstream: str, code: str, advisory: bool) -> None:
+        """An entry served past its target (``advisory``: one was recorded for the request)."""
+
+    def unavailable(self, surface: str, upstream: str, code: str) -> None:
+        """An upstream failed and no usable entry existed."""
+
+    def breaker(self, upstream: str, is_open: bool) -> None:
+        """The upstream's breaker state, after a call."""
+
+
+class PrometheusMetrics(CacheMetrics):
+    """Prometheus counters, gauges and a histogram (``pip install 'adcp-stale-cache[metrics]'``)."""
+
+    def __init__(self, registry: Any = None, store: Any = None) -> None:
+        from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+
+        registry = registry if registry is not None else REGISTRY
+
+        def counter(name: str, doc: str, *labels: str) -> Any:
+            return Counter(f"adcp_stale_cache_{name}", doc, labels, registry=registry)
+
+        self._hits = counter("hits", "Fresh hits, no upstream call.", "surface", "upstream")
+        self._misses = counter("misses", "Lookups with no entry.", "surface", "upstream")
+        self._refreshes = counter("refreshes", "Upstream calls.", "surface", "upstream", "outcome")
+        self._failures = counter("upstream_failures", "Outage failures.", "upstream", "code")
+        self._stale = counter(
+            "stale_serves", "Answers served stale.", "surface", "upstream", "code"
+        )
+        self._advisories = counter(
+            "advisories", "STALE_RESPONSE advisories.", "surface", "upstream"
+        )
+        self._unavailable = counter(
+            "unavailable", "Failures without entry.", "surface", "upstream", "code"
+        )
+        self._latency = Histogram(
+            "adcp_stale_cache_refresh_seconds",
+            "Upstream call latency.",
+            ["upstream"],
+            registry=registry,
+        )
+        self._breaker = Gauge(
+            "adcp_stale_cache_breaker_open",
+            "1 while the breaker is open.",
+            ["upstream"],
+            registry=registry,
+        )
+        if store is not None and hasattr(store, "bytes"):
+            entries = Gauge(
+                "adcp_stale_cache_store_entries", "Entries in the memory store.", registry=registry
+            )
+            size = Gauge(
+                "adcp_stale_cache_store_bytes", "Bytes in the memory store.", registry=registry
+            )
+            entries.set_function(lambda: store.entries)
+            size.set_function(lambda: store.bytes)
+
+    def hit(self, surface: str, upstream: str) -> None:
+        self._hits.labels(surface, upstream).inc()
+
+    def miss(self, surface: str, upstream: str) -> None:
+        self._misses.labels(surface, upstream).inc()
+
+    def refresh(self, surface: str, upstream: str, seconds: float, ok: bool) -> None:
+        self._refreshes.labels(surface, upstream, "ok" if ok else "failed").inc()
+        self._latency.labels(upstream).observe(seconds)
+
+    def upstream_failure(self, upstream: str, code: str) -> None:
+        self._failures.labels(upstream, code).inc()
+
+    def stale_serve(self, surface: str, upstream: str, code: str, advisory: bool) -> None:
+        self._stale.labels(surface, upstream, code).inc()
+        if advisory:
+            self._advisories.labels(surface, upstream).inc()
+
+    def unavailable(self, surface: str, upstream: str, code: str) -> None:
+        self._unavailable.labels(surface, upstream, code).inc()
+
+    def breaker(self, upstream: str, is_open: bool) -> None:
+        self._breaker.labels(upstream).set(1 if is_open else 0)
