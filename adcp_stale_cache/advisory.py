@@ -7,6 +7,7 @@ is left out rather than sent as ``{}``.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -68,13 +69,15 @@ class AdcpError(BaseModel):
         return self.model_dump(mode="json", exclude_none=True)
 
 
+@functools.lru_cache(maxsize=4096)
 def stale_response(
     upstream: Upstream, policy: SurfacePolicy, age_seconds: int, failure: Failure | None
 ) -> AdcpError:
     """The advisory for one upstream served from a cache entry ``age_seconds`` old.
 
     ``failure`` is None for a stale-while-revalidate answer (no call failed: the refresh runs
-    behind it), and ``original_error`` is then left out.
+    behind it), and ``original_error`` is then left out. Results are memoised (a sustained
+    outage repeats the same few advisories): treat the returned error as read-only.
     """
     details = StaleResponseDetails(
         cache_age_seconds=age_seconds,
