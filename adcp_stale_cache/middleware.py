@@ -58,15 +58,20 @@ class StaleAdvisoryMiddleware:
         self.surfaces = surfaces or Surfaces()
         self.partition = partition
         self.stale_headers = stale_headers
+        # Route path -> surface, trailing slashes ignored (Surfaces.for_path, precomputed).
+        self._by_path = {
+            path.rstrip("/") or "/": policy
+            for policy in self.surfaces.policies
+            for path in policy.paths
+        }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         partition_of = functools.partial(self.partition, scope) if self.partition else None
-        collector = AdvisoryCollector(
-            self.surfaces.for_path(scope.get("path", "")), None, partition_of
-        )
+        surface = self._by_path.get(scope.get("path", "").rstrip("/") or "/")
+        collector = AdvisoryCollector(surface, None, partition_of)
         scope.setdefault("state", {})[STATE_KEY] = collector
         request = _Request(self.surfaces, collector, scope, receive)
         response = _Response(collector, scope, request, send, self.stale_headers)
@@ -160,6 +165,8 @@ class _Response:
 
     def _begin(self, start: Message) -> None:
         self.mode = "pass"
+        if not self.collector and not self.request.calls:
+            return  # the common case: nothing to add, nothing to watch
         reason = _ineligible(self.scope, start)
         content_type = _content_type(start.get("headers", []))
         if reason is None and content_type == b"text/event-stream" and len(self.request.calls) == 1:
