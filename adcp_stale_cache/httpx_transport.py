@@ -24,10 +24,11 @@ import orjson
 
 from .cache import UpstreamCache
 from .failures import InvalidPayload, UpstreamError, UpstreamHTTPError
+from .keys import CREDENTIAL_HEADERS
 from .policy import SurfacePolicy, Upstream
 
 #: Request headers that make an answer principal-specific, and so are part of the key.
-DEFAULT_VARY_HEADERS = ("authorization", "cookie", "x-api-key", "x-adcp-tenant")
+DEFAULT_VARY_HEADERS = CREDENTIAL_HEADERS
 
 # Not kept with a cached answer: they describe one transfer, not the content.
 _TRANSFER_HEADERS = frozenset(

@@ -38,15 +38,12 @@ def cache_key(namespace: str, upstream_name: str, key: object) -> str:
     return f"{namespace}:{upstream_name}:{digest(parts)}"
 
 
-#: Request headers that identify the caller (credentials) or its tenant.
-CALLER_HEADERS = (
-    b"authorization",
-    b"x-adcp-auth",
-    b"x-api-key",
-    b"cookie",
-    b"x-adcp-tenant",
-    b"host",
-)
+#: Headers carrying a caller's credentials or tenant: they vary the answer, so both the
+#: incoming partition and the outgoing (httpx transport) key are built from them.
+CREDENTIAL_HEADERS = ("authorization", "x-adcp-auth", "x-api-key", "cookie", "x-adcp-tenant")
+
+#: What the default partition reads off an incoming request: credentials, tenant, host name.
+CALLER_HEADERS = (*(h.encode() for h in CREDENTIAL_HEADERS), b"host")
 
 
 def caller_partition(scope: Mapping[str, Any]) -> str:
