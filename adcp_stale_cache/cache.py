@@ -252,11 +252,12 @@ class UpstreamCache:
                     validate(value)
             except Exception as exc:
                 failure = classify(exc, timeout)
+                outage = failure.kind in policy.stale_on
                 self.metrics.refresh(policy.name, upstream.name, time.monotonic() - started, False)
-                if failure.kind in policy.stale_on:
+                if outage:
                     self.metrics.upstream_failure(upstream.name, failure.code)
                 if breaker is not None:
-                    if failure.kind in policy.stale_on:
+                    if outage:
                         breaker.on_failure(self.clock(), failure)
                     else:
                         breaker.on_success()  # it answered: what failed was not an outage
@@ -355,7 +356,7 @@ class UpstreamCache:
                 upstream.name,
                 policy.name,
                 outcome.age_seconds,
-                failure.code if failure else "REVALIDATING",
+                code,
                 collector is not None,
             )
             return codec.loads(outcome.entry.data)

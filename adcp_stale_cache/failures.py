@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -172,8 +173,6 @@ def _names(exc: BaseException) -> set[str]:
 
 
 def _is_dns(exc: BaseException) -> bool:
-    import socket
-
     text = str(exc).lower()
     return (
         isinstance(exc, socket.gaierror)
