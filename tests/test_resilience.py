@@ -71,6 +71,11 @@ def make_cache(clock: FakeClock, **policy: Any) -> UpstreamCache:
     return UpstreamCache(MemoryStore(clock=clock), surfaces=surfaces, clock=clock, breaker=breaker)
 
 
+async def background_done(cache: UpstreamCache) -> None:
+    """Wait for the cache's background work (a probe, a revalidation), however loaded the box."""
+    await asyncio.wait_for(asyncio.gather(*cache._tasks), timeout=10)
+
+
 async def fetch(cache: UpstreamCache, up: Upstreamish) -> tuple[Any, list[dict[str, Any]]]:
     with collect_advisories() as advisories:
         value = await cache.fetch(INVENTORY, "k", up, surface="get_products")
@@ -93,7 +98,7 @@ async def test_open_breaker_serves_stale_without_calling_then_probes_behind(
     clock.advance(30)
     up.down = False
     value, [advisory] = await fetch(cache, up)  # the probe runs behind this stale answer
-    await asyncio.sleep(0.01)
+    await background_done(cache)
     assert up.calls == 4 and not cache.breaker_open("inventory-service")
     value, errors = await fetch(cache, up)  # the probe refreshed the entry: fresh again
     assert value == {"products": [4]} and errors == [] and up.calls == 4
@@ -114,17 +119,17 @@ async def test_stale_while_revalidate_answers_at_once_with_advisory(clock: FakeC
     cache, up = make_cache(clock, stale_while_revalidate=True), Upstreamish()
     await fetch(cache, up)
     clock.advance(15)
-    up.delay = 0.2
+    up.delay = 1.0
     started = time.monotonic()
     value, [advisory] = await fetch(cache, up)
-    assert time.monotonic() - started < 0.1
+    assert time.monotonic() - started < 0.5  # did not wait for the 1 s upstream
     assert value == {"products": [1]}
     assert (
         advisory["details"]["cache_age_seconds"] == 15
         and "original_error" not in advisory["details"]
     )
     assert "refreshing in the background" in advisory["message"]
-    await asyncio.sleep(0.3)
+    await background_done(cache)
     value, errors = await fetch(cache, up)
     assert value == {"products": [2]} and errors == []
 
