@@ -40,6 +40,7 @@ from .policy import SurfacePolicy, Surfaces, Upstream
 from .singleflight import SingleFlight, call_with_deadline
 from .stores import MemoryStore, Store
 from .testing import FORCED_FAILURE, ForcedOutage, ForcedOutages
+from .tracing import with_tracing
 
 T = TypeVar("T")
 logger = logging.getLogger("adcp_stale_cache")
@@ -91,7 +92,9 @@ class UpstreamCache:
     (and breaker cooldowns); it defaults to the store's own clock (the wall clock for shared
     stores, a monotonic one in memory). ``breaker`` sets the per-upstream circuit breaker
     (None: off). ``coordinate_refreshes`` makes processes sharing a store that offers leases
-    (Redis) refresh an expired key once between them.
+    (Redis) refresh an expired key once between them. ``metrics`` receives every decision
+    (see :mod:`~adcp_stale_cache.metrics`); ``tracing`` adds them as OpenTelemetry span
+    events (None: when ``opentelemetry-api`` is installed; see :mod:`~adcp_stale_cache.tracing`).
     ``test_mode`` enables :meth:`force_upstream_unavailable`: sandbox only.
     """
 
@@ -105,6 +108,7 @@ class UpstreamCache:
         breaker: BreakerPolicy | None = DEFAULT_BREAKER,
         coordinate_refreshes: bool = False,
         metrics: CacheMetrics | None = None,
+        tracing: bool | None = None,
         test_mode: bool = False,
     ) -> None:
         self.store: Store = (
@@ -115,7 +119,7 @@ class UpstreamCache:
         store_clock: Callable[[], float] = getattr(self.store, "clock", time.monotonic)
         self.clock = clock or store_clock
         self.coordinate_refreshes = coordinate_refreshes
-        self.metrics = metrics or CacheMetrics()
+        self.metrics = with_tracing(metrics, tracing)
         self.namespace = namespace
         self._flights: SingleFlight[_Refreshed[Any]] = SingleFlight()
         self._forced = ForcedOutages() if test_mode else None
@@ -346,12 +350,17 @@ class UpstreamCache:
             return codec.loads(outcome.entry.data)
         if isinstance(outcome, ServeStale):
             collector = current_collector()
+            first = True  # this request's first stale serve from this upstream
             if collector is not None:
                 advisory = stale_response(upstream, policy, outcome.age_seconds, failure)
-                collector.record(upstream.name, advisory)
+                first = collector.record(upstream.name, advisory)
             code = failure.code if failure else "REVALIDATING"
-            self.metrics.stale_serve(policy.name, upstream.name, code, collector is not None)
-            logger.warning(
+            self.metrics.stale_serve(
+                policy.name, upstream.name, code, collector is not None and first
+            )
+            # Once per upstream per request at WARNING: a page of 50 stale keys is one event.
+            logger.log(
+                logging.WARNING if first else logging.DEBUG,
                 "stale_serve upstream=%s surface=%s age_seconds=%d code=%s collected=%s",
                 upstream.name,
                 policy.name,

@@ -63,6 +63,14 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     commands.add_parser("demo", help="play the scripted outage story on loopback")
+
+    config = commands.add_parser("config", help="check a configuration, print its reference")
+    actions = config.add_subparsers(dest="action", required=True)
+    check = actions.add_parser("check", help="validate a file plus ADCP_STALE_CACHE_* variables")
+    check.add_argument(
+        "file", nargs="?", help="TOML, YAML or JSON (default: $ADCP_STALE_CACHE_CONFIG)"
+    )
+    actions.add_parser("reference", help="print the configuration reference (Markdown)")
     return parser
 
 
@@ -73,7 +81,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .demo.story import run_demo
 
         return run_demo()
+    if args.command == "config":
+        return _config(args)
     return _serve(args)
+
+
+def _config(args: argparse.Namespace) -> int:
+    from .config import ConfigError, load_config
+
+    if args.action == "reference":
+        from .config_reference import reference_markdown
+
+        sys.stdout.write(reference_markdown())
+        return 0
+    try:
+        config = load_config(args.file)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    surfaces = ", ".join(config.surfaces) or "none (defaults only)"
+    print(f"ok: store={config.store.kind} surfaces={surfaces} upstreams={len(config.upstreams)}")
+    return 0
 
 
 def _serve(args: argparse.Namespace) -> int:

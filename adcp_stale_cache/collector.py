@@ -48,11 +48,15 @@ class AdvisoryCollector:
             return None
         return policy.request_budget_seconds - (time.monotonic() - self.started_at)
 
-    def record(self, upstream_name: str, advisory: AdcpError) -> None:
-        """Keep one advisory per upstream: several stale keys report the oldest entry."""
+    def record(self, upstream_name: str, advisory: AdcpError) -> bool:
+        """Keep one advisory per upstream: several stale keys report the oldest entry.
+
+        Returns True when this is the request's first advisory for ``upstream_name``.
+        """
         kept = self._by_upstream.get(upstream_name)
         if kept is None or _age(advisory) > _age(kept):
             self._by_upstream[upstream_name] = advisory
+        return kept is None
 
     def __len__(self) -> int:
         return len(self._by_upstream)

@@ -37,13 +37,52 @@ class CacheMetrics:
         """An outage failure of an upstream call."""
 
     def stale_serve(self, surface: str, upstream: str, code: str, advisory: bool) -> None:
-        """An entry served past its target (``advisory``: one was recorded for the request)."""
+        """An entry served past its target.
+
+        ``advisory``: the request's first stale serve from ``upstream``, so one new
+        ``STALE_RESPONSE`` will reach the buyer (later ones merge into it).
+        """
 
     def unavailable(self, surface: str, upstream: str, code: str) -> None:
         """An upstream failed and no usable entry existed."""
 
     def breaker(self, upstream: str, is_open: bool) -> None:
         """The upstream's breaker state, after a call."""
+
+
+class CombinedMetrics(CacheMetrics):
+    """Several sinks as one: every event goes to each, in order (Prometheus and spans, say)."""
+
+    def __init__(self, *sinks: CacheMetrics) -> None:
+        self.sinks = sinks
+
+    def hit(self, surface: str, upstream: str) -> None:
+        for sink in self.sinks:
+            sink.hit(surface, upstream)
+
+    def miss(self, surface: str, upstream: str) -> None:
+        for sink in self.sinks:
+            sink.miss(surface, upstream)
+
+    def refresh(self, surface: str, upstream: str, seconds: float, ok: bool) -> None:
+        for sink in self.sinks:
+            sink.refresh(surface, upstream, seconds, ok)
+
+    def upstream_failure(self, upstream: str, code: str) -> None:
+        for sink in self.sinks:
+            sink.upstream_failure(upstream, code)
+
+    def stale_serve(self, surface: str, upstream: str, code: str, advisory: bool) -> None:
+        for sink in self.sinks:
+            sink.stale_serve(surface, upstream, code, advisory)
+
+    def unavailable(self, surface: str, upstream: str, code: str) -> None:
+        for sink in self.sinks:
+            sink.unavailable(surface, upstream, code)
+
+    def breaker(self, upstream: str, is_open: bool) -> None:
+        for sink in self.sinks:
+            sink.breaker(upstream, is_open)
 
 
 class PrometheusMetrics(CacheMetrics):

@@ -47,7 +47,9 @@ class SurfacePolicy(BaseModel):
         default=60, ge=0, description="Age up to which an entry is served without calling."
     )
     max_stale_seconds: int = Field(
-        default=3600, ge=0, description="How far past the target an entry may still be served."
+        default=3600,
+        ge=0,
+        description="How far past the target an entry may still be served (RFC 9111 max-stale).",
     )
     upstream_timeout_seconds: float = Field(
         default=10.0, gt=0, description="Deadline of one upstream call (an Upstream may override)."
@@ -85,9 +87,13 @@ class Upstream(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = Field(min_length=1, max_length=200)
-    url: str | None = None
-    timeout_seconds: float | None = Field(default=None, gt=0)
+    name: str = Field(min_length=1, max_length=200, description="Name buyers and logs see.")
+    url: str | None = Field(
+        default=None, description="Public URL reported to buyers; unset for internal services."
+    )
+    timeout_seconds: float | None = Field(
+        default=None, gt=0, description="Deadline of one call (unset: the surface's)."
+    )
 
     @field_validator("url")
     @classmethod

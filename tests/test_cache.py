@@ -332,3 +332,33 @@ async def test_broken_store_degrades_to_no_cache(clock: FakeClock) -> None:
     cache = UpstreamCache(BrokenStore(), surfaces=Surfaces.of(FORMATS), clock=clock)
     up = Upstreamish()
     assert await warm_value(cache, up) == up.value
+
+
+async def test_stale_serves_log_and_count_once_per_upstream_per_request(
+    cache: UpstreamCache, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    from adcp_stale_cache.metrics import CacheMetrics
+
+    class Counting(CacheMetrics):
+        def __init__(self) -> None:
+            self.serves: list[bool] = []
+
+        def stale_serve(self, surface: str, upstream: str, code: str, advisory: bool) -> None:
+            self.serves.append(advisory)
+
+    cache.metrics = counting = Counting()
+    up = Upstreamish()
+    for key in ("a", "b", "c"):
+        await cache.fetch(AGENT, key, up, surface="list_creative_formats")
+    clock.advance(20)
+    up.fail = TimeoutError()
+    with caplog.at_level("DEBUG", logger="adcp_stale_cache"), collect_advisories():
+        for key in ("a", "b", "c"):
+            await cache.fetch(AGENT, key, up, surface="list_creative_formats")
+    warnings = [
+        r for r in caplog.records if r.levelname == "WARNING" and "stale_serve" in r.message
+    ]
+    assert len(warnings) == 1
+    assert "upstream=creative-agent-a" in warnings[0].message
+    assert "example.com" not in warnings[0].message  # the URL stays out of logs
+    assert counting.serves == [True, False, False]  # three serves, one advisory

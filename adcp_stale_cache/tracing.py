@@ -1,0 +1,95 @@
+"""OpenTelemetry span events for cache decisions, when ``opentelemetry-api`` is installed.
+
+:class:`UpstreamCache` turns this on by itself when the API package is importable (pass
+``tracing=False`` to keep it off). Each decision becomes an event on the *current* span (the
+seller's request span, as the framework instrumentation opened it), so a trace shows which
+upstreams a request hit, refreshed or served stale::
+
+    adcp_stale_cache.hit             surface, upstream
+    adcp_stale_cache.miss            surface, upstream
+    adcp_stale_cache.refresh         surface, upstream, outcome (ok/failed), duration_ms
+    adcp_stale_cache.upstream_failure upstream, code
+    adcp_stale_cache.stale_serve     surface, upstream, code, advisory
+    adcp_stale_cache.unavailable     surface, upstream, code
+    adcp_stale_cache.breaker_open    upstream
+
+A stale serve also sets the span attribute ``adcp_stale_cache.stale = true``, so stale answers
+can be found with one filter. Attributes carry names and codes only: never a URL, a key or a
+message. With no SDK configured (or no recording span) every hook returns after one check.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from .metrics import CacheMetrics, CombinedMetrics
+
+PREFIX = "adcp_stale_cache"
+
+
+def available() -> bool:
+    """True when ``opentelemetry-api`` can be imported."""
+    try:
+        return importlib.util.find_spec("opentelemetry.trace") is not None
+    except ModuleNotFoundError:  # no ``opentelemetry`` namespace at all
+        return False
+
+
+class SpanEvents(CacheMetrics):
+    """Cache events as events (and a ``stale`` attribute) on the current OpenTelemetry span."""
+
+    def __init__(self) -> None:
+        from opentelemetry import trace
+
+        self._current_span = trace.get_current_span
+
+    def _event(self, name: str, **attributes: Any) -> Any:
+        span = self._current_span()
+        if not span.is_recording():
+            return None
+        span.add_event(
+            f"{PREFIX}.{name}", {f"{PREFIX}.{key}": value for key, value in attributes.items()}
+        )
+        return span
+
+    def hit(self, surface: str, upstream: str) -> None:
+        self._event("hit", surface=surface, upstream=upstream)
+
+    def miss(self, surface: str, upstream: str) -> None:
+        self._event("miss", surface=surface, upstream=upstream)
+
+    def refresh(self, surface: str, upstream: str, seconds: float, ok: bool) -> None:
+        self._event(
+            "refresh",
+            surface=surface,
+            upstream=upstream,
+            outcome="ok" if ok else "failed",
+            duration_ms=round(seconds * 1000, 3),
+        )
+
+    def upstream_failure(self, upstream: str, code: str) -> None:
+        self._event("upstream_failure", upstream=upstream, code=code)
+
+    def stale_serve(self, surface: str, upstream: str, code: str, advisory: bool) -> None:
+        span = self._event(
+            "stale_serve", surface=surface, upstream=upstream, code=code, advisory=advisory
+        )
+        if span is not None:
+            span.set_attribute(f"{PREFIX}.stale", True)
+
+    def unavailable(self, surface: str, upstream: str, code: str) -> None:
+        self._event("unavailable", surface=surface, upstream=upstream, code=code)
+
+    def breaker(self, upstream: str, is_open: bool) -> None:
+        if is_open:  # reported after every call: only the open state is news
+            self._event("breaker_open", upstream=upstream)
+
+
+def with_tracing(metrics: CacheMetrics | None, tracing: bool | None) -> CacheMetrics:
+    """``metrics`` plus span events when ``tracing`` (None: when the API is installed)."""
+    base = metrics or CacheMetrics()
+    if tracing is False or (tracing is None and not available()):
+        return base
+    spans = SpanEvents()
+    return spans if type(base) is CacheMetrics else CombinedMetrics(base, spans)

@@ -1,0 +1,206 @@
+"""Configuration from files and environment variables: what loads, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from adcp_stale_cache import StaleAdvisoryMiddleware
+from adcp_stale_cache.config import ConfigError, StaleCacheConfig, load_config
+from adcp_stale_cache.config_reference import reference_markdown
+from adcp_stale_cache.stores import MemoryStore, TieredStore
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = (ROOT / "docs" / "configuration.md").read_text()
+
+
+def doc_block(language: str, index: int = 0) -> str:
+    return DOC.split(f"```{language}\n")[index + 1].split("```", 1)[0]
+
+
+@pytest.fixture
+def toml_file(tmp_path: Path) -> Path:
+    path = tmp_path / "stale-cache.toml"
+    path.write_text(doc_block("toml"))
+    return path
+
+
+def test_the_documented_file_loads(toml_file: Path) -> None:
+    config = load_config(toml_file, environ={})
+    products = config.surfaces["get_products"]
+    formats = config.surfaces["list_creative_formats"]
+    assert (products.freshness_target_seconds, products.max_stale_seconds) == (60, 3600)
+    assert products.upstream_timeout_seconds == 2  # from [defaults]
+    assert (formats.freshness_target_seconds, formats.max_stale_seconds) == (300, 86400)
+    assert config.upstream("creative-agent-acme").url == "https://creative.acme.example/mcp"
+    assert config.upstream("inventory-service").url is None
+    registry = config.surface_registry()
+    assert registry.for_path("/api/get_products") is products
+    assert registry.for_tool("unnamed_tool").freshness_target_seconds == 60
+    cache = config.build_cache()
+    assert isinstance(cache.store, MemoryStore) and cache.store.max_entries == 10000
+    assert cache.breaker_policy is not None and cache.breaker_policy.cooldown_seconds == 5
+
+
+def test_the_documented_python_runs(toml_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(toml_file.parent)
+    namespace: dict[str, Any] = {}
+    exec(compile(doc_block("python"), "docs/configuration.md", "exec"), namespace)
+    middleware = [m for m in namespace["app"].user_middleware if m.cls is StaleAdvisoryMiddleware]
+    assert middleware[0].kwargs["surfaces"].find("get_products") is not None
+
+
+def test_yaml_and_json_give_the_same_config(toml_file: Path, tmp_path: Path) -> None:
+    expected = load_config(toml_file, environ={})
+    import tomllib
+
+    data = tomllib.loads(toml_file.read_text())
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(data))
+    (tmp_path / "c.json").write_text(json.dumps(data))
+    assert load_config(tmp_path / "c.yaml", environ={}) == expected
+    assert load_config(tmp_path / "c.json", environ={}) == expected
+
+
+def test_environment_overrides_the_file(toml_file: Path) -> None:
+    environ = {
+        "ADCP_STALE_CACHE_CONFIG": str(toml_file),
+        "ADCP_STALE_CACHE_SURFACES__GET_PRODUCTS__MAX_STALE_SECONDS": "600",
+        "ADCP_STALE_CACHE_UPSTREAMS__CREATIVE_AGENT_ACME__TIMEOUT_SECONDS": "1.5",
+        "ADCP_STALE_CACHE_DEFAULTS__STALE_ON": "timeout, connection",
+        "ADCP_STALE_CACHE_BREAKER__ENABLED": "false",
+        "ADCP_STALE_CACHE_STORE__KIND": "tiered",
+        "ADCP_STALE_CACHE_STALE_HEADERS": "0",
+        "ADCP_STALE_CACHE_TRACING": "none",
+        "UNRELATED": "ignored",
+    }
+    config = load_config(environ=environ)
+    assert config.surfaces["get_products"].max_stale_seconds == 600
+    assert config.surfaces["list_creative_formats"].max_stale_seconds == 86400  # file's own
+    assert {k.value for k in config.surfaces["get_products"].stale_on} == {"timeout", "connection"}
+    assert config.upstream("creative-agent-acme").timeout_seconds == 1.5
+    assert config.middleware_options()["stale_headers"] is False
+    assert config.tracing is None
+    cache = config.build_cache()
+    assert cache.breaker_policy is None
+    assert isinstance(cache.store, TieredStore)
+
+
+def test_settings_from_code_are_the_base_layer(toml_file: Path) -> None:
+    base = {"surfaces": {"sync_creatives": {"freshness_target_seconds": 5}}}
+    environ = {"ADCP_STALE_CACHE_SURFACES__SYNC_CREATIVES__MAX_STALE_SECONDS": "7"}
+    config = load_config(toml_file, environ=environ, base=base)
+    assert config.surfaces["sync_creatives"].freshness_target_seconds == 5
+    assert config.surfaces["sync_creatives"].max_stale_seconds == 7
+    assert "get_products" in config.surfaces
+
+
+def test_no_file_gives_the_defaults() -> None:
+    assert load_config(environ={}) == StaleCacheConfig()
+
+
+BAD_FILES = {
+    "negative target": (
+        "[surfaces.get_products]\nfreshness_target_seconds = -5\n",
+        "surfaces.get_products.freshness_target_seconds: Input should be greater than or equal to 0 (got -5)",
+    ),
+    "negative max-stale in defaults": (
+        "[defaults]\nmax_stale_seconds = -1\n[surfaces.a]\n",
+        "defaults.max_stale_seconds: Input should be greater than or equal to 0 (got -1)",
+    ),
+    "fractional target": (
+        "[surfaces.a]\nfreshness_target_seconds = 1.5\n",
+        "surfaces.a.freshness_target_seconds: Input should be a valid integer",
+    ),
+    "typo": (
+        "[surfaces.a]\nfreshness_target = 60\n",
+        "surfaces.a.freshness_target: not a setting (a typo?)",
+    ),
+    "unknown store kind": ('[store]\nkind = "memcached"\n', "store.kind: Input should be"),
+    "unknown failure kind": ('[defaults]\nstale_on = ["timeout", "oops"]\n', "defaults.stale_on.1"),
+    "unknown upstream": (
+        '[surfaces.a]\nupstreams = ["b"]\n[upstreams.c]\n',
+        "surfaces.a.upstreams: unknown upstream 'b' (known: c)",
+    ),
+    "path on two surfaces": (
+        '[surfaces.a]\npaths = ["/x"]\n[surfaces.b]\npaths = ["/x"]\n',
+        "a route path belongs to one surface only",
+    ),
+    "credential-free URL check": (
+        '[upstreams.a]\nurl = "ftp://host/x"\n',
+        "upstreams.a.url: must be an absolute http(s) URL",
+    ),
+    "not TOML": ("[surfaces.a\n", "not valid TOML"),
+    "surfaces not a table": ('surfaces = "a"\n', "surfaces: expected a table, got str"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_FILES)
+def test_bad_file_values_get_one_line_naming_the_field(name: str, tmp_path: Path) -> None:
+    text, expected = BAD_FILES[name]
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as raised:
+        load_config(path, environ={})
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message.startswith(f"{path}: ")
+    assert expected in message
+
+
+BAD_ENV = {
+    "ADCP_STALE_CACHE_SURFACES__GET_PRODCTS__MAX_STALE_SECONDS": "unknown surface 'get_prodcts' (known: get_products, list_creative_formats)",
+    "ADCP_STALE_CACHE_UPSTREAMS__NOPE__URL": "unknown upstream 'nope'",
+    "ADCP_STALE_CACHE_STORE__KINDS": "StoreSettings has no field 'kinds'",
+    "ADCP_STALE_CACHE_WHATEVER": "not a setting",
+    "ADCP_STALE_CACHE_SURFACES__GET_PRODUCTS__MAX_STALE_SECONDS": "surfaces.get_products.max_stale_seconds: Input should be a valid integer",
+}
+
+
+@pytest.mark.parametrize("variable", BAD_ENV)
+def test_bad_environment_values_name_the_variable_or_field(variable: str, toml_file: Path) -> None:
+    value = "soon" if variable.endswith("MAX_STALE_SECONDS") else "x"
+    with pytest.raises(ConfigError) as raised:
+        load_config(toml_file, environ={variable: value})
+    assert "\n" not in str(raised.value)
+    assert BAD_ENV[variable] in str(raised.value)
+
+
+def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"nope.toml: cannot read"):
+        load_config(tmp_path / "nope.toml", environ={})
+    (tmp_path / "c.ini").write_text("")
+    with pytest.raises(ConfigError, match=r"unknown format '.ini'"):
+        load_config(tmp_path / "c.ini", environ={})
+
+
+def test_cli_check_prints_one_line_and_exits_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[surfaces.get_products]\nmax_stale_seconds = -5\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ADCP_STALE_CACHE_")}
+    run = subprocess.run(
+        [sys.executable, "-m", "adcp_stale_cache.cli", "config", "check", str(bad)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert run.returncode == 2
+    assert run.stderr.count("\n") == 1
+    assert "surfaces.get_products.max_stale_seconds" in run.stderr
+
+
+def test_reference_page_is_generated_from_the_models() -> None:
+    committed = (ROOT / "docs" / "configuration-reference.md").read_text()
+    assert committed == reference_markdown(), (
+        "run: adcp-stale-cache config reference > docs/configuration-reference.md"
+    )
+    for field in StaleCacheConfig.model_fields["defaults"].annotation.model_fields:  # type: ignore[union-attr]
+        if field != "name":
+            assert f"`{field}`" in committed
