@@ -15,9 +15,9 @@ from adcp_stale_cache.demo.processes import free_port
 
 
 @contextlib.contextmanager
-def serve(app: Any) -> Iterator[str]:
-    """Serve ``app`` on a free loopback port; yields its base URL."""
-    port = free_port()
+def serve(app: Any, port: int | None = None) -> Iterator[str]:
+    """Serve ``app`` on loopback (a free port by default); yields its base URL."""
+    port = port or free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)

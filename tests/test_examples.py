@@ -80,6 +80,16 @@ async def test_starlette_example_fatal_then_stale() -> None:
         cold = await buyer.post("/api/list_creative_formats")
         route.mock(return_value=httpx.Response(200, json={"formats": [{"name": "f"}]}))
         warm = await buyer.post("/api/list_creative_formats")
+        route.mock(return_value=httpx.Response(502))
+        example.cache.clock = lambda: time.monotonic() + 301  # past the 300 s target
+        stale = await buyer.post("/api/list_creative_formats")
     assert cold.status_code == 503
     assert cold.json()["adcp_error"]["details"]["original_error"]["code"] == "UPSTREAM_HTTP_503"
     assert warm.json() == {"formats": [{"name": "f"}]}
+    assert stale.status_code == 200
+    body = stale.json()
+    assert body["formats"] == [{"name": "f"}]
+    [advisory] = body["errors"]
+    assert advisory["field"] == "formats"
+    assert advisory["details"]["upstream"]["url"] == "https://creative.acme.example/mcp"
+    assert advisory["details"]["original_error"]["code"] == "UPSTREAM_HTTP_502"
