@@ -2,7 +2,7 @@
 
 from ._version import __version__
 from .advisory import AdcpError, StaleResponseDetails, service_unavailable, stale_response
-from .cache import JSON, Codec, JsonCodec, UpstreamCache
+from .cache import JSON, Codec, JsonCodec, SharedJsonCodec, UpstreamCache
 from .collector import AdvisoryCollector, collect_advisories, current_collector
 from .failures import (
     Failure,
@@ -29,6 +29,7 @@ __all__ = [
     "InvalidPayload",
     "JsonCodec",
     "MemoryStore",
+    "SharedJsonCodec",
     "StaleAdvisoryMiddleware",
     "StaleResponseDetails",
     "Store",

@@ -73,6 +73,38 @@ class JsonCodec(Generic[T]):
 
 JSON: JsonCodec[Any] = JsonCodec()
 
+_MISSING = object()
+
+
+class SharedJsonCodec(JsonCodec[T]):
+    """JSON values decoded once and shared by every caller: for read-only callers.
+
+    The default :data:`JSON` codec gives each caller its own decoded copy, which is most of
+    the cost of a hit. This one keeps the decoded value of each stored body (up to
+    ``max_values`` of them, first in first out) and hands the same object to every caller:
+    a hit is then a lookup. Callers must treat the value as read-only, since a mutation
+    would reach every later caller. The decoded values live outside the store's byte bound.
+    """
+
+    def __init__(self, max_values: int = 1024) -> None:
+        if max_values < 1:
+            raise ValueError("max_values must be positive")
+        self.max_values = max_values
+        # Keyed by the stored bytes: a memory store hands back the same object, whose hash
+        # CPython caches, so a lookup costs no rehash of the body.
+        self._values: dict[bytes, Any] = {}
+
+    def loads(self, data: bytes) -> T:
+        """The shared decoded value of ``data`` (decoded on first use)."""
+        value = self._values.get(data, _MISSING)
+        if value is _MISSING:
+            value = orjson.loads(data)
+            if len(self._values) >= self.max_values:
+                del self._values[next(iter(self._values))]
+            self._values[data] = value
+        result: T = value
+        return result
+
 
 class _Refreshed(Generic[T]):
     """What one flight hands to every caller sharing it."""

@@ -362,3 +362,26 @@ async def test_stale_serves_log_and_count_once_per_upstream_per_request(
     assert "upstream=creative-agent-a" in warnings[0].message
     assert "example.com" not in warnings[0].message  # the URL stays out of logs
     assert counting.serves == [True, False, False]  # three serves, one advisory
+
+
+async def test_shared_codec_decodes_once_and_shares_the_value(
+    cache: UpstreamCache, clock: FakeClock
+) -> None:
+    from adcp_stale_cache import SharedJsonCodec
+
+    codec: SharedJsonCodec[Any] = SharedJsonCodec(max_values=2)
+    up = Upstreamish()
+    first = await cache.fetch(AGENT, "k", up, surface="list_creative_formats", codec=codec)
+    second = await cache.fetch(AGENT, "k", up, surface="list_creative_formats", codec=codec)
+    assert first == up.value and first is not up.value  # never the caller's own object
+    assert second is first  # a hit is a lookup, no decode
+    clock.advance(10)
+    up.value = {"formats": []}
+    refreshed = await cache.fetch(AGENT, "k", up, surface="list_creative_formats", codec=codec)
+    assert refreshed == {"formats": []}
+    for key in ("a", "b", "c"):
+        up.value = {"formats": [key]}
+        await cache.fetch(AGENT, key, up, surface="list_creative_formats", codec=codec)
+    assert len(codec._values) == 2  # bounded
+    with pytest.raises(ValueError):
+        SharedJsonCodec(max_values=0)
