@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -35,7 +36,19 @@ def _bytes(part: object) -> bytes:
 def cache_key(namespace: str, upstream_name: str, key: object) -> str:
     """The store key of one upstream's answer: readable prefix, hashed remainder."""
     parts = key if isinstance(key, tuple) else (key,)
+    if all(type(part) in _REMEMBERED for part in parts):
+        return _recent_key(namespace, upstream_name, parts)
+    return _store_key(namespace, upstream_name, parts)
+
+
+def _store_key(namespace: str, upstream_name: str, parts: tuple[object, ...]) -> str:
     return f"{namespace}:{upstream_name}:{digest(parts)}"
+
+
+# Hits repeat the same keys: remembering recent digests makes a key a dict lookup. Only for
+# parts whose equality implies equal digests (1 == 1.0 == True would share one otherwise).
+_REMEMBERED = frozenset({str, bytes, type(None)})
+_recent_key = functools.lru_cache(maxsize=4096)(_store_key)
 
 
 #: Headers carrying a caller's credentials or tenant: they vary the answer, so both the

@@ -8,6 +8,7 @@ names. An *upstream* is one dependency the seller calls to build that answer.
 from __future__ import annotations
 
 import enum
+import functools
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -130,9 +131,14 @@ class Surfaces(BaseModel):
         """Build a registry from policies (``default`` serves unknown tools)."""
         return cls(policies=policies, default=default or SurfacePolicy(name="default"))
 
+    @functools.cached_property
+    def by_name(self) -> dict[str, SurfacePolicy]:
+        """The policies by tool name (every cache call looks one up)."""
+        return {policy.name: policy for policy in self.policies}
+
     def find(self, name: str | None) -> SurfacePolicy | None:
         """The policy of a tool name, or None."""
-        return next((policy for policy in self.policies if policy.name == name), None)
+        return self.by_name.get(name) if name is not None else None
 
     def for_tool(self, name: str | None) -> SurfacePolicy:
         """The policy of a tool name, or the default one."""

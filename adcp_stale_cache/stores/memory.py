@@ -36,8 +36,10 @@ class MemoryStore:
 
     async def get(self, key: str) -> Entry | None:
         """The entry under ``key`` if it has not expired."""
-        item = self._data.get(key)
-        return None if item is None else item[0]
+        try:  # one lookup: TLRUCache.get would check expiry twice (``in``, then ``[]``)
+            return self._data[key][0]
+        except KeyError:  # absent, or expired
+            return None
 
     async def set(self, key: str, entry: Entry, ttl_seconds: float) -> None:
         """Keep ``entry``; evicts least recently used entries past either bound."""
