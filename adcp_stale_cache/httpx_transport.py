@@ -55,6 +55,7 @@ class CachingTransport(httpx.AsyncBaseTransport):
         self.surface = surface
         self.methods = frozenset(m.upper() for m in methods)
         self.vary_headers = tuple(h.lower() for h in vary_headers)
+        self._vary_raw = tuple(h.encode("latin-1") for h in self.vary_headers)
         self._transport = transport or httpx.AsyncHTTPTransport()
         self._validate = validate
 
@@ -63,13 +64,7 @@ class CachingTransport(httpx.AsyncBaseTransport):
         if request.method not in self.methods:
             return await self._transport.handle_async_request(request)
         body = await request.aread()
-        key = (
-            "http",
-            request.method,
-            str(request.url),
-            body,
-            tuple(request.headers.get(h, "") for h in self.vary_headers),
-        )
+        key = ("http", request.method, str(request.url), body, *self._varying(request))
 
         async def call() -> httpx.Response:
             response = await self._transport.handle_async_request(request)
@@ -83,6 +78,16 @@ class CachingTransport(httpx.AsyncBaseTransport):
         return await self.cache.fetch(
             self.upstream, key, call, surface=self.surface, codec=RESPONSES, cacheable=_cacheable
         )
+
+    def _varying(self, request: httpx.Request) -> list[str]:
+        """The values of the vary headers, in order ("" when absent): one pass over the
+        request's headers (``Headers.get`` rescans them all for each name)."""
+        values = dict.fromkeys(self._vary_raw, b"")
+        for name, value in request.headers.raw:
+            name = name.lower()
+            if name in values:  # a repeated header counts with all its values
+                values[name] = values[name] + b", " + value if values[name] else value
+        return [value.decode("latin-1") for value in values.values()]
 
     async def aclose(self) -> None:
         """Close the wrapped transport."""

@@ -36,9 +36,10 @@ def _bytes(part: object) -> bytes:
 def cache_key(namespace: str, upstream_name: str, key: object) -> str:
     """The store key of one upstream's answer: readable prefix, hashed remainder."""
     parts = key if isinstance(key, tuple) else (key,)
-    if all(type(part) in _REMEMBERED for part in parts):
-        return _recent_key(namespace, upstream_name, parts)
-    return _store_key(namespace, upstream_name, parts)
+    for part in parts:
+        if part is not None and (type(part) not in _TEXT or len(part) > _MAX_REMEMBERED):
+            return _store_key(namespace, upstream_name, parts)
+    return _recent_key(namespace, upstream_name, parts)
 
 
 def _store_key(namespace: str, upstream_name: str, parts: tuple[object, ...]) -> str:
@@ -46,8 +47,10 @@ def _store_key(namespace: str, upstream_name: str, parts: tuple[object, ...]) ->
 
 
 # Hits repeat the same keys: remembering recent digests makes a key a dict lookup. Only for
-# parts whose equality implies equal digests (1 == 1.0 == True would share one otherwise).
-_REMEMBERED = frozenset({str, bytes, type(None)})
+# parts whose equality implies equal digests (1 == 1.0 == True would share one otherwise),
+# and short ones (a remembered key keeps its parts alive: no large request bodies).
+_TEXT = frozenset({str, bytes})
+_MAX_REMEMBERED = 1024
 _recent_key = functools.lru_cache(maxsize=4096)(_store_key)
 
 

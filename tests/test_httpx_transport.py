@@ -213,3 +213,16 @@ async def test_unlisted_methods_bypass_the_cache(client: httpx.AsyncClient) -> N
     await client.delete(URL)
     await client.delete(URL)
     assert route.call_count == 2
+
+
+async def test_repeated_credential_headers_all_vary_the_key() -> None:
+    from adcp_stale_cache.httpx_transport import CachingTransport as Transport
+
+    transport = Transport(UpstreamCache(), Upstream(name="u"))
+    one = httpx.Request("GET", "http://u/x", headers=[("Authorization", "Bearer a")])
+    two = httpx.Request(
+        "GET", "http://u/x", headers=[("authorization", "Bearer a"), ("AUTHORIZATION", "b")]
+    )
+    assert transport._varying(one)[0] == "Bearer a"
+    assert transport._varying(two)[0] == "Bearer a, b"
+    assert transport._varying(two)[1:] == ["", "", "", ""]

@@ -26,3 +26,14 @@ def test_unhashable_keys_are_digested_by_content() -> None:
     assert a == b  # canonical JSON: key order does not matter
     assert a != cache_key("ns", "up", (None, {"a": [2, 1], "b": 1}))
     assert a.startswith("ns:up:")
+
+
+def test_long_parts_are_digested_not_remembered() -> None:
+    from adcp_stale_cache.keys import _recent_key
+
+    before = _recent_key.cache_info().currsize
+    body = b"x" * 5000
+    assert cache_key("ns", "up", ("http", "POST", "/u", body)) == _store_key(
+        "ns", "up", ("http", "POST", "/u", body)
+    )
+    assert _recent_key.cache_info().currsize == before  # a large body is not kept alive
