@@ -73,11 +73,12 @@ class StaleAdvisoryMiddleware:
         surface = self._by_path.get(scope.get("path", "").rstrip("/") or "/")
         collector = AdvisoryCollector(surface, None, partition_of)
         scope.setdefault("state", {})[STATE_KEY] = collector
-        request = _Request(self.surfaces, collector, scope, receive)
+        # A declared plain-JSON route carries no JSON-RPC call: its body is not peeked at.
+        request = _NO_CALLS if surface else _Request(self.surfaces, collector, scope, receive)
         response = _Response(collector, scope, request, send, self.stale_headers)
         token = _current.set(collector)
         try:
-            await self.app(scope, request.receive, response.send)
+            await self.app(scope, request.receive if request.peeking else receive, response.send)
         finally:
             _current.reset(token)
 
@@ -105,22 +106,37 @@ class _Request:
         if self.peeking and message["type"] == "http.request":
             body = message.get("body", b"")
             self._size += len(body)
-            self._chunks.append(body)
             if self._size > _MAX_PEEK:
                 self.peeking, self._chunks = False, []
-            elif not message.get("more_body", False):
+            elif message.get("more_body", False):
+                self._chunks.append(body)
+            else:
                 self.peeking = False
-                self._read_calls(b"".join(self._chunks))
+                if self._chunks:  # most bodies come in one message: no copy then
+                    body, self._chunks = b"".join((*self._chunks, body)), []
+                if b'"jsonrpc"' in body:  # else a plain JSON route: no call to read
+                    self._read_calls(body)
         return message
 
     def _read_calls(self, body: bytes) -> None:
-        if b'"jsonrpc"' not in body:
-            return  # a plain JSON route: no JSON-RPC call to read
         self.calls = parse_calls(body)
         names = {call.surface for call in self.calls}
         policy = self.surfaces.find(names.pop()) if len(names) == 1 else None
         if policy is not None:
             self.collector.surface = policy
+
+
+class _NoCalls:
+    """The request side of a plain-JSON route: nothing to read."""
+
+    calls: list[RpcCall] = []  # never appended to
+    peeking = False
+
+    async def receive(self) -> Message:  # pragma: no cover - never called (peeking is False)
+        raise RuntimeError("not peeking")
+
+
+_NO_CALLS = _NoCalls()
 
 
 class _Response:
@@ -135,7 +151,7 @@ class _Response:
         self,
         collector: AdvisoryCollector,
         scope: Scope,
-        request: _Request,
+        request: _Request | _NoCalls,
         send: Send,
         stale_headers: bool = True,
     ) -> None:
@@ -258,7 +274,7 @@ def _ineligible(scope: Scope, start: Message) -> str | None:
 
 def _content_type(headers: list[tuple[bytes, bytes]]) -> bytes:
     for key, value in headers:
-        if key.lower() == b"content-type":
+        if key == b"content-type" or key.lower() == b"content-type":  # ASGI: lower case
             media = value.split(b";")[0].strip().lower()
             return b"application/json" if media.endswith(b"+json") else media
     return b""

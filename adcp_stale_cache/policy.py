@@ -40,7 +40,9 @@ class SurfacePolicy(BaseModel):
     field: str | None = Field(
         default=None, description="Payload path the advisory names, e.g. 'products'."
     )
-    paths: tuple[str, ...] = Field(default=(), description="HTTP route paths of this surface.")
+    paths: tuple[str, ...] = Field(
+        default=(), description="Plain-JSON route paths of this surface (not MCP/A2A endpoints)."
+    )
     upstreams: tuple[str, ...] = Field(
         default=(), description="Names of the upstreams this surface calls, its default first."
     )

@@ -340,3 +340,19 @@ async def test_stale_json_answer_gets_age_and_cache_status() -> None:
     assert response.headers["cache-status"] == f"adcp-stale-cache; fwd=stale; ttl={ttl}"
     assert "age" not in (await call(make_app(PAYLOAD, stale=("inv",), stale_headers=False))).headers
     assert "age" not in (await call(make_app(PAYLOAD))).headers
+
+
+async def test_declared_plain_route_is_not_read_as_json_rpc() -> None:
+    """A body that looks like JSON-RPC on a declared plain route: the answer is plain JSON."""
+    reply = b'{"jsonrpc": "2.0", "id": 1, "result": {"products": []}}'
+    app = make_app(reply, stale=("inv",))
+    transport = httpx.ASGITransport(app=app)
+    call_body = b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "x"}}'
+    async with httpx.AsyncClient(transport=transport, base_url="http://seller") as client:
+        response = await client.post(
+            "/api/get_products", content=call_body, headers={"content-type": "application/json"}
+        )
+    body = response.json()
+    assert [e["field"] for e in body["errors"]] == ["products"]  # top level, the route's surface
+    assert "errors" not in body["result"]
+    assert response.headers["age"] == "12"
