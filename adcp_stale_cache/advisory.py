@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Literal
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from .failures import Failure, UpstreamUnavailable
@@ -54,7 +55,8 @@ class StaleResponseDetails(BaseModel):
 class AdcpError(BaseModel):
     """``core/error.json``: one entry of a payload's ``errors[]``."""
 
-    model_config = ConfigDict(extra="allow")
+    # Frozen: the advisories of stale serves are memoised and shared by every request.
+    model_config = ConfigDict(extra="allow", frozen=True)
 
     code: str = Field(min_length=1, max_length=64)
     message: str
@@ -64,9 +66,15 @@ class AdcpError(BaseModel):
     retry_after: int | None = Field(default=None, ge=1, le=3600)
     details: dict[str, Any] | None = None
 
+    @functools.cached_property
+    def wire(self) -> bytes:
+        """The wire form as JSON bytes (no null members), serialised once."""
+        return orjson.dumps(self.model_dump(mode="json", exclude_none=True))
+
     def to_dict(self) -> dict[str, Any]:
-        """The wire form: no null members."""
-        return self.model_dump(mode="json", exclude_none=True)
+        """The wire form: no null members (a new dict on each call, free to change)."""
+        result: dict[str, Any] = orjson.loads(self.wire)
+        return result
 
 
 @functools.lru_cache(maxsize=4096)

@@ -80,7 +80,7 @@ def dumps(value: Any) -> bytes:
 
 def inject_json(body: bytes, errors: list[dict[str, Any]]) -> bytes:
     """The JSON body with ``errors`` appended to its payload's ``errors[]``."""
-    payload = parse(body)
+    payload = loads(body)  # the splice below keeps every byte: no exact parse needed for it
     _check(payload)
     if "errors" not in payload:
         head = body.rstrip()
@@ -88,5 +88,6 @@ def inject_json(body: bytes, errors: list[dict[str, Any]]) -> bytes:
         return (
             head[:-1] + separator + b'"errors":' + orjson.dumps(errors) + b"}" + body[len(head) :]
         )
+    payload = parse(body)  # re-encoded: exact, so that long integers survive
     inject_payload(payload, errors)
     return dumps(payload)
