@@ -152,7 +152,8 @@ def uvicorn_passthrough(requests: int, rounds: int) -> dict[str, float]:
 
 async def inject(n: int, rounds: int) -> dict[str, float]:
     out = {}
-    for label, count in (("1k", 1), ("100k", 45), ("1m", 450)):
+    # Product counts giving bodies of about 1 KB, 100 KB and 1 MB (875 B, 100 KB, 1.0 MB).
+    for label, count in (("1k", 1), ("100k", 120), ("1m", 1200)):
         body = orjson.dumps({"products": products(count), "context": {"correlation_id": "c"}})
 
         async def ours(body: bytes = body) -> None:
@@ -169,7 +170,7 @@ async def inject(n: int, rounds: int) -> dict[str, float]:
         "jsonrpc": "2.0",
         "id": 1,
         "result": {
-            "structuredContent": {"products": products(45)},
+            "structuredContent": {"products": products(120)},  # 100 KB
             "content": [],
             "isError": False,
         },

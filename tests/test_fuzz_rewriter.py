@@ -230,3 +230,42 @@ def test_event_splitter_never_loses_or_invents_bytes(stream: bytes, cuts: list[i
         b"".join(b"".join(splitter.feed(piece)) for piece in split(stream, cuts)) + splitter.close()
     )
     assert out == stream
+
+
+def _reference_data(event: bytes) -> bytes | None:
+    """The SSE spec's data of an event, read the slow, obvious way."""
+    values = []
+    for line in event.splitlines():
+        if line == b"data" or line.startswith(b"data:"):
+            value = line[5:]
+            values.append(value[1:] if value.startswith(b" ") else value)
+    return b"\n".join(values) if values else None
+
+
+SSE_LINES = st.sampled_from(
+    [b"data: {\"a\": 1}", b"data:{}", b"data", b"data:  two spaces", b"database: no",
+     b"event: message", b": data: comment", b"id: 7", b"retry: 10", b"xdata: no"]
+)  # fmt: skip
+
+
+@given(
+    lines=st.lists(SSE_LINES, min_size=1, max_size=5),
+    ending=st.sampled_from([b"\r\n", b"\n", b"\r"]),
+)
+def test_sse_fast_path_reads_and_rewrites_like_the_spec(lines: list[bytes], ending: bytes) -> None:
+    from adcp_stale_cache.codecs.sse import event_data, rewrite_data
+
+    event = ending.join(lines) + ending + ending
+    assert event_data(event) == _reference_data(event)
+    rewritten = rewrite_data(event, lambda data: b"NEW")
+    if _reference_data(event) is None:
+        assert rewritten == event
+    else:
+        assert _reference_data(rewritten) == b"NEW"
+        others = [
+            line
+            for line in event.splitlines()
+            if not (line == b"data" or line.startswith(b"data:"))
+        ]
+        assert [line for line in rewritten.splitlines() if not line.startswith(b"data:")] == others
+        assert rewritten.endswith(ending + ending)

@@ -19,7 +19,8 @@ _DIGITS_TO_ZERO = bytes.maketrans(b"0123456789", b"0" * 10)
 _LONG_RUN = b"0" * 19
 
 
-def _has_long_integer(body: bytes) -> bool:
+def has_long_integer(body: bytes) -> bool:
+    """True when ``body`` may hold an integer too long for orjson (19 digits or more)."""
     return _LONG_RUN in body.translate(_DIGITS_TO_ZERO)
 
 
@@ -67,7 +68,7 @@ def loads(body: bytes | str, *, exact: bool = False) -> Any:
 
 def parse(body: bytes) -> Any:
     """Parse JSON without losing data: exact (stdlib) when an integer is too long for orjson."""
-    return loads(body, exact=_has_long_integer(body))
+    return loads(body, exact=has_long_integer(body))
 
 
 def dumps(value: Any) -> bytes:

@@ -57,8 +57,33 @@ def _next_break(buffer: bytes, start: int) -> int:
     return lf if cr < 0 else cr if lf < 0 else min(lf, cr)
 
 
+def _single_data_line(event: bytes) -> tuple[int, int, int] | None:
+    """(line start, value start, value end) of the event's one ``data:`` line; None when
+    the event has none, several, or a form this fast path leaves to the general one."""
+    line = _line_starting(event, b"data", 0)
+    if line < 0 or event[line + 4 : line + 5] != b":":
+        return None
+    value = line + 5 + (event[line + 5 : line + 6] == b" ")
+    end = _next_break(event, value)
+    if end < 0 or _line_starting(event, b"data", end) >= 0:
+        return None
+    return line, value, end
+
+
+def _line_starting(event: bytes, prefix: bytes, start: int) -> int:
+    """The offset of the first line at or after ``start`` that begins with ``prefix``
+    (``start`` itself must be a line start or a line break)."""
+    at = event.find(prefix, start)
+    while at > start and event[at - 1] not in b"\r\n":  # inside a line: not a field name
+        at = event.find(prefix, at + 1)
+    return at
+
+
 def event_data(event: bytes) -> bytes | None:
     """The event's data (multi-line data joined with LF, as the SSE spec says), or None."""
+    single = _single_data_line(event)
+    if single is not None:  # the usual event: one data line, sliced out once
+        return event[single[1] : single[2]]
     lines = event.splitlines(keepends=True)
     at = _data_lines(lines)
     return b"\n".join(_field_value(lines[i]) for i in at) if at else None
@@ -70,6 +95,13 @@ def rewrite_data(event: bytes, rewrite: Callable[[bytes], bytes | None]) -> byte
     The new data is written back as one ``data:`` line where the first one stood, with the
     event's own line ending.
     """
+    single = _single_data_line(event)
+    if single is not None:
+        line, value, end = single
+        new = rewrite(event[value:end])
+        if new is None or b"\n" in new or b"\r" in new:
+            return event
+        return event[:line] + b"data: " + new + event[end:]
     lines = event.splitlines(keepends=True)
     at = _data_lines(lines)
     if not at:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import a2a
-from .json import Untouched, dumps, parse
+from .json import Untouched, dumps, has_long_integer, loads, parse
 from .jsonrpc import RpcCall, inject_response
 from .sse import EventSplitter, event_data, rewrite_data
 
@@ -59,6 +59,9 @@ class RpcEventStream:
         errors = self.errors()
         if not errors:
             return event
+        data = event_data(event) or b""
+        if has_long_integer(data):
+            message = parse(data)
         try:
             inject_response(message, self.call, errors)
         except Untouched as exc:
@@ -89,7 +92,9 @@ def _answer(event: bytes, call: RpcCall) -> dict[str, Any] | None:
     """The JSON-RPC message of an event when it answers ``call``."""
     data = event_data(event)
     try:
-        message = parse(data) if data else None
+        # Fast parse to find the answer; an answer that gets rewritten is parsed again,
+        # exactly, when it holds integers too long for orjson.
+        message = loads(data) if data else None
     except Untouched:
         return None
     return message if isinstance(message, dict) and message.get("id") == call.id else None
