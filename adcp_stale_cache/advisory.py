@@ -77,7 +77,6 @@ class AdcpError(BaseModel):
         return result
 
 
-@functools.lru_cache(maxsize=4096)
 def stale_response(
     upstream: Upstream, policy: SurfacePolicy, age_seconds: int, failure: Failure | None
 ) -> AdcpError:
@@ -85,25 +84,45 @@ def stale_response(
 
     ``failure`` is None for a stale-while-revalidate answer (no call failed: the refresh runs
     behind it), and ``original_error`` is then left out. Results are memoised (a sustained
-    outage repeats the same few advisories): treat the returned error as read-only.
+    outage repeats the same few advisories): the returned error is frozen.
     """
+    return _stale_response(
+        upstream.name,
+        upstream.url,
+        policy.field,
+        policy.freshness_target_seconds,
+        age_seconds,
+        failure.code if failure else None,
+        failure.message if failure else None,
+    )
+
+
+# Memoised on the strings and numbers the advisory shows: they hash and compare far faster
+# than the models they come from.
+@functools.lru_cache(maxsize=4096)
+def _stale_response(
+    name: str,
+    url: str | None,
+    field: str | None,
+    target: int,
+    age_seconds: int,
+    code: str | None,
+    reason: str | None,
+) -> AdcpError:
     details = StaleResponseDetails(
         cache_age_seconds=age_seconds,
-        freshness_target_seconds=policy.freshness_target_seconds,
-        upstream=UpstreamRef(name=upstream.name, url=upstream.url),
-        original_error=OriginalError(code=failure.code, message=failure.message)
-        if failure
-        else None,
+        freshness_target_seconds=target,
+        upstream=UpstreamRef(name=name, url=url),
+        original_error=OriginalError(code=code, message=reason) if code and reason else None,
     )
-    what = policy.field or "data"
-    why = failure.message.lower() if failure else "refreshing in the background"
+    why = reason.lower() if reason else "refreshing in the background"
     return AdcpError(
         code=STALE_RESPONSE,
         message=(
-            f"Served cached {what} from upstream '{upstream.name}' ({age_seconds}s old, "
-            f"freshness target {policy.freshness_target_seconds}s): {why}."
+            f"Served cached {field or 'data'} from upstream '{name}' ({age_seconds}s old, "
+            f"freshness target {target}s): {why}."
         ),
-        field=policy.field,
+        field=field,
         recovery="transient",
         suggestion="Retry later for fresh data, or accept the cached data.",
         details=details.model_dump(mode="json", exclude_none=True),
