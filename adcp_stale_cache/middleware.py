@@ -70,7 +70,10 @@ class StaleAdvisoryMiddleware:
             await self.app(scope, receive, send)
             return
         partition_of = functools.partial(self.partition, scope) if self.partition else None
-        surface = self._by_path.get(scope.get("path", "").rstrip("/") or "/")
+        path = scope.get("path", "")
+        surface = self._by_path.get(path)
+        if surface is None and path.endswith("/"):
+            surface = self._by_path.get(path.rstrip("/") or "/")
         collector = AdvisoryCollector(surface, None, partition_of)
         scope.setdefault("state", {})[STATE_KEY] = collector
         # A declared plain-JSON route carries no JSON-RPC call: its body is not peeked at.
@@ -137,6 +140,7 @@ class _NoCalls:
 
 
 _NO_CALLS = _NoCalls()
+_NO_START: Message = {}  # never written to: replaced when a response is buffered
 
 
 class _Response:
@@ -161,12 +165,14 @@ class _Response:
         self.request = request
         self._send = send
         self.mode = "undecided"  # then "pass", "buffer" or "stream"
-        self.start: Message = {}
+        self.start: Message = _NO_START  # set (with chunks) only when buffering
         self.chunks: list[bytes] = []
         self.stream: RpcEventStream | None = None
 
     async def send(self, message: Message) -> None:
-        if message["type"] == "http.response.start" and self.mode == "undecided":
+        if self.mode == "pass":  # the common case, first
+            await self._send(message)
+        elif message["type"] == "http.response.start" and self.mode == "undecided":
             self._begin(message)
             if self.mode != "buffer":
                 await self._send(message)

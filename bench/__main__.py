@@ -58,9 +58,14 @@ async def side_by_side(a: Op, b: Op, n: int, rounds: int) -> tuple[float, float]
     await per_op(a, max(1, n // 10))
     await per_op(b, max(1, n // 10))
     times_a, times_b = [], []
-    for _ in range(rounds):
-        times_a.append(await per_op(a, n))
-        times_b.append(await per_op(b, n))
+    for round_ in range(rounds):
+        # ABBA order: neither side always runs first (drift and warm-up cancel out).
+        if round_ % 2:
+            times_b.append(await per_op(b, n))
+            times_a.append(await per_op(a, n))
+        else:
+            times_a.append(await per_op(a, n))
+            times_b.append(await per_op(b, n))
     return statistics.median(times_a), statistics.median(times_b)
 
 
