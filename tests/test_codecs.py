@@ -167,6 +167,15 @@ def test_mcp_sse_injects_only_into_the_answer() -> None:
     assert out[1]["result"]["structuredContent"]["errors"] == [ADVISORY]
 
 
+def test_mcp_sse_keeps_integers_too_long_for_orjson() -> None:
+    call = RpcCall("mcp", 7, "get_products")
+    answer = mcp_result(structuredContent={**PAYLOAD, "n": 123456789012345678901234567890})
+    out = run_stream(call, [sse(answer, crlf=False)], [ADVISORY])
+    content = out[0]["result"]["structuredContent"]
+    assert content["n"] == 123456789012345678901234567890  # exact, not a float
+    assert content["errors"] == [ADVISORY]
+
+
 def test_sse_without_advisories_is_byte_identical() -> None:
     call = RpcCall("mcp", 7, "get_products")
     events = [b": ping\r\n\r\n", sse(mcp_result(structuredContent=dict(PAYLOAD)), crlf=True)]

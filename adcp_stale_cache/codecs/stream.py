@@ -38,11 +38,12 @@ class RpcEventStream:
         return self._release(inject=False) + self._splitter.close()
 
     def _event(self, event: bytes) -> bytes:
-        message = _answer(event, self.call)
-        if message is None:
+        answer = _answer(event, self.call)
+        if answer is None:
             return event
+        message, data = answer
         if self.call.protocol == "mcp" or "error" in message:
-            return self._rewritten(event, message)
+            return self._rewritten(event, message, data)
         found = a2a.kind_of(message.get("result"))
         kind, obj = found if found else ("", {})
         if kind == "artifact" and self.errors() and _has_data_part(obj):
@@ -52,14 +53,13 @@ class RpcEventStream:
         if kind == "status" and a2a.is_terminal(obj):
             return self._release(inject=a2a.is_completed(obj)) + event
         if kind in ("task", "message"):
-            return self._release(inject=False) + self._rewritten(event, message)
+            return self._release(inject=False) + self._rewritten(event, message, data)
         return event
 
-    def _rewritten(self, event: bytes, message: dict[str, Any]) -> bytes:
+    def _rewritten(self, event: bytes, message: dict[str, Any], data: bytes) -> bytes:
         errors = self.errors()
         if not errors:
             return event
-        data = event_data(event) or b""
         if has_long_integer(data):
             message = parse(data)
         try:
@@ -88,16 +88,20 @@ class RpcEventStream:
         return rewrite_data(held, add)
 
 
-def _answer(event: bytes, call: RpcCall) -> dict[str, Any] | None:
-    """The JSON-RPC message of an event when it answers ``call``."""
+def _answer(event: bytes, call: RpcCall) -> tuple[dict[str, Any], bytes] | None:
+    """The JSON-RPC message of an event when it answers ``call``, and the event's data."""
     data = event_data(event)
+    if not data:
+        return None
     try:
         # Fast parse to find the answer; an answer that gets rewritten is parsed again,
         # exactly, when it holds integers too long for orjson.
-        message = loads(data) if data else None
+        message = loads(data)
     except Untouched:
         return None
-    return message if isinstance(message, dict) and message.get("id") == call.id else None
+    if isinstance(message, dict) and message.get("id") == call.id:
+        return message, data
+    return None
 
 
 def _has_data_part(artifact_event: dict[str, Any]) -> bool:
