@@ -24,6 +24,7 @@ surfaces.get_products.max_stale_seconds: Input should be greater than or equal t
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -150,7 +151,11 @@ class StaleCacheConfig(BaseModel):
             raise _one_line(exc, source) from None
 
     def surface_registry(self) -> Surfaces:
-        """The surfaces, for the cache and the middleware."""
+        """The surfaces, for the cache and the middleware (one object both share)."""
+        return self._registry
+
+    @functools.cached_property
+    def _registry(self) -> Surfaces:
         return Surfaces.of(*self.surfaces.values(), default=self.defaults)
 
     def upstream(self, name: str) -> Upstream:

@@ -77,11 +77,15 @@ class StaleAdvisoryMiddleware:
         collector = AdvisoryCollector(surface, None, partition_of)
         scope.setdefault("state", {})[STATE_KEY] = collector
         # A declared plain-JSON route carries no JSON-RPC call: its body is not peeked at.
-        request = _NO_CALLS if surface else _Request(self.surfaces, collector, scope, receive)
+        request: _Request | _NoCalls = _NO_CALLS
+        if surface is None:
+            request = _Request(self.surfaces, collector, scope, receive)
+            if request.peeking:
+                receive = request.receive
         response = _Response(collector, scope, request, send, self.stale_headers)
         token = _current.set(collector)
         try:
-            await self.app(scope, request.receive if request.peeking else receive, response.send)
+            await self.app(scope, receive, response.send)
         finally:
             _current.reset(token)
 
@@ -133,14 +137,9 @@ class _NoCalls:
     """The request side of a plain-JSON route: nothing to read."""
 
     calls: list[RpcCall] = []  # never appended to
-    peeking = False
-
-    async def receive(self) -> Message:  # pragma: no cover - never called (peeking is False)
-        raise RuntimeError("not peeking")
 
 
 _NO_CALLS = _NoCalls()
-_NO_START: Message = {}  # never written to: replaced when a response is buffered
 
 
 class _Response:
@@ -165,7 +164,7 @@ class _Response:
         self.request = request
         self._send = send
         self.mode = "undecided"  # then "pass", "buffer" or "stream"
-        self.start: Message = _NO_START  # set (with chunks) only when buffering
+        self.start: Message = {}
         self.chunks: list[bytes] = []
         self.stream: RpcEventStream | None = None
 
@@ -280,7 +279,7 @@ def _ineligible(scope: Scope, start: Message) -> str | None:
 
 def _content_type(headers: list[tuple[bytes, bytes]]) -> bytes:
     for key, value in headers:
-        if key == b"content-type" or key.lower() == b"content-type":  # ASGI: lower case
+        if key.lower() == b"content-type":
             media = value.split(b";")[0].strip().lower()
             return b"application/json" if media.endswith(b"+json") else media
     return b""

@@ -45,6 +45,7 @@ def test_the_documented_file_loads(toml_file: Path) -> None:
     assert registry.for_path("/api/get_products") is products
     assert registry.for_tool("unnamed_tool").freshness_target_seconds == 60
     cache = config.build_cache()
+    assert cache.surfaces is config.middleware_options()["surfaces"]  # one registry, shared
     assert isinstance(cache.store, MemoryStore) and cache.store.max_entries == 10000
     assert cache.breaker_policy is not None and cache.breaker_policy.cooldown_seconds == 5
 
