@@ -3,7 +3,12 @@
 After ``failure_threshold`` outage failures within ``window_seconds`` the breaker opens: calls
 are not made, answers come from cache at once (the last failure as ``original_error``). After
 ``cooldown_seconds`` one probe is let through (half-open); its success closes the breaker, its
-failure keeps it open for another cooldown.
+failure keeps it open for another cooldown. A probe that ends with no verdict (cancelled, or
+answered from another process's refresh that never came) must give its slot back with
+:meth:`Breaker.release_probe`, or no caller would ever probe again.
+
+Times are readings of a monotonic clock: the breaker is per process, and a wall clock stepped
+back would hold it open for as long as the step.
 """
 
 from __future__ import annotations
@@ -62,6 +67,13 @@ class Breaker:
             self.probing = True
             return Admission.PROBE
         return Admission.REJECT
+
+    def release_probe(self) -> None:
+        """A probe ended without reporting: free the slot, so the next caller probes.
+
+        A no-op when the probe reported (its verdict already freed the slot).
+        """
+        self.probing = False
 
     def on_success(self) -> None:
         """A call succeeded: close."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, Protocol, TypeVar
@@ -23,7 +24,7 @@ import orjson
 
 from .advisory import stale_response
 from .breaker import DEFAULT_BREAKER, Admission, Breaker, BreakerPolicy
-from .collector import current_collector
+from .collector import AdvisoryCollector, current_collector
 from .decision import Fresh, ServeStale, on_failure, plan, whole_seconds
 from .entry import Entry
 from .failures import (
@@ -62,8 +63,16 @@ class JsonCodec(Generic[T]):
     """JSON values (dicts, lists, strings, numbers) through orjson."""
 
     def dumps(self, value: T) -> bytes:
-        """Serialise with orjson."""
-        return orjson.dumps(value)
+        """Serialise with orjson; refuse what JSON cannot hold exactly.
+
+        orjson writes NaN and infinities as ``null``: a value holding one would come back
+        changed, so it is refused (served, not cached), as are the types orjson refuses
+        (``Decimal``, ``set``, integers over 64 bits, non-string dict keys).
+        """
+        data = orjson.dumps(value)
+        if b"null" in data and _has_non_finite(value):
+            raise ValueError("NaN or infinity: JSON would store it as null")
+        return data
 
     def loads(self, data: bytes) -> T:
         """Deserialise with orjson."""
@@ -72,6 +81,17 @@ class JsonCodec(Generic[T]):
 
 
 JSON: JsonCodec[Any] = JsonCodec()
+
+
+def _has_non_finite(value: object) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_has_non_finite(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_has_non_finite(v) for v in value)
+    return False
+
 
 _MISSING = object()
 
@@ -116,6 +136,30 @@ class _Refreshed(Generic[T]):
         self.data = data
 
 
+def _encode(codec: Codec[T], value: T, upstream: Upstream) -> bytes | None:
+    """The stored form of ``value``, or None when the codec refuses it: the upstream answered,
+    so the answer is served; it is only not cached."""
+    try:
+        return codec.dumps(value)
+    except Exception as exc:
+        logger.warning(
+            "not_cacheable upstream=%s codec=%s error=%s: %s",
+            upstream.name,
+            type(codec).__name__,
+            type(exc).__name__,
+            exc,
+        )
+        return None
+
+
+async def _releasing(breaker: Breaker, flight: Awaitable[T]) -> T:
+    """Await a probe's flight, then free the probe slot if the flight gave no verdict."""
+    try:
+        return await flight
+    finally:
+        breaker.release_probe()
+
+
 class UpstreamCache:
     """A freshness-aware cache in front of upstream calls, serving stale on outages.
 
@@ -150,6 +194,8 @@ class UpstreamCache:
         # A shared store (Redis) stamps entries with the wall clock every process shares.
         store_clock: Callable[[], float] = getattr(self.store, "clock", time.monotonic)
         self.clock = clock or store_clock
+        # Breakers are per process: a monotonic clock unless the caller chose one (a test's).
+        self._breaker_clock = clock or time.monotonic
         self.coordinate_refreshes = coordinate_refreshes
         self.metrics = with_tracing(metrics, tracing)
         self.namespace = namespace
@@ -158,6 +204,7 @@ class UpstreamCache:
         self.breaker_policy = breaker
         self._breakers: dict[str, Breaker] = {}
         self._tasks: set[asyncio.Future[object]] = set()
+        self._warned_default = False
 
     def breaker_open(self, upstream_name: str) -> bool:
         """True while the breaker of ``upstream_name`` holds calls back."""
@@ -198,11 +245,13 @@ class UpstreamCache:
         fails and no entry within max-stale exists; failures the policy does not count as an
         outage are re-raised as they are.
         """
-        policy = self._policy(surface)
         collector = current_collector()
-        partition = (
-            None if policy.shared_across_callers or collector is None else collector.partition
-        )
+        policy, identified = self._policy(surface, collector)
+        # Only a surface known by name may share entries across callers: a request whose
+        # surface was not recognised (a path mounted under a prefix, a misspelt tool) keys
+        # per caller whatever the default policy says, so a slip never widens sharing.
+        shared = policy.shared_across_callers and identified
+        partition = None if shared or collector is None else collector.partition
         store_key = cache_key(self.namespace, upstream.name, (partition, key))
         timeout = upstream.timeout_seconds or policy.upstream_timeout_seconds
         if self._forced is not None:
@@ -219,31 +268,34 @@ class UpstreamCache:
         if entry is None:
             self.metrics.miss(policy.name, upstream.name)
 
-        breaker = self._breaker(upstream)
-        admission = breaker.admit(self.clock()) if breaker else Admission.CALL
-        if admission is Admission.REJECT:  # open: answer from cache at once
-            failure = breaker.last_failure if breaker and breaker.last_failure else CIRCUIT_OPEN
-            return self._after_failure(upstream, policy, step.fallback, failure, None, codec)
         budget = collector.budget_left(policy) if collector is not None else None
         if budget is not None:
-            if budget <= 0:
+            if budget <= 0:  # before the breaker: a caller that will not call takes no probe
                 return self._after_failure(
                     upstream, policy, step.fallback, BUDGET_SPENT, None, codec
                 )
             timeout = min(timeout, budget)
+        breaker = self._breaker(upstream)
+        admission = breaker.admit(self._breaker_clock()) if breaker else Admission.CALL
+        if admission is Admission.REJECT:  # open: answer from cache at once
+            failure = breaker.last_failure if breaker and breaker.last_failure else CIRCUIT_OPEN
+            return self._after_failure(upstream, policy, step.fallback, failure, None, codec)
 
         refresh = self._refresher(
             upstream, policy, store_key, call, codec, timeout, cacheable, validate
         )
+        flight: Awaitable[_Refreshed[T]] = self._flights.run(store_key, refresh)
+        if breaker is not None and admission is Admission.PROBE:
+            flight = _releasing(breaker, flight)
         if step.fallback is not None and (
             admission is Admission.PROBE or policy.stale_while_revalidate
         ):
             # Serve the entry now; the probe (breaker) or the revalidation runs behind it.
-            self._background(self._flights.run(store_key, refresh))
+            self._background(flight)
             last = breaker.last_failure if admission is Admission.PROBE and breaker else None
             return self._after_failure(upstream, policy, step.fallback, last, None, codec)
         try:
-            refreshed: _Refreshed[T] = await self._flights.run(store_key, refresh)
+            refreshed: _Refreshed[T] = await flight
         except Exception as exc:
             failure = classify(exc, timeout)
             if failure.kind not in policy.stale_on:
@@ -266,10 +318,37 @@ class UpstreamCache:
         cacheable: Callable[[T], bool] | None,
         validate: Callable[[T], object] | None,
     ) -> Callable[[], Awaitable[_Refreshed[T]]]:
-        """The one upstream call a flight makes: store what may be kept, tell the breaker."""
+        """The one upstream call a flight makes: store what may be kept, tell the breaker.
+
+        Every way a flight ends reports to the breaker, the wait for another process's
+        refresh included: a probe that reported nothing would hold the breaker open.
+        """
         breaker = self._breaker(upstream)
 
         async def refresh() -> _Refreshed[T]:
+            started = time.monotonic()
+            try:
+                refreshed = await fill()
+            except Exception as exc:
+                failure = classify(exc, timeout)
+                outage = failure.kind in policy.stale_on
+                self.metrics.refresh(policy.name, upstream.name, time.monotonic() - started, False)
+                if outage:
+                    self.metrics.upstream_failure(upstream.name, failure.code)
+                if breaker is not None:
+                    if outage:
+                        breaker.on_failure(self._breaker_clock(), failure)
+                    else:
+                        breaker.on_success()  # it answered: what failed was not an outage
+                    self.metrics.breaker(upstream.name, breaker.is_open)
+                raise
+            self.metrics.refresh(policy.name, upstream.name, time.monotonic() - started, True)
+            if breaker is not None:
+                breaker.on_success()
+                self.metrics.breaker(upstream.name, False)
+            return refreshed
+
+        async def fill() -> _Refreshed[T]:
             lease = getattr(self.store, "lease", None) if self.coordinate_refreshes else None
             if lease is None:
                 return await call_and_store()
@@ -281,31 +360,14 @@ class UpstreamCache:
             return _Refreshed(codec.loads(entry.data), entry.data)
 
         async def call_and_store() -> _Refreshed[T]:
-            started = time.monotonic()
-            try:
-                value = await call_with_deadline(call, timeout)
-                if validate is not None:
-                    validate(value)
-            except Exception as exc:
-                failure = classify(exc, timeout)
-                outage = failure.kind in policy.stale_on
-                self.metrics.refresh(policy.name, upstream.name, time.monotonic() - started, False)
-                if outage:
-                    self.metrics.upstream_failure(upstream.name, failure.code)
-                if breaker is not None:
-                    if outage:
-                        breaker.on_failure(self.clock(), failure)
-                    else:
-                        breaker.on_success()  # it answered: what failed was not an outage
-                    self.metrics.breaker(upstream.name, breaker.is_open)
-                raise
-            self.metrics.refresh(policy.name, upstream.name, time.monotonic() - started, True)
-            if breaker is not None:
-                breaker.on_success()
-                self.metrics.breaker(upstream.name, False)
+            value = await call_with_deadline(call, timeout)
+            if validate is not None:
+                validate(value)
             if cacheable is not None and not cacheable(value):
                 return _Refreshed(value, None)
-            data = codec.dumps(value)
+            data = _encode(codec, value, upstream)
+            if data is None:
+                return _Refreshed(value, None)
             # One second of slack: the decision, not the store's expiry, draws the exact bound.
             await self._set(store_key, Entry(data, self.clock()), policy.ttl_seconds + 1)
             return _Refreshed(value, data)
@@ -438,15 +500,24 @@ class UpstreamCache:
         aged = Entry(entry.data, now - age)
         return self._after_failure(upstream, policy, aged, FORCED_FAILURE, None, codec)
 
-    def _policy(self, surface: str | SurfacePolicy | None) -> SurfacePolicy:
+    def _policy(
+        self, surface: str | SurfacePolicy | None, collector: AdvisoryCollector | None
+    ) -> tuple[SurfacePolicy, bool]:
+        """The policy of this call, and whether it was identified (not the default)."""
         if isinstance(surface, SurfacePolicy):
-            return surface
+            return surface, True
         if surface is not None:
-            return self.surfaces.get(surface)
-        collector = current_collector()
+            return self.surfaces.get(surface), True
         if collector is not None and collector.surface is not None:
-            return collector.surface
-        return self.surfaces.default
+            return collector.surface, True
+        if collector is not None and not self._warned_default:
+            self._warned_default = True  # once: a misrouted app would say it on every request
+            logger.warning(
+                "surface_unknown: a fetch in a request named no surface and the request "
+                "matched none (route paths are matched without the app's root_path); the "
+                "default policy applies, keyed per caller"
+            )
+        return self.surfaces.default, False
 
     async def _get(self, store_key: str) -> Entry | None:
         try:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
+import decimal
+import enum
 import functools
 import hashlib
+import math
+import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
-
-import orjson
 
 
 def digest(parts: Iterable[object]) -> str:
@@ -22,15 +26,74 @@ def digest(parts: Iterable[object]) -> str:
 
 
 def _bytes(part: object) -> bytes:
-    if isinstance(part, bytes):
-        return b"b" + part
-    if isinstance(part, str):
-        return b"s" + part.encode()
-    # Structured parts (a tool's arguments): canonical JSON, keys sorted.
-    # repr() for the rest: an object without a stable repr only costs hits, never a collision.
-    return b"j" + orjson.dumps(
-        part, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=repr
-    )
+    out = bytearray()
+    _encode(part, out)
+    return bytes(out)
+
+
+def _encode(value: object, out: bytearray) -> None:
+    """Append ``value``'s exact, typed encoding: equal encodings only for equal values.
+
+    What has no exact form is refused, never approximated: a ``repr()`` may mask the very
+    field that tells two principals apart (a ``SecretStr``, an ``Authorization`` header).
+    Secrets are revealed here because the key is hashed before it is stored or logged.
+    """
+    if value is None or isinstance(value, bool):
+        out += b"n" if value is None else b"t" if value else b"f"
+    elif isinstance(value, (str, bytes)):
+        data = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else value
+        out += b"s" if isinstance(value, str) else b"b"
+        out += len(data).to_bytes(8, "big") + data
+    elif isinstance(value, enum.Enum):  # before int: an IntEnum member is not its value
+        _encode((type(value).__qualname__, value.name), _tagged(out, b"e"))
+    elif isinstance(value, int):
+        out += b"i%d;" % value
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise TypeError(f"{_REFUSED}: a key holds {value!r}")
+        out += b"d" + repr(value).encode() + b";"
+    elif isinstance(value, (list, tuple)):
+        out += b"l%d;" % len(value)
+        for item in value:
+            _encode(item, out)
+    elif isinstance(value, Mapping):  # dict, httpx.Headers, MappingProxyType...
+        items = list(value.items())
+        if not all(isinstance(k, str) for k, _ in items):
+            raise TypeError(f"{_REFUSED}: a dict key is not a str")
+        out += b"m%d;" % len(items)
+        for k, v in sorted(items, key=lambda item: item[0]):
+            _encode(k, out)
+            _encode(v, out)
+    else:
+        _encode_object(value, out)
+
+
+def _encode_object(value: object, out: bytearray) -> None:
+    reveal = getattr(value, "get_secret_value", None)
+    dump = getattr(value, "model_dump", None)
+    if callable(reveal):  # pydantic SecretStr / SecretBytes
+        _encode(reveal(), _tagged(out, b"x"))
+    elif callable(dump) and hasattr(type(value), "model_fields"):  # a pydantic model
+        # Python mode keeps SecretStr fields as they are: revealed above, never masked.
+        _encode((type(value).__qualname__, dump(mode="python")), _tagged(out, b"o"))
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        _encode((type(value).__qualname__, fields), _tagged(out, b"o"))
+    elif isinstance(value, (datetime.date, datetime.time, decimal.Decimal, uuid.UUID)):
+        _encode((type(value).__qualname__, str(value)), _tagged(out, b"v"))
+    else:
+        raise TypeError(f"{_REFUSED}: {type(value).__qualname__} has no exact key form")
+
+
+def _tagged(out: bytearray, tag: bytes) -> bytearray:
+    out += tag
+    return out
+
+
+_REFUSED = (
+    "cannot build an exact cache key (pass key= to cached(), or use str, bytes, numbers, "
+    "None, and lists and str-keyed dicts of them)"
+)
 
 
 def cache_key(namespace: str, upstream_name: str, key: object) -> str:

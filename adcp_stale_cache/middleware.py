@@ -35,7 +35,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .codecs import RpcCall, RpcEventStream, Untouched, inject_body, inject_json, parse_calls
 from .collector import STATE_KEY, AdvisoryCollector, _current
 from .keys import caller_partition
-from .policy import Surfaces
+from .policy import SurfacePolicy, Surfaces
 
 logger = logging.getLogger("adcp_stale_cache.middleware")
 
@@ -65,15 +65,20 @@ class StaleAdvisoryMiddleware:
             for path in policy.paths
         }
 
+    def _surface_at(self, path: str) -> SurfacePolicy | None:
+        surface = self._by_path.get(path)
+        if surface is None and path.endswith("/"):
+            surface = self._by_path.get(path.rstrip("/") or "/")
+        return surface
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         partition_of = functools.partial(self.partition, scope) if self.partition else None
-        path = scope.get("path", "")
-        surface = self._by_path.get(path)
-        if surface is None and path.endswith("/"):
-            surface = self._by_path.get(path.rstrip("/") or "/")
+        surface = self._surface_at(route_path(scope))
+        if surface is None and scope.get("root_path"):  # paths declared with their prefix
+            surface = self._surface_at(scope.get("path", ""))
         collector = AdvisoryCollector(surface, None, partition_of)
         scope.setdefault("state", {})[STATE_KEY] = collector
         # A declared plain-JSON route carries no JSON-RPC call: its body is not peeked at.
@@ -88,6 +93,16 @@ class StaleAdvisoryMiddleware:
             await self.app(scope, receive, response.send)
         finally:
             _current.reset(token)
+
+
+def route_path(scope: Scope) -> str:
+    """The path routes match: ``scope["path"]`` less the app's ``root_path`` (a ``Mount``,
+    ``uvicorn --root-path``, a prefix-stripping proxy), as Starlette's router reads it."""
+    path: str = scope.get("path", "")
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root) and path[len(root) : len(root) + 1] in ("/", ""):
+        return path[len(root) :] or "/"
+    return path
 
 
 class _Request:
