@@ -8,6 +8,7 @@ is left out rather than sent as ``{}``.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, Literal
 
 import orjson
@@ -149,6 +150,7 @@ def service_unavailable(error: UpstreamUnavailable, field: str | None = None) ->
 
 def _retry_after(seconds: float | None) -> int | None:
     # AdCP 3.2 producers emit a whole number from 1 to 3600, rounded up.
-    if seconds is None or seconds != seconds or seconds <= 0:
+    # The hint may come from any exception an adopter raises: NaN and infinities included.
+    if seconds is None or not seconds > 0:  # NaN compares false
         return None
-    return min(3600, max(1, -int(-seconds // 1)))
+    return 3600 if seconds >= 3600 else max(1, math.ceil(seconds))

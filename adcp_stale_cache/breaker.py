@@ -27,8 +27,12 @@ class BreakerPolicy(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     failure_threshold: int = Field(default=3, ge=1, description="Failures that open the breaker.")
-    window_seconds: float = Field(default=30.0, gt=0, description="Window the failures count in.")
-    cooldown_seconds: float = Field(default=5.0, gt=0, description="Open time before a probe.")
+    window_seconds: float = Field(
+        default=30.0, gt=0, allow_inf_nan=False, description="Window the failures count in."
+    )
+    cooldown_seconds: float = Field(
+        default=5.0, gt=0, allow_inf_nan=False, description="Open time before a probe."
+    )
 
 
 DEFAULT_BREAKER = BreakerPolicy()

@@ -22,10 +22,10 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import orjson
 
-from .advisory import stale_response
+from .advisory import AdcpError, stale_response
 from .breaker import DEFAULT_BREAKER, Admission, Breaker, BreakerPolicy
-from .collector import AdvisoryCollector, current_collector
-from .decision import Fresh, ServeStale, on_failure, plan, whole_seconds
+from .collector import AdvisoryCollector, _flight, current_collector
+from .decision import Fail, Fresh, Refresh, ServeStale, on_failure, plan, whole_seconds
 from .entry import Entry
 from .failures import (
     BUDGET_SPENT,
@@ -95,6 +95,9 @@ def _has_non_finite(value: object) -> bool:
 
 _MISSING = object()
 
+#: How far in the future (another host's clock running ahead) a stored time may be.
+MAX_CLOCK_SKEW_SECONDS = 300.0
+
 
 class SharedJsonCodec(JsonCodec[T]):
     """JSON values decoded once and shared by every caller: for read-only callers.
@@ -127,13 +130,34 @@ class SharedJsonCodec(JsonCodec[T]):
 
 
 class _Refreshed(Generic[T]):
-    """What one flight hands to every caller sharing it."""
+    """What one flight hands to every caller sharing it: the value, its stored bytes (None
+    when not stored), and the advisories of stale data the value was built on."""
 
-    __slots__ = ("data", "value")
+    __slots__ = ("advisories", "data", "value")
 
-    def __init__(self, value: T, data: bytes | None) -> None:
+    def __init__(
+        self, value: T, data: bytes | None, advisories: tuple[tuple[str, AdcpError], ...] = ()
+    ) -> None:
         self.value = value
         self.data = data
+        self.advisories = advisories
+
+
+class _Unreadable(Exception):
+    """A stored entry the codec cannot decode: it counts as no entry."""
+
+
+def _decode(codec: Codec[T], entry: Entry, upstream: Upstream) -> T:
+    try:
+        return codec.loads(entry.data)
+    except Exception as exc:
+        logger.warning(
+            "unreadable_entry upstream=%s codec=%s error=%s",
+            upstream.name,
+            type(codec).__name__,
+            type(exc).__name__,
+        )
+        raise _Unreadable from exc
 
 
 def _encode(codec: Codec[T], value: T, upstream: Upstream) -> bytes | None:
@@ -205,6 +229,10 @@ class UpstreamCache:
         self._breakers: dict[str, Breaker] = {}
         self._tasks: set[asyncio.Future[object]] = set()
         self._warned_default = False
+        self._longest_ttl: dict[str, int] = {}  # per upstream name: see _ttl
+        for declared in self.surfaces.policies:
+            for name in declared.upstreams:
+                self._longest_ttl[name] = max(self._longest_ttl.get(name, 0), declared.ttl_seconds)
 
     def breaker_open(self, upstream_name: str) -> bool:
         """True while the breaker of ``upstream_name`` holds calls back."""
@@ -263,8 +291,13 @@ class UpstreamCache:
         entry = await self._get(store_key)
         step = plan(entry, self.clock(), policy)
         if isinstance(step, Fresh):
-            self.metrics.hit(policy.name, upstream.name)
-            return codec.loads(step.entry.data)
+            try:
+                value = _decode(codec, step.entry, upstream)
+            except _Unreadable:
+                entry, step = None, Refresh(fallback=None)  # refreshed, and overwritten
+            else:
+                self.metrics.hit(policy.name, upstream.name)
+                return value
         if entry is None:
             self.metrics.miss(policy.name, upstream.name)
 
@@ -305,6 +338,9 @@ class UpstreamCache:
             if latest is None or (step.fallback and latest.stored_at < step.fallback.stored_at):
                 latest = step.fallback
             return self._after_failure(upstream, policy, latest, failure, exc, codec)
+        if refreshed.advisories and collector is not None:
+            for name, advisory in refreshed.advisories:  # every caller sharing the flight
+                collector.record(name, advisory)
         return refreshed.value if refreshed.data is None else codec.loads(refreshed.data)
 
     def _refresher(
@@ -357,19 +393,26 @@ class UpstreamCache:
                 if holder:
                     return await call_and_store()
             entry = await self._await_other_process(store_key, started, timeout)
-            return _Refreshed(codec.loads(entry.data), entry.data)
+            return _Refreshed(_decode(codec, entry, upstream), entry.data)
 
         async def call_and_store() -> _Refreshed[T]:
-            value = await call_with_deadline(call, timeout)
+            # Nested cached calls record their stale serves here, for every caller.
+            inner = AdvisoryCollector.within(current_collector())
+            token = _flight.set(inner)
+            try:
+                value = await call_with_deadline(call, timeout)
+            finally:
+                _flight.reset(token)
             if validate is not None:
                 validate(value)
+            if inner:  # built on stale data: served with its advisories, never stored fresh
+                return _Refreshed(value, None, tuple(inner.recorded()))
             if cacheable is not None and not cacheable(value):
                 return _Refreshed(value, None)
             data = _encode(codec, value, upstream)
             if data is None:
                 return _Refreshed(value, None)
-            # One second of slack: the decision, not the store's expiry, draws the exact bound.
-            await self._set(store_key, Entry(data, self.clock()), policy.ttl_seconds + 1)
+            await self._set(store_key, Entry(data, self.clock()), self._ttl(upstream, policy))
             return _Refreshed(value, data)
 
         return refresh
@@ -440,8 +483,12 @@ class UpstreamCache:
         ``failure`` is None for a stale-while-revalidate answer, where no call failed.
         """
         outcome = on_failure(latest, self.clock(), policy)
+        try:
+            value = None if isinstance(outcome, Fail) else _decode(codec, outcome.entry, upstream)
+        except _Unreadable:
+            outcome = Fail()
         if isinstance(outcome, Fresh):
-            return codec.loads(outcome.entry.data)
+            return value  # type: ignore[return-value]
         if isinstance(outcome, ServeStale):
             collector = current_collector()
             first = True  # this request's first stale serve from this upstream
@@ -462,7 +509,7 @@ class UpstreamCache:
                 code,
                 collector is not None,
             )
-            return codec.loads(outcome.entry.data)
+            return value  # type: ignore[return-value]
         failure = failure or UNKNOWN_FAILURE  # revalidating an entry that just expired
         self.metrics.unavailable(policy.name, upstream.name, failure.code)
         logger.warning(
@@ -492,7 +539,7 @@ class UpstreamCache:
             except Exception as exc:
                 raise UpstreamUnavailable(upstream, classify(exc, timeout)) from exc
             entry = Entry(codec.dumps(value), now)
-            await self._set(store_key, entry, policy.ttl_seconds + 1)
+            await self._set(store_key, entry, self._ttl(upstream, policy))
         age = outage.cache_age_seconds
         if age is None:
             age = max(whole_seconds(entry.age(now)), policy.freshness_target_seconds)
@@ -510,7 +557,7 @@ class UpstreamCache:
             return self.surfaces.get(surface), True
         if collector is not None and collector.surface is not None:
             return collector.surface, True
-        if collector is not None and not self._warned_default:
+        if collector is not None and not collector.nested and not self._warned_default:
             self._warned_default = True  # once: a misrouted app would say it on every request
             logger.warning(
                 "surface_unknown: a fetch in a request named no surface and the request "
@@ -521,10 +568,26 @@ class UpstreamCache:
 
     async def _get(self, store_key: str) -> Entry | None:
         try:
-            return await self.store.get(store_key)
+            entry = await self.store.get(store_key)
         except Exception:  # a broken store degrades to "no cache", never fails the request
             logger.exception("store_error op=get")
             return None
+        # A time that is no time (NaN, infinite) or far in the future would look fresh
+        # forever: such an entry is no entry.
+        if entry is not None and not (entry.stored_at <= self.clock() + MAX_CLOCK_SKEW_SECONDS):
+            logger.warning("unreadable_entry reason=stored_at %r", entry.stored_at)
+            return None
+        return entry
+
+    def _ttl(self, upstream: Upstream, policy: SurfacePolicy) -> int:
+        """How long the store keeps an entry of ``upstream``: as long as the longest-lived
+        surface reading that upstream may serve it (surfaces can share a key, and each
+        decision applies its own bound), plus one second of slack (the decision, not the
+        store's expiry, draws the exact bound)."""
+        longest = self._longest_ttl.get(upstream.name, 0)
+        if policy.ttl_seconds > longest:
+            self._longest_ttl[upstream.name] = longest = policy.ttl_seconds
+        return longest + 1
 
     async def _set(self, store_key: str, entry: Entry, ttl_seconds: float) -> None:
         try:

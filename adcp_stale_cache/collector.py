@@ -21,7 +21,9 @@ from .policy import SurfacePolicy
 class AdvisoryCollector:
     """Advisories of one request: one per upstream, the oldest age winning."""
 
-    __slots__ = ("_by_upstream", "_partition", "_partition_of", "started_at", "surface")
+    __slots__ = (
+        "_by_upstream", "_partition", "_partition_of", "nested", "started_at", "surface",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -34,6 +36,20 @@ class AdvisoryCollector:
         self._partition_of = partition_of  # computed on first use: most requests never need it
         self.started_at = time.monotonic()
         self._by_upstream: dict[str, AdcpError] = {}
+        self.nested = False  # a flight's own collector (see within)
+
+    @classmethod
+    def within(cls, parent: AdvisoryCollector | None) -> AdvisoryCollector:
+        """A collector for one upstream flight started from ``parent``'s request: same
+        surface, partition and budget, its own advisories (every caller sharing the flight
+        gets them, and a value built on stale data is not stored as fresh)."""
+        if parent is None:
+            collector = cls()
+        else:
+            collector = cls(parent.surface, None, lambda: parent.partition)
+            collector.started_at = parent.started_at
+        collector.nested = True
+        return collector
 
     @property
     def partition(self) -> str | None:
@@ -64,6 +80,10 @@ class AdvisoryCollector:
     def __bool__(self) -> bool:
         return bool(self._by_upstream)
 
+    def recorded(self) -> list[tuple[str, AdcpError]]:
+        """(upstream name, advisory) pairs, to record again into another collector."""
+        return list(self._by_upstream.items())
+
     def advisories(self) -> list[AdcpError]:
         """The recorded advisories, in the order their upstreams first went stale."""
         return list(self._by_upstream.values())
@@ -84,6 +104,10 @@ def _age(advisory: AdcpError) -> int:
 _current: ContextVar[AdvisoryCollector | None] = ContextVar(
     "adcp_stale_cache_collector", default=None
 )
+# Set inside an upstream flight only (the cache's own task): it comes before the request's.
+_flight: ContextVar[AdvisoryCollector | None] = ContextVar(
+    "adcp_stale_cache_flight_collector", default=None
+)
 
 #: Where the middleware keeps a request's collector in ``scope["state"]`` (``request.state``).
 STATE_KEY = "adcp_stale_cache"
@@ -97,7 +121,9 @@ def current_collector() -> AdvisoryCollector | None:
     that SDK's own request context, which names the Starlette request of each call, is asked
     first. ``mcp`` 2.x, a2a-sdk and plain routes carry the ContextVar to each call.
     """
-    found = _from_mcp_v1_request()  # an empty collector is falsy: compare with None
+    found = _flight.get()  # an empty collector is falsy: compare with None
+    if found is None:
+        found = _from_mcp_v1_request()
     return found if found is not None else _current.get()
 
 

@@ -31,8 +31,16 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from .breaker import BreakerPolicy
 from .cache import UpstreamCache
@@ -64,11 +72,25 @@ class StoreSettings(BaseModel):
         default="redis://127.0.0.1:6379/0", description="Redis store: server URL."
     )
     redis_socket_timeout_seconds: float = Field(
-        default=0.25, gt=0, description="Redis store: per-command deadline (then no cache)."
+        default=0.25,
+        gt=0,
+        allow_inf_nan=False,
+        description="Redis store: per-command deadline (then no cache).",
     )
     near_max_age_seconds: float = Field(
-        default=1.0, gt=0, description="Tiered store: age up to which the memory copy is used."
+        default=1.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Tiered store: age up to which the memory copy is used.",
     )
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: str) -> str:
+        # What redis-py's from_url takes; checked here so that `config check` catches it.
+        if urlsplit(value).scheme not in ("redis", "rediss", "unix") or "://" not in value:
+            raise ValueError("must be a redis://, rediss:// or unix:// URL")
+        return value
 
 
 class BreakerSettings(BreakerPolicy):
@@ -280,17 +302,26 @@ def env_overrides(data: Mapping[str, Any], environ: Mapping[str, str]) -> dict[s
         target = result
         for part in parts[:-1]:
             target = target.setdefault(part, {})
+        if not value.strip():
+            # An empty variable is a slip (an unset CI secret, say), never "none": an empty
+            # stale_on would silently turn stale serving off.
+            raise ConfigError(f"{variable}: empty (unset it to keep the default)")
         target[parts[-1]] = _env_value(value, field.annotation)
     return result
 
 
 def _known_name(upper: str, tables: Mapping[str, Any], kind: str, variable: str) -> str:
     """The surface or upstream an env var means (env names are upper case, '-' as '_')."""
-    for name in tables:
-        if name.lower().replace("-", "_") == upper:
-            return str(name)
-    known = ", ".join(tables) or "none"
     singular = kind[:-1]
+    matches = [str(name) for name in tables if name.lower().replace("-", "_") == upper]
+    if len(matches) > 1:
+        raise ConfigError(
+            f"{variable}: ambiguous: {singular}s {' and '.join(map(repr, matches))} have "
+            "the same variable name (rename one)"
+        )
+    if matches:
+        return matches[0]
+    known = ", ".join(tables) or "none"
     raise ConfigError(f"{variable}: unknown {singular} {upper!r} (known: {known})")
 
 
@@ -298,7 +329,7 @@ def _env_value(value: str, annotation: Any) -> Any:
     """Strings for pydantic to coerce; comma-separated lists for sequence fields."""
     if getattr(annotation, "__origin__", None) in (tuple, frozenset, list, set):
         return [item.strip() for item in value.split(",") if item.strip()]
-    if value.strip().lower() in ("", "none", "null") and "None" in repr(annotation):
+    if value.strip().lower() in ("none", "null") and "None" in repr(annotation):
         return None
     return value
 

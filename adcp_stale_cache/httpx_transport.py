@@ -10,8 +10,11 @@ Mount it on the client a seller already uses for that upstream::
 
 Successful (2xx) answers are cached under a key built from the method, URL, body and the
 request headers that vary the answer (credentials); 5xx, 429, timeouts, connection errors and
-invalid JSON bodies count as outages and fall back to the cached answer. A 4xx is the
-caller's problem: it passes through and is never cached.
+invalid payloads count as outages and fall back to the cached answer. An upstream is expected
+to answer JSON: a 2xx whose content type is not JSON (a ``200 text/html`` maintenance page)
+or whose JSON does not parse is an invalid payload, never cached over the good entry
+(``expect_json=False`` for an upstream that answers other types). A 4xx is the caller's
+problem: it passes through and is never cached.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ class CachingTransport(httpx.AsyncBaseTransport):
         methods: Iterable[str] = ("GET", "POST"),
         vary_headers: Iterable[str] = DEFAULT_VARY_HEADERS,
         validate: Callable[[httpx.Response], object] | None = None,
+        expect_json: bool = True,
     ) -> None:
         self.cache = cache
         self.upstream = upstream
@@ -58,6 +62,7 @@ class CachingTransport(httpx.AsyncBaseTransport):
         self._vary_raw = tuple(h.encode("latin-1") for h in self.vary_headers)
         self._transport = transport or httpx.AsyncHTTPTransport()
         self._validate = validate
+        self.expect_json = expect_json
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Answer from cache or upstream, as the surface's policy decides."""
@@ -70,7 +75,7 @@ class CachingTransport(httpx.AsyncBaseTransport):
             response = await self._transport.handle_async_request(request)
             await response.aread()
             await response.aclose()
-            _raise_for_outage(response)
+            _raise_for_outage(response, self.expect_json)
             if self._validate is not None and response.is_success:
                 self._validate(response)
             return response
@@ -85,8 +90,8 @@ class CachingTransport(httpx.AsyncBaseTransport):
         values = dict.fromkeys(self._vary_raw, b"")
         for name, value in request.headers.raw:
             name = name.lower()
-            if name in values:  # a repeated header counts with all its values
-                values[name] = values[name] + b", " + value if values[name] else value
+            if name in values:  # a repeated header counts with all its values, kept apart
+                values[name] = values[name] + b"\n" + value if values[name] else value
         return [value.decode("latin-1") for value in values.values()]
 
     async def aclose(self) -> None:
@@ -94,10 +99,14 @@ class CachingTransport(httpx.AsyncBaseTransport):
         await self._transport.aclose()
 
 
-def _raise_for_outage(response: httpx.Response) -> None:
+def _raise_for_outage(response: httpx.Response, expect_json: bool) -> None:
     if response.status_code >= 500 or response.status_code == 429:
         raise UpstreamHTTPError(response.status_code, retry_after=_retry_after(response))
-    if not response.is_success or not _is_json(response):
+    if not response.is_success or response.status_code == 204:
+        return
+    if not _is_json(response):
+        if expect_json:
+            raise InvalidPayload("upstream answered 2xx with a content type that is not JSON")
         return
     try:
         payload = orjson.loads(response.content)
@@ -119,11 +128,10 @@ def _cacheable(response: httpx.Response) -> bool:
 
 
 def _retry_after(response: httpx.Response) -> float | None:
-    value = response.headers.get("retry-after", "")
-    try:
-        return float(value) if value else None
-    except ValueError:
-        return None  # an HTTP date: not worth parsing for a hint
+    # RFC 9110: delay-seconds is digits only ("inf", "1e999" and "-1" are not hints); an
+    # HTTP date is not worth parsing for a hint.
+    value = response.headers.get("retry-after", "").strip()
+    return float(value) if value.isascii() and value.isdigit() else None
 
 
 class ResponseCodec:

@@ -133,8 +133,8 @@ def caller_partition(scope: Mapping[str, Any]) -> str:
     headers = dict.fromkeys(CALLER_HEADERS, b"")
     for name, value in scope.get("headers", []):
         name = name.lower()
-        if name in headers:
-            headers[name] = value
+        if name in headers:  # a repeated header counts with all its values (no newline in one)
+            headers[name] = headers[name] + b"\n" + value if headers[name] else value
     headers[b"host"] = _host_name(headers[b"host"])
     return digest(headers[name] for name in CALLER_HEADERS)
 

@@ -86,10 +86,18 @@ class CombinedMetrics(CacheMetrics):
 
 
 class PrometheusMetrics(CacheMetrics):
-    """Prometheus counters, gauges and a histogram (``pip install 'adcp-stale-cache[metrics]'``)."""
+    """Prometheus counters, gauges and a histogram (``pip install 'adcp-stale-cache[metrics]'``).
 
-    def __init__(self, registry: Any = None, store: Any = None) -> None:
+    ``code`` labels come from upstreams (an AdCP error code an upstream returned): the first
+    ``max_codes`` distinct codes are kept as they are, later ones count as ``OTHER``, so that
+    an upstream inventing codes cannot grow the series without bound.
+    """
+
+    def __init__(self, registry: Any = None, store: Any = None, max_codes: int = 64) -> None:
         from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+
+        self.max_codes = max_codes
+        self._codes: set[str] = set()
 
         registry = registry if registry is not None else REGISTRY
 
@@ -141,16 +149,24 @@ class PrometheusMetrics(CacheMetrics):
         self._refreshes.labels(surface, upstream, "ok" if ok else "failed").inc()
         self._latency.labels(upstream).observe(seconds)
 
+    def _code(self, code: str) -> str:
+        if code in self._codes:
+            return code
+        if len(self._codes) < self.max_codes:
+            self._codes.add(code)
+            return code
+        return "OTHER"
+
     def upstream_failure(self, upstream: str, code: str) -> None:
-        self._failures.labels(upstream, code).inc()
+        self._failures.labels(upstream, self._code(code)).inc()
 
     def stale_serve(self, surface: str, upstream: str, code: str, advisory: bool) -> None:
-        self._stale.labels(surface, upstream, code).inc()
+        self._stale.labels(surface, upstream, self._code(code)).inc()
         if advisory:
             self._advisories.labels(surface, upstream).inc()
 
     def unavailable(self, surface: str, upstream: str, code: str) -> None:
-        self._unavailable.labels(surface, upstream, code).inc()
+        self._unavailable.labels(surface, upstream, self._code(code)).inc()
 
     def breaker(self, upstream: str, is_open: bool) -> None:
         self._breaker.labels(upstream).set(1 if is_open else 0)

@@ -40,7 +40,7 @@ from .policy import SurfacePolicy, Surfaces
 logger = logging.getLogger("adcp_stale_cache.middleware")
 
 # JSON-RPC requests are small; a larger body is not read for its tool name.
-_MAX_PEEK = 1024 * 1024
+MAX_PEEK_BYTES = 1024 * 1024
 
 
 class StaleAdvisoryMiddleware:
@@ -53,8 +53,10 @@ class StaleAdvisoryMiddleware:
         surfaces: Surfaces | None = None,
         partition: Callable[[Scope], str | None] | None = caller_partition,
         stale_headers: bool = True,
+        max_peek_bytes: int = MAX_PEEK_BYTES,
     ) -> None:
         self.app = app
+        self.max_peek_bytes = max_peek_bytes
         self.surfaces = surfaces or Surfaces()
         self.partition = partition
         self.stale_headers = stale_headers
@@ -84,7 +86,7 @@ class StaleAdvisoryMiddleware:
         # A declared plain-JSON route carries no JSON-RPC call: its body is not peeked at.
         request: _Request | _NoCalls = _NO_CALLS
         if surface is None:
-            request = _Request(self.surfaces, collector, scope, receive)
+            request = _Request(self.surfaces, collector, scope, receive, self.max_peek_bytes)
             if request.peeking:
                 receive = request.receive
         response = _Response(collector, scope, request, send, self.stale_headers)
@@ -93,6 +95,14 @@ class StaleAdvisoryMiddleware:
             await self.app(scope, receive, response.send)
         finally:
             _current.reset(token)
+        if len(collector) > response.delivered and response.mode != "undecided":
+            # Recorded once the response had started (a StreamingResponse fetching as it
+            # streams): too late for the payload, so say so loudly.
+            response._dropped(
+                "recorded after the response started: only advisories recorded before the "
+                "response's first message can be delivered",
+                len(collector) - response.delivered,
+            )
 
 
 def route_path(scope: Scope) -> str:
@@ -108,14 +118,24 @@ def route_path(scope: Scope) -> str:
 class _Request:
     """Reads the JSON-RPC calls off a POST body as the app receives it."""
 
-    __slots__ = ("_chunks", "_receive", "_size", "calls", "collector", "peeking", "surfaces")
+    __slots__ = (
+        "_chunks", "_receive", "_size", "calls", "collector", "limit", "oversized", "peeking",
+        "surfaces",
+    )  # fmt: skip
 
     def __init__(
-        self, surfaces: Surfaces, collector: AdvisoryCollector, scope: Scope, receive: Receive
+        self,
+        surfaces: Surfaces,
+        collector: AdvisoryCollector,
+        scope: Scope,
+        receive: Receive,
+        limit: int = MAX_PEEK_BYTES,
     ) -> None:
         self.surfaces = surfaces
         self.collector = collector
         self._receive = receive
+        self.limit = limit
+        self.oversized = False  # too large to read: its calls, if any, are unknown
         self.calls: list[RpcCall] = []
         self.peeking = (
             scope.get("method") == "POST" and _content_type(scope.get("headers", [])) in _JSON
@@ -128,8 +148,8 @@ class _Request:
         if self.peeking and message["type"] == "http.request":
             body = message.get("body", b"")
             self._size += len(body)
-            if self._size > _MAX_PEEK:
-                self.peeking, self._chunks = False, []
+            if self._size > self.limit:
+                self.peeking, self._chunks, self.oversized = False, [], True
             elif message.get("more_body", False):
                 self._chunks.append(body)
             else:
@@ -152,6 +172,7 @@ class _NoCalls:
     """The request side of a plain-JSON route: nothing to read."""
 
     calls: list[RpcCall] = []  # never appended to
+    oversized = False
 
 
 _NO_CALLS = _NoCalls()
@@ -161,8 +182,8 @@ class _Response:
     """The state of one response: passing through, buffering JSON, or rewriting events."""
 
     __slots__ = (
-        "_send", "chunks", "collector", "mode", "request", "scope", "stale_headers", "start",
-        "stream",
+        "_send", "chunks", "collector", "delivered", "mode", "request", "scope",
+        "stale_headers", "start", "stream",
     )  # fmt: skip
 
     def __init__(
@@ -182,6 +203,7 @@ class _Response:
         self.start: Message = {}
         self.chunks: list[bytes] = []
         self.stream: RpcEventStream | None = None
+        self.delivered = 0  # advisories handed to the payload (or already reported lost)
 
     async def send(self, message: Message) -> None:
         if self.mode == "pass":  # the common case, first
@@ -191,6 +213,10 @@ class _Response:
             if self.mode != "buffer":
                 await self._send(message)
         elif message["type"] != "http.response.body" or self.mode == "pass":
+            if self.mode == "buffer":  # http.response.pathsend, say: the start goes first
+                self._dropped(f"{message['type']} body")
+                self.mode = "pass"
+                await self._send(self.start)
             await self._send(message)
         elif self.mode == "buffer":
             self.chunks.append(message.get("body", b""))
@@ -203,18 +229,19 @@ class _Response:
         self.mode = "pass"
         if not self.collector and not self.request.calls:
             return  # the common case: nothing to add, nothing to watch
+        self.delivered = len(self.collector)  # reported below if they cannot be delivered
         reason = _ineligible(self.scope, start)
         content_type = _content_type(start.get("headers", []))
         if reason is None and content_type == b"text/event-stream" and len(self.request.calls) == 1:
             self.mode = "stream"
-            self.stream = RpcEventStream(
-                self.request.calls[0], self.collector.errors, self._dropped
-            )
+            self.stream = RpcEventStream(self.request.calls[0], self._errors, self._dropped)
             start["headers"] = [
                 (k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"
             ]
         elif not self.collector:
             return
+        elif self.request.oversized:
+            self._dropped("request body too large to read its JSON-RPC call (max_peek_bytes)")
         elif reason is None and content_type in _JSON:
             self.mode = "buffer"
             self.start = start
@@ -224,13 +251,14 @@ class _Response:
     async def _finish(self) -> None:
         body = b"".join(self.chunks)
         self.chunks = []
-        errors = self.collector.errors()
+        errors = self._errors()
         injected = False
         try:
             body = (
                 inject_body(body, self.request.calls, errors)
                 if self.request.calls
-                else inject_json(body, errors)
+                # On a route not declared plain, JSON-RPC answers belong to calls, never here.
+                else inject_json(body, errors, rpc_is_envelope=self.request is not _NO_CALLS)
             )
             injected = True
         except Untouched as exc:
@@ -252,20 +280,36 @@ class _Response:
         if body or not more:
             await self._send({"type": "http.response.body", "body": body, "more_body": more})
 
-    def _dropped(self, reason: str) -> None:
+    def _errors(self) -> list[dict[str, Any]]:
+        """The advisories to deliver now (counted as delivered)."""
+        errors = self.collector.errors()
+        self.delivered = len(errors)
+        return errors
+
+    def _dropped(self, reason: str, count: int | None = None) -> None:
         names = [
             (a.details or {}).get("upstream", {}).get("name") for a in self.collector.advisories()
         ]
-        warn = reason.startswith("Content-Encoding")
+        # A response that cannot carry advisories by its nature (an error, a failed task) is
+        # routine; anything else means stale data reached a buyer unannounced.
+        routine = reason.startswith(_ROUTINE)
         logger.log(
-            logging.WARNING if warn else logging.INFO,
+            logging.INFO if routine else logging.WARNING,
             "advisories_not_delivered count=%d upstreams=%s reason=%s",
-            len(self.collector),
+            len(self.collector) if count is None else count,
             names,
             reason,
         )
 
 
+_ROUTINE = (
+    "status ",
+    "HEAD request",
+    "JSON-RPC error reply",
+    "tool result has isError",
+    "payload carries adcp_error",
+    "A2A task is not completed",
+)
 _JSON = frozenset({b"application/json", b"application/json-rpc"})
 
 

@@ -26,6 +26,10 @@ class FailureKind(str, enum.Enum):
     UNEXPECTED = "unexpected"
 
 
+#: The longest deadline a setting takes (a day): deadlines feed lease and store expiries,
+#: which must stay finite.
+MAX_SECONDS = 86_400.0
+
 #: Failures that serve stale by default. ``UNEXPECTED`` (a bug in the caller's own code, say)
 #: is left out so that it surfaces instead of hiding behind cached data.
 DEFAULT_STALE_ON: frozenset[FailureKind] = frozenset(FailureKind) - {FailureKind.UNEXPECTED}
@@ -55,7 +59,11 @@ class SurfacePolicy(BaseModel):
         description="How far past the target an entry may still be served (RFC 9111 max-stale).",
     )
     upstream_timeout_seconds: float = Field(
-        default=10.0, gt=0, description="Deadline of one upstream call (an Upstream may override)."
+        default=10.0,
+        gt=0,
+        le=MAX_SECONDS,
+        allow_inf_nan=False,
+        description="Deadline of one upstream call (an Upstream may override).",
     )
     stale_on: frozenset[FailureKind] = Field(
         default=DEFAULT_STALE_ON, description="Failure kinds that fall back to a stale entry."
@@ -63,6 +71,8 @@ class SurfacePolicy(BaseModel):
     request_budget_seconds: float | None = Field(
         default=None,
         gt=0,
+        le=MAX_SECONDS,
+        allow_inf_nan=False,
         description="Deadline of a whole request: no upstream call outlives it.",
     )
     stale_while_revalidate: bool = Field(
@@ -84,8 +94,9 @@ class Upstream(BaseModel):
     """One dependency a seller calls: a creative agent, an inventory service, a database.
 
     ``url`` is what the advisory reports as ``details.upstream.url``: set it for an upstream
-    buyers may know (a creative agent), leave it out for an internal service. Userinfo, query
-    and fragment are stripped so that a credential in a URL never reaches a buyer.
+    buyers may know (a creative agent), leave it out for an internal service. Userinfo, path
+    parameters (``;jsessionid=...``), query and fragment are stripped so that a credential in
+    a URL never reaches a buyer.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -95,7 +106,11 @@ class Upstream(BaseModel):
         default=None, description="Public URL reported to buyers; unset for internal services."
     )
     timeout_seconds: float | None = Field(
-        default=None, gt=0, description="Deadline of one call (unset: the surface's)."
+        default=None,
+        gt=0,
+        le=MAX_SECONDS,
+        allow_inf_nan=False,
+        description="Deadline of one call (unset: the surface's).",
     )
 
     @field_validator("url")
@@ -107,7 +122,8 @@ class Upstream(BaseModel):
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("must be an absolute http(s) URL")
         netloc = parts.netloc.rpartition("@")[2]  # drop user:password@
-        return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+        path = "/".join(segment.split(";")[0] for segment in parts.path.split("/"))
+        return urlunsplit((parts.scheme, netloc, path, "", ""))
 
 
 class Surfaces(BaseModel):

@@ -3,24 +3,29 @@
 The rewrite never loses data. When the payload has no ``errors`` member (the common case)
 the advisories are spliced in before the closing brace and every original byte is kept.
 When it has one, the payload is re-encoded: through orjson, or through the stdlib when the
-body holds an integer too long for a 64-bit parser (orjson would turn it into a float).
+body holds a number orjson may not hold exactly (an integer past 64 bits, a decimal with more
+digits than a double). What no re-encoding keeps exactly (``NaN``, ``Infinity``, ``1e400``, a
+decimal with more than 17 significant digits) is left untouched, as is a body that is not
+UTF-8 (RFC 8259). Lone surrogate escapes (``"\\ud83d"``) survive, re-escaped.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import orjson
 
-# Digits all become "0": a run of 19 "0"s then means a number (or digit string) orjson may not
-# hold exactly. translate + substring search is C-speed; a regex scan is ten times slower.
-_DIGITS_TO_ZERO = bytes.maketrans(b"0123456789", b"0" * 10)
-_LONG_RUN = b"0" * 19
+# Digits and dots all become "0": a run of 18 "0"s then means a number that orjson may not
+# hold exactly (a long integer, a long decimal). translate + substring search is C-speed; a
+# regex scan is ten times slower.
+_DIGITS_TO_ZERO = bytes.maketrans(b"0123456789.", b"0" * 11)
+_LONG_RUN = b"0" * 18
 
 
-def has_long_integer(body: bytes) -> bool:
-    """True when ``body`` may hold an integer too long for orjson (19 digits or more)."""
+def has_long_number(body: bytes) -> bool:
+    """True when ``body`` may hold a number too long for orjson to keep exactly."""
     return _LONG_RUN in body.translate(_DIGITS_TO_ZERO)
 
 
@@ -53,35 +58,85 @@ def _check(payload: Any) -> None:
         raise Untouched("payload 'errors' is not a list")
 
 
-def loads(body: bytes | str, *, exact: bool = False) -> Any:
-    """Parse JSON; ``exact`` uses the stdlib, which keeps integers of any length."""
-    if not exact:
+def loads(body: bytes | str) -> Any:
+    """Parse JSON to read it (not to re-encode it: see :func:`parse`)."""
+    return read(body)[0]
+
+
+def read(body: bytes | str) -> tuple[Any, bool]:
+    """Parse JSON to read it, and say whether re-encoding that value would be exact (else
+    :func:`parse` it again before re-encoding)."""
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        # NaN, lone surrogates...: the stdlib accepts them, and must say if it is not JSON
+        return _stdlib(body, None), False
+    return value, not has_long_number(body.encode() if isinstance(body, str) else body)
+
+
+def parse(body: bytes | str) -> Any:
+    """Parse JSON to re-encode it: exact, or :class:`Untouched` when no re-encoding could be."""
+    if not has_long_number(body.encode() if isinstance(body, str) else body):
         try:
             return orjson.loads(body)
         except orjson.JSONDecodeError:
-            pass  # NaN and friends: the stdlib accepts them, and must say if it is not JSON
+            pass
+    return _stdlib(body, _exact_float)
+
+
+def _stdlib(body: bytes | str, parse_float: Any) -> Any:
+    try:  # strictly UTF-8: json.loads would guess UTF-16 from bytes, and the splice corrupt it
+        text = body.decode() if isinstance(body, bytes) else body
+    except UnicodeDecodeError:
+        raise Untouched("body is not UTF-8 JSON") from None
+    exact = parse_float is not None
     try:
-        return json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
+        return json.loads(
+            text.removeprefix("\ufeff"),
+            parse_float=parse_float,
+            parse_constant=_no_constant if exact else None,
+        )
+    except ValueError as exc:
         raise Untouched("body is not valid JSON") from exc
 
 
-def parse(body: bytes) -> Any:
-    """Parse JSON without losing data: exact (stdlib) when an integer is too long for orjson."""
-    return loads(body, exact=has_long_integer(body))
+def _exact_float(text: str) -> float:
+    """A JSON decimal as a float, refusing one a double would change."""
+    value = float(text)
+    digits = text.lstrip("-").split("e")[0].split("E")[0].replace(".", "").strip("0")
+    if not math.isfinite(value) or len(digits) > 17:
+        raise Untouched(f"body holds {text[:32]}, which no re-encoding keeps exactly")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise Untouched(f"body holds {name}, which no re-encoding keeps exactly")
 
 
 def dumps(value: Any) -> bytes:
-    """Serialise JSON compactly (stdlib fallback for what orjson refuses)."""
+    """Serialise JSON compactly (stdlib for what orjson refuses: long integers, lone
+    surrogates, which are then escaped)."""
     try:
         return orjson.dumps(value)
     except TypeError:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:  # a lone surrogate: keep it as the escape it came as
+        return json.dumps(value, separators=(",", ":")).encode()
 
 
-def inject_json(body: bytes, errors: list[dict[str, Any]]) -> bytes:
-    """The JSON body with ``errors`` appended to its payload's ``errors[]``."""
+def inject_json(
+    body: bytes, errors: list[dict[str, Any]], *, rpc_is_envelope: bool = False
+) -> bytes:
+    """The JSON body with ``errors`` appended to its payload's ``errors[]``.
+
+    ``rpc_is_envelope``: a body with a ``jsonrpc`` member is a JSON-RPC envelope whose call
+    was not read (not a payload): leave it untouched rather than write beside ``result``.
+    """
     payload = loads(body)  # the splice below keeps every byte: no exact parse needed for it
+    if rpc_is_envelope and isinstance(payload, dict) and "jsonrpc" in payload:
+        raise Untouched("a JSON-RPC message, not a payload: its call was not read")
     _check(payload)
     if "errors" not in payload:
         head = body.rstrip()
@@ -89,6 +144,6 @@ def inject_json(body: bytes, errors: list[dict[str, Any]]) -> bytes:
         return (
             head[:-1] + separator + b'"errors":' + orjson.dumps(errors) + b"}" + body[len(head) :]
         )
-    payload = parse(body)  # re-encoded: exact, so that long integers survive
+    payload = parse(body)  # re-encoded: exact, so that long numbers survive
     inject_payload(payload, errors)
     return dumps(payload)

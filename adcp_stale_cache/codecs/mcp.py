@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .json import Untouched, inject_payload
+from .json import Untouched, inject_payload, parse
 
 
 def inject_tool_result(result: Any, errors: list[dict[str, Any]]) -> None:
@@ -47,7 +47,8 @@ def _payload_texts(result: dict[str, Any], structured: Any) -> list[tuple[dict[s
         except ValueError:
             continue
         if structured is None or payload == structured:
-            found.append((block, payload))
+            # Rewritten: parsed again exactly (Untouched for what a re-encoding would change).
+            found.append((block, parse(text)))
     if structured is None and len(found) > 1:
         raise Untouched("several JSON text blocks and no structuredContent: which is the payload?")
     return found

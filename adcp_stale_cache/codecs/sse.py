@@ -16,22 +16,28 @@ _EVENT_END = re.compile(rb"(?:\r\n|\n|\r(?!\n))(?:\r\n|\n|\r(?!\n))")
 
 
 class EventSplitter:
-    """Feed body chunks, get complete raw events back (terminators included)."""
+    """Feed body chunks, get complete raw events back (terminators included).
 
-    __slots__ = ("_buffer",)
+    Linear in the stream's size: the buffer grows in place and each feed scans only the bytes
+    it has not scanned yet (a long event in small chunks would otherwise be rescanned, and
+    recopied, once per chunk).
+    """
+
+    __slots__ = ("_buffer", "_resume")
 
     def __init__(self) -> None:
-        self._buffer = b""
+        self._buffer = bytearray()
+        self._resume = 0  # where the next scan starts: bytes before it hold no event end
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """The events completed by ``chunk``."""
-        self._buffer += chunk
         buffer = self._buffer
+        buffer += chunk
         events: list[bytes] = []
         start = 0
-        # Only line breaks can end an event: jump from one to the next with bytes.find
-        # (C speed) and try the pattern there, instead of scanning every byte of the data.
-        at = _next_break(buffer, 0)
+        # Only line breaks can end an event: jump from one to the next with find (C speed)
+        # and try the pattern there, instead of scanning every byte of the data.
+        at = _next_break(buffer, self._resume)
         while at >= 0:
             match = _EVENT_END.match(buffer, at)
             if match is None:
@@ -40,19 +46,24 @@ class EventSplitter:
             end = match.end()
             if end == len(buffer) and buffer.endswith(b"\r"):
                 break  # a CR at the edge may be the first half of a CRLF still to come
-            events.append(buffer[start:end])
+            events.append(bytes(buffer[start:end]))
             start = end
             at = _next_break(buffer, end)
-        self._buffer = buffer[start:]
+        # An event end is at most 4 bytes: the last 3 may start one the next chunk completes.
+        resume = min(at if at >= 0 else len(buffer), max(start, len(buffer) - 3))
+        del buffer[:start]
+        self._resume = resume - start
         return events
 
     def close(self) -> bytes:
         """What is left when the stream ends (an unterminated event, or nothing)."""
-        rest, self._buffer = self._buffer, b""
+        rest = bytes(self._buffer)
+        self._buffer.clear()
+        self._resume = 0
         return rest
 
 
-def _next_break(buffer: bytes, start: int) -> int:
+def _next_break(buffer: bytes | bytearray, start: int) -> int:
     lf, cr = buffer.find(b"\n", start), buffer.find(b"\r", start)
     return lf if cr < 0 else cr if lf < 0 else min(lf, cr)
 

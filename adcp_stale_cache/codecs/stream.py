@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import a2a
-from .json import Untouched, dumps, has_long_integer, loads, parse
+from .json import Untouched, dumps, parse, read
 from .jsonrpc import RpcCall, inject_response
 from .sse import EventSplitter, event_data, rewrite_data
 
@@ -27,42 +27,57 @@ class RpcEventStream:
         self.errors = errors
         self.on_untouched = on_untouched
         self._splitter = EventSplitter()
-        self._held: bytes | None = None  # an A2A artifact event waiting for the final status
+        # An A2A artifact event waiting for the final status, then the events after it (held
+        # too, so that none overtakes it), and their size.
+        self._held: list[bytes] = []
+        self._held_size = 0
 
     def feed(self, chunk: bytes) -> bytes:
         """Bytes to send now for this body chunk."""
         return b"".join(self._event(event) for event in self._splitter.feed(chunk))
 
     def close(self) -> bytes:
-        """Bytes left to send when the stream ends."""
-        return self._release(inject=False) + self._splitter.close()
+        """Bytes left to send when the stream ends (an unterminated last event is read too)."""
+        rest = self._splitter.close()
+        return (self._event(rest) if rest else b"") + self._release(inject=False)
 
     def _event(self, event: bytes) -> bytes:
         answer = _answer(event, self.call)
         if answer is None:
-            return event
-        message, data = answer
+            return self._after_held(event)
+        message, data, exact = answer
         if self.call.protocol == "mcp" or "error" in message:
-            return self._rewritten(event, message, data)
+            return self._release(inject=False) + self._rewritten(event, message, data, exact)
         found = a2a.kind_of(message.get("result"))
         kind, obj = found if found else ("", {})
         if kind == "artifact" and self.errors() and _has_data_part(obj):
             out = self._release(inject=False)
-            self._held = event
+            self._held, self._held_size = [event], len(event)
             return out
         if kind == "status" and a2a.is_terminal(obj):
             return self._release(inject=a2a.is_completed(obj)) + event
         if kind in ("task", "message"):
-            return self._release(inject=False) + self._rewritten(event, message, data)
-        return event
+            return self._release(inject=False) + self._rewritten(event, message, data, exact)
+        return self._after_held(event)
 
-    def _rewritten(self, event: bytes, message: dict[str, Any], data: bytes) -> bytes:
+    def _after_held(self, event: bytes) -> bytes:
+        """Pass ``event`` on, or hold it behind a held artifact (bounded)."""
+        if not self._held:
+            return event
+        self._held.append(event)
+        self._held_size += len(event)
+        if self._held_size <= _MAX_HELD_BYTES:
+            return b""
+        self.on_untouched("A2A stream: no final status within 1 MiB of events after the artifact")
+        return self._release(inject=False)
+
+    def _rewritten(self, event: bytes, message: dict[str, Any], data: bytes, exact: bool) -> bytes:
         errors = self.errors()
         if not errors:
             return event
-        if has_long_integer(data):
-            message = parse(data)
         try:
+            if not exact:
+                message = parse(data)  # the fast parse may have rounded: parse exactly
             inject_response(message, self.call, errors)
         except Untouched as exc:
             self.on_untouched(str(exc))
@@ -70,14 +85,14 @@ class RpcEventStream:
         return rewrite_data(event, lambda _: dumps(message))
 
     def _release(self, *, inject: bool) -> bytes:
-        held, self._held = self._held, None
-        if held is None or not inject:
-            return held or b""
+        held, self._held, self._held_size = self._held, [], 0
+        if not held or not inject:
+            return b"".join(held)
 
         def add(data: bytes) -> bytes | None:
-            message = parse(data)
-            found = a2a.kind_of(message.get("result"))
             try:
+                message = parse(data)
+                found = a2a.kind_of(message.get("result"))
                 assert found is not None
                 a2a.inject_parts(found[1].get("artifact", {}).get("parts"), self.errors())
             except Untouched as exc:
@@ -85,22 +100,25 @@ class RpcEventStream:
                 return None
             return dumps(message)
 
-        return rewrite_data(held, add)
+        held[0] = rewrite_data(held[0], add)
+        return b"".join(held)
 
 
-def _answer(event: bytes, call: RpcCall) -> tuple[dict[str, Any], bytes] | None:
-    """The JSON-RPC message of an event when it answers ``call``, and the event's data."""
+_MAX_HELD_BYTES = 1024 * 1024
+
+
+def _answer(event: bytes, call: RpcCall) -> tuple[dict[str, Any], bytes, bool] | None:
+    """The JSON-RPC message of an event when it answers ``call``, the event's data, and
+    whether that message re-encodes exactly (else it is parsed again, exactly, if rewritten)."""
     data = event_data(event)
     if not data:
         return None
     try:
-        # Fast parse to find the answer; an answer that gets rewritten is parsed again,
-        # exactly, when it holds integers too long for orjson.
-        message = loads(data)
+        message, exact = read(data)
     except Untouched:
         return None
     if isinstance(message, dict) and message.get("id") == call.id:
-        return message, data
+        return message, data, exact
     return None
 
 

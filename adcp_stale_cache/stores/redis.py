@@ -1,8 +1,11 @@
 """A Redis store (``redis.asyncio``), shared by every worker and host of a seller.
 
-Entry format (version 1), under ``{prefix}:v1:{key}``::
+Entry format (version 2), under ``{prefix}:v2:{key}``::
 
-    b"\\x01" | stored_at (8 bytes, big-endian IEEE double, Unix seconds) | data
+    b"\\x02" | stored_at (8 bytes, big-endian IEEE double, Unix seconds) | CRC-32 of data | data
+
+An unreadable value (another format, truncated, foreign, a ``stored_at`` that is not a
+finite time) is no entry: the key is then refreshed from the upstream and overwritten.
 
 ``stored_at`` is the writer's wall clock, so every process computes the same age (up to the
 clock skew between hosts, which NTP keeps small; ages are clamped at zero, so a reader behind
@@ -17,9 +20,11 @@ then tries again; the client reconnects by itself.
 from __future__ import annotations
 
 import logging
+import math
 import struct
 import time
 import uuid
+import zlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -28,8 +33,8 @@ from ..entry import Entry
 
 logger = logging.getLogger("adcp_stale_cache.redis")
 
-FORMAT_VERSION = 1
-_HEADER = struct.Struct(">Bd")
+FORMAT_VERSION = 2
+_HEADER = struct.Struct(">BdI")
 _RELEASE = (
     "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
 )
@@ -146,12 +151,15 @@ class RedisStore:
 
 def encode(entry: Entry) -> bytes:
     """The stored form of an entry."""
-    return _HEADER.pack(FORMAT_VERSION, entry.stored_at) + entry.data
+    return _HEADER.pack(FORMAT_VERSION, entry.stored_at, zlib.crc32(entry.data)) + entry.data
 
 
 def decode(raw: bytes) -> Entry | None:
     """An entry from its stored form; None for anything else (never a misread)."""
     if len(raw) < _HEADER.size or raw[0] != FORMAT_VERSION:
         return None
-    _, stored_at = _HEADER.unpack_from(raw)
-    return Entry(bytes(raw[_HEADER.size :]), stored_at)
+    _, stored_at, checksum = _HEADER.unpack_from(raw)
+    data = bytes(raw[_HEADER.size :])
+    if not math.isfinite(stored_at) or zlib.crc32(data) != checksum:
+        return None  # truncated, foreign, or a time that is no time: no entry
+    return Entry(data, stored_at)
