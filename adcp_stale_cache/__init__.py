@@ -2,7 +2,7 @@
 
 from ._version import __version__
 from .advisory import AdcpError, StaleResponseDetails, service_unavailable, stale_response
-from .cache import JSON, Codec, JsonCodec, SharedJsonCodec, UpstreamCache
+from .cache import UpstreamCache
 from .collector import AdvisoryCollector, collect_advisories, current_collector
 from .failures import (
     Failure,
@@ -16,6 +16,7 @@ from .httpx_transport import CachingTransport
 from .middleware import StaleAdvisoryMiddleware
 from .policy import DEFAULT_STALE_ON, FailureKind, SurfacePolicy, Surfaces, Upstream
 from .stores import MemoryStore, Store
+from .values import JSON, Codec, JsonCodec, SharedJsonCodec
 
 __all__ = [
     "DEFAULT_STALE_ON",

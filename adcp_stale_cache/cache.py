@@ -15,12 +15,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import math
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, Protocol, TypeVar
-
-import orjson
+from typing import Any, Generic, TypeVar
 
 from .advisory import AdcpError, stale_response
 from .breaker import DEFAULT_BREAKER, Admission, Breaker, BreakerPolicy
@@ -42,91 +39,14 @@ from .singleflight import SingleFlight, call_with_deadline
 from .stores import MemoryStore, Store
 from .testing import FORCED_FAILURE, ForcedOutage, ForcedOutages
 from .tracing import with_tracing
+from .values import JSON, Codec, Unreadable, decode, encode
 
 T = TypeVar("T")
 logger = logging.getLogger("adcp_stale_cache")
 
 
-class Codec(Protocol[T]):
-    """Turns a value into the bytes a store keeps, and back (a fresh copy per caller)."""
-
-    def dumps(self, value: T) -> bytes:
-        """Serialise; raise to refuse a value (it is then not cached)."""
-        ...
-
-    def loads(self, data: bytes) -> T:
-        """Deserialise."""
-        ...
-
-
-class JsonCodec(Generic[T]):
-    """JSON values (dicts, lists, strings, numbers) through orjson."""
-
-    def dumps(self, value: T) -> bytes:
-        """Serialise with orjson; refuse what JSON cannot hold exactly.
-
-        orjson writes NaN and infinities as ``null``: a value holding one would come back
-        changed, so it is refused (served, not cached), as are the types orjson refuses
-        (``Decimal``, ``set``, integers over 64 bits, non-string dict keys).
-        """
-        data = orjson.dumps(value)
-        if b"null" in data and _has_non_finite(value):
-            raise ValueError("NaN or infinity: JSON would store it as null")
-        return data
-
-    def loads(self, data: bytes) -> T:
-        """Deserialise with orjson."""
-        result: T = orjson.loads(data)
-        return result
-
-
-JSON: JsonCodec[Any] = JsonCodec()
-
-
-def _has_non_finite(value: object) -> bool:
-    if isinstance(value, float):
-        return not math.isfinite(value)
-    if isinstance(value, dict):
-        return any(_has_non_finite(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(_has_non_finite(v) for v in value)
-    return False
-
-
-_MISSING = object()
-
 #: How far in the future (another host's clock running ahead) a stored time may be.
 MAX_CLOCK_SKEW_SECONDS = 300.0
-
-
-class SharedJsonCodec(JsonCodec[T]):
-    """JSON values decoded once and shared by every caller: for read-only callers.
-
-    The default :data:`JSON` codec gives each caller its own decoded copy, which is most of
-    the cost of a hit. This one keeps the decoded value of each stored body (up to
-    ``max_values`` of them, first in first out) and hands the same object to every caller:
-    a hit is then a lookup. Callers must treat the value as read-only, since a mutation
-    would reach every later caller. The decoded values live outside the store's byte bound.
-    """
-
-    def __init__(self, max_values: int = 1024) -> None:
-        if max_values < 1:
-            raise ValueError("max_values must be positive")
-        self.max_values = max_values
-        # Keyed by the stored bytes: a memory store hands back the same object, whose hash
-        # CPython caches, so a lookup costs no rehash of the body.
-        self._values: dict[bytes, Any] = {}
-
-    def loads(self, data: bytes) -> T:
-        """The shared decoded value of ``data`` (decoded on first use)."""
-        value = self._values.get(data, _MISSING)
-        if value is _MISSING:
-            value = orjson.loads(data)
-            if len(self._values) >= self.max_values:
-                del self._values[next(iter(self._values))]
-            self._values[data] = value
-        result: T = value
-        return result
 
 
 class _Refreshed(Generic[T]):
@@ -141,39 +61,6 @@ class _Refreshed(Generic[T]):
         self.value = value
         self.data = data
         self.advisories = advisories
-
-
-class _Unreadable(Exception):
-    """A stored entry the codec cannot decode: it counts as no entry."""
-
-
-def _decode(codec: Codec[T], entry: Entry, upstream: Upstream) -> T:
-    try:
-        return codec.loads(entry.data)
-    except Exception as exc:
-        logger.warning(
-            "unreadable_entry upstream=%s codec=%s error=%s",
-            upstream.name,
-            type(codec).__name__,
-            type(exc).__name__,
-        )
-        raise _Unreadable from exc
-
-
-def _encode(codec: Codec[T], value: T, upstream: Upstream) -> bytes | None:
-    """The stored form of ``value``, or None when the codec refuses it: the upstream answered,
-    so the answer is served; it is only not cached."""
-    try:
-        return codec.dumps(value)
-    except Exception as exc:
-        logger.warning(
-            "not_cacheable upstream=%s codec=%s error=%s: %s",
-            upstream.name,
-            type(codec).__name__,
-            type(exc).__name__,
-            exc,
-        )
-        return None
 
 
 async def _releasing(breaker: Breaker, flight: Awaitable[T]) -> T:
@@ -292,8 +179,8 @@ class UpstreamCache:
         step = plan(entry, self.clock(), policy)
         if isinstance(step, Fresh):
             try:
-                value = _decode(codec, step.entry, upstream)
-            except _Unreadable:
+                value = decode(codec, step.entry, upstream)
+            except Unreadable:
                 entry, step = None, Refresh(fallback=None)  # refreshed, and overwritten
             else:
                 self.metrics.hit(policy.name, upstream.name)
@@ -393,7 +280,7 @@ class UpstreamCache:
                 if holder:
                     return await call_and_store()
             entry = await self._await_other_process(store_key, started, timeout)
-            return _Refreshed(_decode(codec, entry, upstream), entry.data)
+            return _Refreshed(decode(codec, entry, upstream), entry.data)
 
         async def call_and_store() -> _Refreshed[T]:
             # Nested cached calls record their stale serves here, for every caller.
@@ -409,7 +296,7 @@ class UpstreamCache:
                 return _Refreshed(value, None, tuple(inner.recorded()))
             if cacheable is not None and not cacheable(value):
                 return _Refreshed(value, None)
-            data = _encode(codec, value, upstream)
+            data = encode(codec, value, upstream)
             if data is None:
                 return _Refreshed(value, None)
             await self._set(store_key, Entry(data, self.clock()), self._ttl(upstream, policy))
@@ -483,33 +370,15 @@ class UpstreamCache:
         ``failure`` is None for a stale-while-revalidate answer, where no call failed.
         """
         outcome = on_failure(latest, self.clock(), policy)
-        try:
-            value = None if isinstance(outcome, Fail) else _decode(codec, outcome.entry, upstream)
-        except _Unreadable:
-            outcome = Fail()
-        if isinstance(outcome, Fresh):
-            return value  # type: ignore[return-value]
-        if isinstance(outcome, ServeStale):
-            collector = current_collector()
-            first = True  # this request's first stale serve from this upstream
-            if collector is not None:
-                advisory = stale_response(upstream, policy, outcome.age_seconds, failure)
-                first = collector.record(upstream.name, advisory)
-            code = failure.code if failure else "REVALIDATING"
-            self.metrics.stale_serve(
-                policy.name, upstream.name, code, collector is not None and first
-            )
-            # Once per upstream per request at WARNING: a page of 50 stale keys is one event.
-            logger.log(
-                logging.WARNING if first else logging.DEBUG,
-                "stale_serve upstream=%s surface=%s age_seconds=%d code=%s collected=%s",
-                upstream.name,
-                policy.name,
-                outcome.age_seconds,
-                code,
-                collector is not None,
-            )
-            return value  # type: ignore[return-value]
+        if not isinstance(outcome, Fail):
+            try:
+                value = decode(codec, outcome.entry, upstream)
+            except Unreadable:
+                pass  # no usable entry after all: fail below
+            else:
+                if isinstance(outcome, ServeStale):
+                    self._record_stale(upstream, policy, outcome.age_seconds, failure)
+                return value
         failure = failure or UNKNOWN_FAILURE  # revalidating an entry that just expired
         self.metrics.unavailable(policy.name, upstream.name, failure.code)
         logger.warning(
@@ -519,6 +388,27 @@ class UpstreamCache:
             failure.code,
         )
         raise UpstreamUnavailable(upstream, failure) from exc
+
+    def _record_stale(
+        self, upstream: Upstream, policy: SurfacePolicy, age: int, failure: Failure | None
+    ) -> None:
+        """One stale serve: the request's advisory, the metrics and the log line."""
+        collector = current_collector()
+        first = True  # this request's first stale serve from this upstream
+        if collector is not None:
+            first = collector.record(upstream.name, stale_response(upstream, policy, age, failure))
+        code = failure.code if failure else "REVALIDATING"
+        self.metrics.stale_serve(policy.name, upstream.name, code, collector is not None and first)
+        # Once per upstream per request at WARNING: a page of 50 stale keys is one event.
+        logger.log(
+            logging.WARNING if first else logging.DEBUG,
+            "stale_serve upstream=%s surface=%s age_seconds=%d code=%s collected=%s",
+            upstream.name,
+            policy.name,
+            age,
+            code,
+            collector is not None,
+        )
 
     async def _serve_forced(
         self,

@@ -100,9 +100,21 @@ def cache_key(namespace: str, upstream_name: str, key: object) -> str:
     """The store key of one upstream's answer: readable prefix, hashed remainder."""
     parts = key if isinstance(key, tuple) else (key,)
     for part in parts:
-        if part is not None and (type(part) not in _TEXT or len(part) > _MAX_REMEMBERED):
-            return _store_key(namespace, upstream_name, parts)
+        if part is None or (type(part) in _TEXT and len(part) <= _MAX_REMEMBERED):
+            continue
+        if type(part) is tuple and _short_text(part):  # a transport's key, say
+            continue
+        return _store_key(namespace, upstream_name, parts)
     return _recent_key(namespace, upstream_name, parts)
+
+
+def _short_text(parts: tuple[object, ...]) -> bool:
+    size = 0
+    for part in parts:
+        if type(part) not in _TEXT:
+            return False
+        size += len(part)  # type: ignore[arg-type]
+    return size <= _MAX_REMEMBERED
 
 
 def _store_key(namespace: str, upstream_name: str, parts: tuple[object, ...]) -> str:
@@ -110,8 +122,9 @@ def _store_key(namespace: str, upstream_name: str, parts: tuple[object, ...]) ->
 
 
 # Hits repeat the same keys: remembering recent digests makes a key a dict lookup. Only for
-# parts whose equality implies equal digests (1 == 1.0 == True would share one otherwise),
-# and short ones (a remembered key keeps its parts alive: no large request bodies).
+# parts whose equality implies equal digests (1 == 1.0 == True would share one otherwise):
+# None, str and bytes, and tuples of str and bytes; and short ones (a remembered key keeps
+# its parts alive: no large request bodies).
 _TEXT = frozenset({str, bytes})
 _MAX_REMEMBERED = 1024
 _recent_key = functools.lru_cache(maxsize=4096)(_store_key)

@@ -240,8 +240,6 @@ class _Response:
             ]
         elif not self.collector:
             return
-        elif self.request.oversized:
-            self._dropped("request body too large to read its JSON-RPC call (max_peek_bytes)")
         elif reason is None and content_type in _JSON:
             self.mode = "buffer"
             self.start = start
@@ -287,6 +285,8 @@ class _Response:
         return errors
 
     def _dropped(self, reason: str, count: int | None = None) -> None:
+        if self.request.oversized:
+            reason += " (the request body was too large to read its call: max_peek_bytes)"
         names = [
             (a.details or {}).get("upstream", {}).get("name") for a in self.collector.advisories()
         ]

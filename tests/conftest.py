@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,24 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+class CountingUpstream:
+    """An upstream call that counts its calls, can be taken down or slowed, and answers
+    ``{"products": [<call number>]}`` (so a test sees which call an answer came from)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.down = False
+        self.delay = 0.0
+
+    async def __call__(self) -> dict[str, Any]:
+        self.calls += 1
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if self.down:
+            raise ConnectionRefusedError
+        return {"products": [self.calls]}
 
 
 @pytest.fixture

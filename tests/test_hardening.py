@@ -36,6 +36,7 @@ from adcp_stale_cache.entry import Entry
 from adcp_stale_cache.failures import classify
 from adcp_stale_cache.keys import digest
 
+from .conftest import CountingUpstream as Inventory
 from .conftest import FakeClock
 
 INVENTORY = Upstream(name="inventory-service")
@@ -43,20 +44,6 @@ POLICY = SurfacePolicy(
     name="get_products", field="products", freshness_target_seconds=10, max_stale_seconds=1000
 )
 BREAKER = BreakerPolicy(failure_threshold=1, window_seconds=60, cooldown_seconds=30)
-
-
-class Inventory:
-    """An upstream that counts its calls and can be taken down."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self.down = False
-
-    async def __call__(self) -> dict[str, Any]:
-        self.calls += 1
-        if self.down:
-            raise ConnectionRefusedError
-        return {"products": [self.calls]}
 
 
 async def settle(cache: UpstreamCache) -> None:
@@ -346,6 +333,19 @@ async def test_oversized_json_rpc_request_is_never_injected_at_the_envelope(capl
     assert any(
         r.levelno == logging.WARNING and "too large" in r.getMessage() for r in caplog.records
     )
+
+
+async def test_oversized_plain_request_still_gets_its_advisory() -> None:
+    async def upload(request: Request) -> JSONResponse:
+        await request.body()
+        record_stale()
+        return JSONResponse({"products": []})
+
+    app = StaleAdvisoryMiddleware(Starlette(routes=[Route("/upload", upload, methods=["POST"])]),
+                                  surfaces=Surfaces.of(POLICY), max_peek_bytes=1024)  # fmt: skip
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://s") as c:
+        answer = await c.post("/upload", json={"pad": "x" * 4096})
+    assert [e["code"] for e in answer.json()["errors"]] == ["STALE_RESPONSE"]
 
 
 def record_stale(name: str = "inventory-service") -> None:

@@ -224,5 +224,5 @@ async def test_repeated_credential_headers_all_vary_the_key() -> None:
         "GET", "http://u/x", headers=[("authorization", "Bearer a"), ("AUTHORIZATION", "b")]
     )
     assert transport._varying(one)[0] == "Bearer a"
-    assert transport._varying(two)[0] == "Bearer a, b"
+    assert transport._varying(two)[0] == "Bearer a\nb"  # kept apart from one "Bearer a, b"
     assert transport._varying(two)[1:] == ["", "", "", ""]

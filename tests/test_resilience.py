@@ -21,6 +21,7 @@ from adcp_stale_cache.breaker import Admission, Breaker, BreakerPolicy
 from adcp_stale_cache.failures import Failure
 from adcp_stale_cache.policy import FailureKind
 
+from .conftest import CountingUpstream as Upstreamish
 from .conftest import FakeClock
 
 DOWN = Failure(FailureKind.CONNECTION, "CONNECTION_REFUSED", "Upstream refused the connection")
@@ -48,21 +49,6 @@ def test_breaker_table() -> None:
     assert breaker.admit(25) is Admission.PROBE
     breaker.on_success()
     assert not breaker.is_open and breaker.admit(25.1) is Admission.CALL
-
-
-class Upstreamish:
-    def __init__(self) -> None:
-        self.calls = 0
-        self.down = False
-        self.delay = 0.0
-
-    async def __call__(self) -> dict[str, Any]:
-        self.calls += 1
-        if self.delay:
-            await asyncio.sleep(self.delay)
-        if self.down:
-            raise ConnectionRefusedError
-        return {"products": [self.calls]}
 
 
 def make_cache(clock: FakeClock, **policy: Any) -> UpstreamCache:

@@ -60,7 +60,11 @@ def _check(payload: Any) -> None:
 
 def loads(body: bytes | str) -> Any:
     """Parse JSON to read it (not to re-encode it: see :func:`parse`)."""
-    return read(body)[0]
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        # NaN, lone surrogates...: the stdlib accepts them, and must say if it is not JSON
+        return _stdlib(body, None)
 
 
 def read(body: bytes | str) -> tuple[Any, bool]:
@@ -69,7 +73,6 @@ def read(body: bytes | str) -> tuple[Any, bool]:
     try:
         value = orjson.loads(body)
     except orjson.JSONDecodeError:
-        # NaN, lone surrogates...: the stdlib accepts them, and must say if it is not JSON
         return _stdlib(body, None), False
     return value, not has_long_number(body.encode() if isinstance(body, str) else body)
 
