@@ -3,7 +3,14 @@
 from ._version import __version__
 from .advisory import AdcpError, StaleResponseDetails, service_unavailable, stale_response
 from .cache import UpstreamCache
-from .collector import AdvisoryCollector, collect_advisories, current_collector
+from .collector import (
+    AdvisoryCollector,
+    AdvisoryLost,
+    carry_context,
+    collect_advisories,
+    current_collector,
+    use_collector,
+)
 from .failures import (
     Failure,
     InvalidPayload,
@@ -23,6 +30,7 @@ __all__ = [
     "JSON",
     "AdcpError",
     "AdvisoryCollector",
+    "AdvisoryLost",
     "CachingTransport",
     "Codec",
     "Failure",
@@ -42,9 +50,11 @@ __all__ = [
     "UpstreamHTTPError",
     "UpstreamUnavailable",
     "__version__",
+    "carry_context",
     "classify",
     "collect_advisories",
     "current_collector",
     "service_unavailable",
     "stale_response",
+    "use_collector",
 ]

@@ -16,12 +16,12 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, Generic, TypeVar
 
 from .advisory import AdcpError, stale_response
 from .breaker import DEFAULT_BREAKER, Admission, Breaker, BreakerPolicy
-from .collector import AdvisoryCollector, _flight, current_collector
+from .collector import AdvisoryCollector, AdvisoryLost, _flight, current_collector
 from .decision import Fail, Fresh, Refresh, ServeStale, on_failure, plan, whole_seconds
 from .entry import Entry
 from .failures import (
@@ -56,7 +56,7 @@ class _Refreshed(Generic[T]):
     __slots__ = ("advisories", "data", "value")
 
     def __init__(
-        self, value: T, data: bytes | None, advisories: tuple[tuple[str, AdcpError], ...] = ()
+        self, value: T, data: bytes | None, advisories: tuple[tuple[Hashable, AdcpError], ...] = ()
     ) -> None:
         self.value = value
         self.data = data
@@ -83,6 +83,12 @@ class UpstreamCache:
     (see :mod:`~adcp_stale_cache.metrics`); ``tracing`` adds them as OpenTelemetry span
     events (None: when ``opentelemetry-api`` is installed; see :mod:`~adcp_stale_cache.tracing`).
     ``test_mode`` enables :meth:`force_upstream_unavailable`: sandbox only.
+    ``strict_advisories`` raises :class:`~adcp_stale_cache.collector.AdvisoryLost` instead of
+    serving stale data when no request collector would carry its advisory (for tests: an
+    advisory lost across a thread hop then fails loudly).
+
+    One cache may be shared by threads and event loops (a loop per request in a worker
+    thread): upstream calls coalesce per loop, the memory store is thread-safe.
     """
 
     def __init__(
@@ -97,6 +103,7 @@ class UpstreamCache:
         metrics: CacheMetrics | None = None,
         tracing: bool | None = None,
         test_mode: bool = False,
+        strict_advisories: bool = False,
     ) -> None:
         self.store: Store = (
             store if store is not None else MemoryStore(clock=clock or time.monotonic)
@@ -108,12 +115,13 @@ class UpstreamCache:
         # Breakers are per process: a monotonic clock unless the caller chose one (a test's).
         self._breaker_clock = clock or time.monotonic
         self.coordinate_refreshes = coordinate_refreshes
+        self.strict_advisories = strict_advisories
         self.metrics = with_tracing(metrics, tracing)
         self.namespace = namespace
         self._flights: SingleFlight[_Refreshed[Any]] = SingleFlight()
         self._forced = ForcedOutages() if test_mode else None
         self.breaker_policy = breaker
-        self._breakers: dict[str, Breaker] = {}
+        self._breakers: dict[tuple[str, str | None], Breaker] = {}  # by Upstream.identity
         self._tasks: set[asyncio.Future[object]] = set()
         self._warned_default = False
         self._longest_ttl: dict[str, int] = {}  # per upstream name: see _ttl
@@ -121,10 +129,13 @@ class UpstreamCache:
             for name in declared.upstreams:
                 self._longest_ttl[name] = max(self._longest_ttl.get(name, 0), declared.ttl_seconds)
 
-    def breaker_open(self, upstream_name: str) -> bool:
-        """True while the breaker of ``upstream_name`` holds calls back."""
-        breaker = self._breakers.get(upstream_name)
-        return breaker is not None and breaker.is_open
+    def breaker_open(self, upstream: Upstream | str) -> bool:
+        """True while the breaker of ``upstream`` holds calls back (given a name: of any
+        upstream of that name)."""
+        if isinstance(upstream, Upstream):
+            breaker = self._breakers.get(upstream.identity)
+            return breaker is not None and breaker.is_open
+        return any(b.is_open for (name, _), b in list(self._breakers.items()) if name == upstream)
 
     def force_upstream_unavailable(
         self, tool: str, upstream_name: str | None = None, cache_age_seconds: int | None = None
@@ -167,7 +178,7 @@ class UpstreamCache:
         # per caller whatever the default policy says, so a slip never widens sharing.
         shared = policy.shared_across_callers and identified
         partition = None if shared or collector is None else collector.partition
-        store_key = cache_key(self.namespace, upstream.name, (partition, key))
+        store_key = cache_key(self.namespace, upstream.name, (upstream.url, partition, key))
         timeout = upstream.timeout_seconds or policy.upstream_timeout_seconds
         if self._forced is not None:
             outage = self._forced.claim(policy, upstream, collector)
@@ -323,9 +334,9 @@ class UpstreamCache:
     def _breaker(self, upstream: Upstream) -> Breaker | None:
         if self.breaker_policy is None:
             return None
-        breaker = self._breakers.get(upstream.name)
+        breaker = self._breakers.get(upstream.identity)
         if breaker is None:
-            breaker = self._breakers[upstream.name] = Breaker(self.breaker_policy)
+            breaker = self._breakers[upstream.identity] = Breaker(self.breaker_policy)
         return breaker
 
     def _background(self, work: Awaitable[object]) -> None:
@@ -396,7 +407,14 @@ class UpstreamCache:
         collector = current_collector()
         first = True  # this request's first stale serve from this upstream
         if collector is not None:
-            first = collector.record(upstream.name, stale_response(upstream, policy, age, failure))
+            first = collector.record(
+                upstream.identity, stale_response(upstream, policy, age, failure)
+            )
+        elif self.strict_advisories:
+            raise AdvisoryLost(
+                f"{upstream.name!r} would be served stale with no request collector: carry the "
+                "request's context into this thread or loop (carry_context, use_collector)"
+            )
         code = failure.code if failure else "REVALIDATING"
         self.metrics.stale_serve(policy.name, upstream.name, code, collector is not None and first)
         # Once per upstream per request at WARNING: a page of 50 stale keys is one event.

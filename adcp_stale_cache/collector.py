@@ -7,15 +7,23 @@ appends what was recorded to the response payload's ``errors[]``.
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from .advisory import AdcpError
 from .policy import SurfacePolicy
+
+
+class AdvisoryLost(RuntimeError):
+    """Raised in strict mode (``UpstreamCache(strict_advisories=True)``) when an entry would be
+    served stale with no request collector to carry its advisory: in a worker thread the
+    request's context did not reach (see :func:`carry_context`), say."""
 
 
 class AdvisoryCollector:
@@ -35,7 +43,7 @@ class AdvisoryCollector:
         self._partition = partition
         self._partition_of = partition_of  # computed on first use: most requests never need it
         self.started_at = time.monotonic()
-        self._by_upstream: dict[str, AdcpError] = {}
+        self._by_upstream: dict[Hashable, AdcpError] = {}
         self.nested = False  # a flight's own collector (see within)
 
     @classmethod
@@ -64,14 +72,16 @@ class AdvisoryCollector:
             return None
         return policy.request_budget_seconds - (time.monotonic() - self.started_at)
 
-    def record(self, upstream_name: str, advisory: AdcpError) -> bool:
+    def record(self, upstream: Hashable, advisory: AdcpError) -> bool:
         """Keep one advisory per upstream: several stale keys report the oldest entry.
 
-        Returns True when this is the request's first advisory for ``upstream_name``.
+        ``upstream`` identifies the upstream (the cache passes ``Upstream.identity``, its name
+        and URL; a name alone does too). Returns True when this is the request's first
+        advisory for it.
         """
-        kept = self._by_upstream.get(upstream_name)
+        kept = self._by_upstream.get(upstream)
         if kept is None or _age(advisory) > _age(kept):
-            self._by_upstream[upstream_name] = advisory
+            self._by_upstream[upstream] = advisory
         return kept is None
 
     def __len__(self) -> int:
@@ -80,7 +90,7 @@ class AdvisoryCollector:
     def __bool__(self) -> bool:
         return bool(self._by_upstream)
 
-    def recorded(self) -> list[tuple[str, AdcpError]]:
+    def recorded(self) -> list[tuple[Hashable, AdcpError]]:
         """(upstream name, advisory) pairs, to record again into another collector."""
         return list(self._by_upstream.items())
 
@@ -156,3 +166,43 @@ def collect_advisories(
         yield collector
     finally:
         _current.reset(token)
+
+
+@contextmanager
+def use_collector(collector: AdvisoryCollector | None) -> Iterator[AdvisoryCollector | None]:
+    """Make ``collector`` the current one inside the ``with`` block: carry a request's
+    collector into a worker thread or a new event loop by hand::
+
+        handle = current_collector()  # in the request
+        ...
+        with use_collector(handle):  # in the worker thread
+            formats = asyncio.run(registry.list_formats())
+
+    ``asyncio.run`` (and every task) copies the context it starts in, so the loop's work
+    records into ``handle``. See also :func:`carry_context`.
+    """
+    token = _current.set(collector)
+    try:
+        yield collector
+    finally:
+        _current.reset(token)
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def carry_context(fn: Callable[P, R]) -> Callable[P, R]:
+    """``fn``, to be run in a copy of the current context: the request's collector (and any
+    other context variable) follows it into a worker thread, which a thread pool does not do
+    by itself::
+
+        future = executor.submit(carry_context(asyncio.run), list_formats())
+    """
+    context = contextvars.copy_context()
+
+    @functools.wraps(fn)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        return context.run(fn, *args, **kwargs)
+
+    return run

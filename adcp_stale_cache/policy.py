@@ -113,6 +113,12 @@ class Upstream(BaseModel):
         description="Deadline of one call (unset: the surface's).",
     )
 
+    @property
+    def identity(self) -> tuple[str, str | None]:
+        """What tells two upstreams apart: the name and the URL. Two tenants' agents both
+        named "DCO Agent" at two URLs have two breakers, two sets of keys, two advisories."""
+        return (self.name, self.url)
+
     @field_validator("url")
     @classmethod
     def _public_url(cls, value: str | None) -> str | None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import weakref
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
@@ -14,28 +16,47 @@ class SingleFlight(Generic[T]):
 
     The call runs in a task of its own: a caller that is cancelled (its buyer hung up) stops
     waiting, while the call goes on for the others and still fills the cache.
+
+    Flights are per event loop: a task belongs to the loop that runs it, and sellers that run
+    each request on a new loop in a worker thread (``asyncio.run`` per call) share one cache.
+    Callers on one loop share a flight; callers on different loops each make their own.
     """
 
     def __init__(self) -> None:
-        self._flights: dict[Hashable, asyncio.Task[T]] = {}
+        # Loop -> its flights; a finished loop's entry goes with the loop.
+        self._by_loop: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[Hashable, asyncio.Task[T]]
+        ] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()  # a new loop's first flight, from any thread
 
     def __len__(self) -> int:
-        return len(self._flights)
+        return sum(len(flights) for flights in list(self._by_loop.values()))
+
+    def flights(self) -> dict[Hashable, asyncio.Task[T]]:
+        """The flights of the running loop, by key."""
+        loop = asyncio.get_running_loop()
+        flights = self._by_loop.get(loop)
+        if flights is None:
+            with self._lock:
+                flights = self._by_loop.setdefault(loop, {})
+        return flights
 
     async def run(self, key: Hashable, call: Callable[[], Awaitable[T]]) -> T:
         """Join the flight for ``key``, starting it with ``call`` if there is none."""
-        task = self._flights.get(key)
+        flights = self.flights()
+        task = flights.get(key)
         if task is None:
             task = asyncio.ensure_future(call())
-            self._flights[key] = task
-            task.add_done_callback(lambda done: self._land(key, done))
+            flights[key] = task
+            task.add_done_callback(lambda done: _land(flights, key, done))
         return await asyncio.shield(task)
 
-    def _land(self, key: Hashable, task: asyncio.Task[T]) -> None:
-        if self._flights.get(key) is task:
-            del self._flights[key]
-        if not task.cancelled():
-            task.exception()  # retrieved: no "never retrieved" warning when all callers left
+
+def _land(flights: dict[Hashable, asyncio.Task[T]], key: Hashable, task: asyncio.Task[T]) -> None:
+    if flights.get(key) is task:
+        del flights[key]
+    if not task.cancelled():
+        task.exception()  # retrieved: no "never retrieved" warning when all callers left
 
 
 async def call_with_deadline(call: Callable[[], Awaitable[T]], timeout: float) -> T:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from typing import Any, Generic, Protocol, TypeVar
 
 import orjson
@@ -86,15 +87,17 @@ class SharedJsonCodec(JsonCodec[T]):
         # Keyed by the stored bytes: a memory store hands back the same object, whose hash
         # CPython caches, so a lookup costs no rehash of the body.
         self._values: dict[bytes, Any] = {}
+        self._lock = threading.Lock()
 
     def loads(self, data: bytes) -> T:
         """The shared decoded value of ``data`` (decoded on first use)."""
         value = self._values.get(data, _MISSING)
         if value is _MISSING:
             value = orjson.loads(data)
-            if len(self._values) >= self.max_values:
-                del self._values[next(iter(self._values))]
-            self._values[data] = value
+            with self._lock:  # evictions from several threads (a hit takes no lock)
+                if len(self._values) >= self.max_values:
+                    del self._values[next(iter(self._values))]
+                self._values[data] = value
         result: T = value
         return result
 

@@ -91,7 +91,7 @@ async def test_a_probe_cancelled_before_its_verdict_frees_the_slot(clock: FakeCl
 
     probe = asyncio.ensure_future(cache.fetch(INVENTORY, "k", hangs, surface=POLICY))
     await asyncio.sleep(0.01)
-    for task in cache._flights._flights.values():
+    for task in cache._flights.flights().values():
         task.cancel()  # the flight ends with no verdict (a loop shutting down, say)
     with contextlib.suppress(BaseException):
         await probe
@@ -264,7 +264,6 @@ async def test_distinct_keys_never_share_an_entry(first: Any, second: Any) -> No
 
 
 def test_unkeyable_values_are_refused_with_a_clear_error() -> None:
-    from adcp_stale_cache.keys import digest
 
     for value in (object(), {1: "x"}, float("nan"), {"a": {2}}):
         with pytest.raises(TypeError, match="exact cache key"):
@@ -432,23 +431,24 @@ async def test_odd_retry_after_never_breaks_the_failure_answer(value: str) -> No
 async def test_unreadable_stored_entries_are_refreshed_not_served(corrupt: str) -> None:
     from adcp_stale_cache.stores.redis import decode, encode
 
-    good = encode(Entry(b'{"products": [1]}', time.time()))
-    raw = {
-        "truncated": good[:-3],
-        "foreign": good[:1] + b"\x00" * 20 + b"hello",
-        "nan-time": encode(Entry(b'{"products": [1]}', float("nan"))),
-        "inf-time": encode(Entry(b'{"products": [1]}', float("inf"))),
-        "future": encode(Entry(b'{"products": [1]}', time.time() + 86400)),
-    }[corrupt]
-    entry = decode(raw)
+    payload = b'{"products": [0]}'
+    good = encode(Entry(payload, time.time()))
+    stamps = {"nan-time": float("nan"), "inf-time": float("inf"), "future": time.time() + 86400}
+    raw = {"truncated": good[:-3], "foreign": good[:1] + b"\x00" * 20 + b"hello"}
+    if corrupt in raw:
+        assert decode(raw[corrupt]) is None  # the Redis side: never decoded
+        bad = Entry(payload[:-3], time.time())  # and if a store still handed one over
+    else:
+        assert corrupt == "future" or decode(encode(Entry(payload, stamps[corrupt]))) is None
+        bad = Entry(payload, stamps[corrupt])
     store = MemoryStore(clock=time.time)
     cache = UpstreamCache(store, surfaces=Surfaces.of(POLICY))
-    store_key = "adcp-stale-cache:inventory-service:" + digest([None, "k"])
-    if entry is not None:
-        await store.set(store_key, entry, 3600)
     up = Inventory()
-    assert await cache.fetch(INVENTORY, "k", up, surface=POLICY) == {"products": [1]}
-    assert up.calls == 1  # refreshed from the upstream, not served from the bad value
+    await cache.fetch(INVENTORY, "k", up, surface=POLICY)
+    [store_key] = list(store._data.keys())
+    await store.set(store_key, bad, 3600)
+    assert await cache.fetch(INVENTORY, "k", up, surface=POLICY) == {"products": [2]}
+    assert up.calls == 2  # refreshed from the upstream, not served from the bad value
 
 
 async def test_a_value_the_codec_cannot_read_is_no_entry(clock: FakeClock) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -15,7 +16,9 @@ class MemoryStore:
     """In-memory store, bounded by entry count and by total bytes.
 
     Each entry expires ``ttl_seconds`` after it is set (the cache passes target + max-stale).
-    ``clock`` must be the clock the cache stamps entries with.
+    ``clock`` must be the clock the cache stamps entries with. Safe to share between threads
+    (sellers that run each request on a loop of its own in a worker thread): every operation
+    holds a lock for the few microseconds it takes.
     """
 
     def __init__(
@@ -33,26 +36,30 @@ class MemoryStore:
         self._data: TLRUCache[str, tuple[Entry, float]] = TLRUCache(
             maxsize=max_bytes, ttu=_expires_at, timer=clock, getsizeof=_sizeof
         )
+        self._lock = threading.Lock()
 
     async def get(self, key: str) -> Entry | None:
         """The entry under ``key`` if it has not expired."""
         try:  # one lookup: TLRUCache.get would check expiry twice (``in``, then ``[]``)
-            return self._data[key][0]
+            with self._lock:
+                return self._data[key][0]
         except KeyError:  # absent, or expired
             return None
 
     async def set(self, key: str, entry: Entry, ttl_seconds: float) -> None:
         """Keep ``entry``; evicts least recently used entries past either bound."""
-        if entry.size > self.max_bytes:
-            self._data.pop(key, None)  # too large to keep: never serve an older value instead
-            return
-        self._data[key] = (entry, ttl_seconds)
-        while len(self._data) > self.max_entries:
-            self._data.popitem()
+        with self._lock:
+            if entry.size > self.max_bytes:
+                self._data.pop(key, None)  # too large to keep: never serve an older value
+                return
+            self._data[key] = (entry, ttl_seconds)
+            while len(self._data) > self.max_entries:
+                self._data.popitem()
 
     async def delete(self, key: str) -> None:
         """Forget ``key``."""
-        self._data.pop(key, None)
+        with self._lock:
+            self._data.pop(key, None)
 
     @property
     def entries(self) -> int:
