@@ -266,3 +266,31 @@ def test_two_sellers_share_one_redis(redis_server: RedisServer) -> None:
     [advisory] = body["errors"]
     assert advisory["code"] == "STALE_RESPONSE"
     assert advisory["details"]["original_error"]["code"] == "CONNECTION_REFUSED"
+
+
+def test_a_loop_per_request_keeps_using_redis(redis_server: RedisServer, caplog: Any) -> None:
+    """Sellers that asyncio.run() each request: every new loop gets a working client."""
+    store = RedisStore(url=redis_server.url)
+    cache = UpstreamCache(store, surfaces=Surfaces.of(POLICY))
+    calls = []
+
+    async def call() -> dict[str, Any]:
+        calls.append(1)
+        return {"products": [len(calls)]}
+
+    answers = [
+        asyncio.run(cache.fetch(INVENTORY, "k", call, surface="get_products")) for _ in range(3)
+    ]
+    assert answers == [{"products": [1]}] * 3 and len(calls) == 1
+    assert store.failures == 0 and "redis_unavailable" not in caplog.text
+
+    async def two_loops_at_once() -> None:  # a client passed in belongs to its first loop
+        client = redis_asyncio.Redis.from_url(redis_server.url)
+        shared = RedisStore(client)
+        await shared.set("k", Entry(b"{}", time.time()), 60)
+        other = await asyncio.to_thread(asyncio.run, shared.get("k"))
+        assert other is None and await shared.get("k") is not None
+        await client.aclose()
+
+    asyncio.run(two_loops_at_once())
+    assert "redis_other_event_loop" in caplog.text

@@ -19,13 +19,15 @@ then tries again; the client reconnects by itself.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import struct
 import time
 import uuid
+import weakref
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -54,13 +56,20 @@ class RedisStore:
         socket_timeout: float = 0.25,
         retry_after_seconds: float = 1.0,
     ) -> None:
+        self._make_client: Callable[[], Any] | None = None
         if client is None:
             import redis.asyncio as redis
 
-            client = redis.Redis.from_url(
-                url, socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout
-            )
+            def make_client() -> Any:
+                return redis.Redis.from_url(
+                    url, socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout
+                )
+
+            self._make_client, client = make_client, make_client()
         self.client = client
+        # The event loop the client's connections belong to (weakly: see _client_here).
+        self._loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
+        self._warned_loop = False
         self.prefix = f"{prefix}:v{FORMAT_VERSION}"
         self.retry_after_seconds = retry_after_seconds
         self.failures = 0  # Redis operations that failed (and were answered as "no entry")
@@ -71,8 +80,33 @@ class RedisStore:
 
     @property
     def available(self) -> bool:
-        """False while the store stays away from Redis after a failure."""
-        return time.monotonic() >= self._down_until
+        """False while the store stays away from Redis after a failure, or when called from
+        an event loop the client cannot serve (see :meth:`_client_here`)."""
+        return time.monotonic() >= self._down_until and self._client_here() is not None
+
+    def _client_here(self) -> Any | None:
+        """The client for the running loop. A redis-py client belongs to one event loop: a
+        seller that runs each request on a new loop (``asyncio.run`` in a worker thread) gets
+        a new client once the previous loop has closed (built from the URL; a client passed
+        in cannot be rebuilt). Two loops running at once: the second answers "no entry",
+        with one ERROR line, rather than break the first one's connections."""
+        loop = asyncio.get_running_loop()
+        owner = self._loop() if self._loop is not None else None
+        if owner is loop:
+            return self.client
+        if owner is None or owner.is_closed():
+            if self._loop is not None and self._make_client is not None:
+                self.client = self._make_client()  # the old loop's connections died with it
+            if self._loop is None or self._make_client is not None:
+                self._loop = weakref.ref(loop)
+                return self.client
+        if not self._warned_loop:
+            self._warned_loop = True
+            logger.error(
+                "redis_other_event_loop: this RedisStore's client belongs to another event "
+                "loop; answering 'no entry' here (build one store per loop, or pass a URL)"
+            )
+        return None
 
     async def get(self, key: str) -> Entry | None:
         """The entry under ``key``; None when absent, unreadable or Redis is down."""
