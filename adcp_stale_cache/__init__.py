@@ -23,7 +23,7 @@ from .httpx_transport import CachingTransport
 from .middleware import StaleAdvisoryMiddleware
 from .policy import DEFAULT_STALE_ON, FailureKind, SurfacePolicy, Surfaces, Upstream
 from .stores import MemoryStore, Store
-from .values import JSON, Codec, JsonCodec, SharedJsonCodec
+from .values import JSON, Codec, JsonCodec, PydanticCodec, SharedJsonCodec
 
 __all__ = [
     "DEFAULT_STALE_ON",
@@ -38,6 +38,7 @@ __all__ = [
     "InvalidPayload",
     "JsonCodec",
     "MemoryStore",
+    "PydanticCodec",
     "SharedJsonCodec",
     "StaleAdvisoryMiddleware",
     "StaleResponseDetails",

@@ -29,6 +29,7 @@ from .failures import (
     CIRCUIT_OPEN,
     UNKNOWN_FAILURE,
     Failure,
+    FailureTypes,
     UpstreamUnavailable,
     classify,
 )
@@ -87,6 +88,11 @@ class UpstreamCache:
     serving stale data when no request collector would carry its advisory (for tests: an
     advisory lost across a thread hop then fails loudly).
 
+    ``failure_types`` maps your own exception types to what they mean
+    (``{AdCPServiceUnavailableError: "SERVICE_UNAVAILABLE"}``, or a
+    :class:`~adcp_stale_cache.Failure`): they then count as outages (see
+    :func:`~adcp_stale_cache.classify`).
+
     One cache may be shared by threads and event loops (a loop per request in a worker
     thread): upstream calls coalesce per loop, the memory store is thread-safe.
     """
@@ -104,6 +110,7 @@ class UpstreamCache:
         tracing: bool | None = None,
         test_mode: bool = False,
         strict_advisories: bool = False,
+        failure_types: FailureTypes | None = None,
     ) -> None:
         self.store: Store = (
             store if store is not None else MemoryStore(clock=clock or time.monotonic)
@@ -116,6 +123,7 @@ class UpstreamCache:
         self._breaker_clock = clock or time.monotonic
         self.coordinate_refreshes = coordinate_refreshes
         self.strict_advisories = strict_advisories
+        self.failure_types = dict(failure_types or {})
         self.metrics = with_tracing(metrics, tracing)
         self.namespace = namespace
         self._flights: SingleFlight[_Refreshed[Any]] = SingleFlight()
@@ -228,7 +236,7 @@ class UpstreamCache:
         try:
             refreshed: _Refreshed[T] = await flight
         except Exception as exc:
-            failure = classify(exc, timeout)
+            failure = classify(exc, timeout, self.failure_types)
             if failure.kind not in policy.stale_on:
                 raise
             # Another flight may have stored a newer entry meanwhile: prefer it.
@@ -264,7 +272,7 @@ class UpstreamCache:
             try:
                 refreshed = await fill()
             except Exception as exc:
-                failure = classify(exc, timeout)
+                failure = classify(exc, timeout, self.failure_types)
                 outage = failure.kind in policy.stale_on
                 self.metrics.refresh(policy.name, upstream.name, time.monotonic() - started, False)
                 if outage:
@@ -445,7 +453,9 @@ class UpstreamCache:
             try:
                 value = await call_with_deadline(call, timeout)
             except Exception as exc:
-                raise UpstreamUnavailable(upstream, classify(exc, timeout)) from exc
+                raise UpstreamUnavailable(
+                    upstream, classify(exc, timeout, self.failure_types)
+                ) from exc
             entry = Entry(codec.dumps(value), now)
             await self._set(store_key, entry, self._ttl(upstream, policy))
         age = outage.cache_age_seconds

@@ -25,7 +25,7 @@ import asyncio
 import re
 import socket
 import ssl
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from .policy import FailureKind, Upstream
@@ -109,9 +109,29 @@ def for_http_status(status_code: int, retry_after: float | None = None) -> Failu
     return None
 
 
-def classify(exc: BaseException, timeout_seconds: float | None = None) -> Failure:
-    """Classify an exception raised by an upstream call (ExceptionGroups and chains included)."""
+#: An adopter's own exception types and what they stand for: a :class:`Failure`, or an AdCP
+#: code (``"SERVICE_UNAVAILABLE"``), which counts as the upstream's error (``upstream_error``).
+FailureTypes = Mapping[type[BaseException], "Failure | str"]
+
+
+def classify(
+    exc: BaseException,
+    timeout_seconds: float | None = None,
+    failure_types: FailureTypes | None = None,
+) -> Failure:
+    """Classify an exception raised by an upstream call (ExceptionGroups and chains included).
+
+    ``failure_types`` maps an adopter's own exception types first (see
+    ``UpstreamCache(failure_types=...)``); then come this library's exceptions, HTTP status
+    errors, the ``adcp`` client's exceptions (by type: ``ADCPTimeoutError``,
+    ``ADCPConnectionError``, ``ADCPTaskError`` with an AdCP code) and transport errors.
+    """
     found = list(_causes(exc))
+    if failure_types:
+        for candidate in found:
+            for exc_type, meant in failure_types.items():
+                if isinstance(candidate, exc_type):
+                    return meant if isinstance(meant, Failure) else _upstream_code(meant, None)
     for candidate in found:
         failure = _explicit(candidate)
         if failure is not None:
@@ -129,14 +149,17 @@ def classify(exc: BaseException, timeout_seconds: float | None = None) -> Failur
     return UNKNOWN_FAILURE
 
 
+def _upstream_code(code: str, retry_after: float | None) -> Failure:
+    code = code if _ADCP_CODE.match(code) else "UPSTREAM_ERROR"
+    return Failure(FailureKind.UPSTREAM_ERROR, code, f"Upstream returned {code}", retry_after)
+
+
 def _explicit(exc: BaseException) -> Failure | None:
     if isinstance(exc, UpstreamError):
-        return Failure(
-            FailureKind.UPSTREAM_ERROR,
-            exc.code,
-            f"Upstream returned {exc.code}",
-            exc.retry_after,
-        )
+        return _upstream_code(exc.code, exc.retry_after)
+    codes = getattr(exc, "error_codes", None)  # the adcp client's ADCPTaskError
+    if "ADCPTaskError" in _names(exc) and isinstance(codes, list) and codes:
+        return _upstream_code(str(codes[0]), None)
     if isinstance(exc, InvalidPayload):
         return Failure(
             FailureKind.INVALID_PAYLOAD, "INVALID_PAYLOAD", "Upstream returned an invalid payload"
@@ -203,7 +226,7 @@ _TRANSPORT_RULES = (
     (
         lambda e: (
             isinstance(e, (TimeoutError, asyncio.TimeoutError))
-            or "TimeoutException" in _names(e)
+            or bool(_names(e) & {"TimeoutException", "ADCPTimeoutError"})
             or type(e).__name__.endswith("Timeout")
         ),
         Failure(FailureKind.TIMEOUT, "TIMEOUT", "Upstream did not answer in time"),
@@ -218,7 +241,10 @@ _TRANSPORT_RULES = (
     (
         lambda e: (
             isinstance(e, (ConnectionError, OSError, EOFError))
-            or bool(_names(e) & {"TransportError", "NetworkError", "ConnectError"})
+            or bool(
+                _names(e)
+                & {"TransportError", "NetworkError", "ConnectError", "ADCPConnectionError"}
+            )
             # A kept-open MCP session whose server died surfaces as a bare CancelledError.
             or isinstance(e, asyncio.CancelledError)
         ),

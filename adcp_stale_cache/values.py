@@ -133,3 +133,92 @@ def encode(codec: Codec[T], value: T, upstream: Upstream) -> bytes | None:
             type(exc).__name__,
         )
         return None
+
+
+class PydanticCodec(Generic[T]):
+    """Values of one declared type (a pydantic model, ``list[Format]``, ``dict[str, Model]``,
+    any type a ``TypeAdapter`` takes), stored whole and read back as that type.
+
+    ``model_dump`` is not a cache format: it drops fields marked ``exclude=True`` (a seller's
+    internal ``platform_config``, say), private attributes and which fields were set. This
+    codec keeps, for every model in the value: the fields that were set (excluded ones too)
+    under the name validation takes (so aliases round-trip), extras, and the fields-set record
+    (``exclude_unset`` dumps stay the same); and the private attributes of the value's
+    top-level models (the value itself, or the items of a top-level list, tuple or dict),
+    which must be JSON values. Loading validates against the type: an entry written by an
+    older shape of the model is unreadable (no entry, refreshed), never a wrong object.
+    """
+
+    def __init__(self, value_type: Any) -> None:
+        from pydantic import TypeAdapter
+
+        self.value_type = value_type
+        self._adapter: Any = TypeAdapter(value_type)
+
+    def dumps(self, value: T) -> bytes:
+        """The value's state as JSON (raises on a value not of the type)."""
+        self._adapter.validate_python(value, strict=False)  # a value of another type: refused
+        state = {"value": _state(value), "private": _privates(value)}
+        return orjson.dumps(state, default=_jsonable)
+
+    def loads(self, data: bytes) -> T:
+        """A new value of the type (private attributes of top-level models restored)."""
+        state = orjson.loads(data)
+        value: T = self._adapter.validate_python(state["value"])
+        _restore_privates(value, state["private"])
+        return value
+
+
+def _state(value: Any) -> Any:
+    fields = getattr(type(value), "model_fields", None)
+    if isinstance(fields, dict) and hasattr(value, "model_fields_set"):
+        state = {
+            _input_name(name, fields[name]): _state(getattr(value, name))
+            for name in value.model_fields_set
+            if name in fields
+        }
+        for name, extra in (getattr(value, "__pydantic_extra__", None) or {}).items():
+            state[name] = _state(extra)
+        return state
+    if isinstance(value, (list, tuple)):
+        return [_state(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _state(item) for key, item in value.items()}
+    return value
+
+
+def _input_name(name: str, field: Any) -> str:
+    """The key validation reads a field from: its validation alias or alias, else its name."""
+    alias = field.validation_alias
+    choices = getattr(alias, "choices", None)  # AliasChoices: the first plain name
+    if isinstance(choices, list) and choices and isinstance(choices[0], str):
+        alias = choices[0]
+    if isinstance(alias, str):
+        return alias
+    return field.alias if isinstance(field.alias, str) else name
+
+
+def _privates(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [getattr(item, "__pydantic_private__", None) for item in value]
+    if isinstance(value, dict):
+        return {key: getattr(item, "__pydantic_private__", None) for key, item in value.items()}
+    return getattr(value, "__pydantic_private__", None)
+
+
+def _restore_privates(value: Any, private: Any) -> None:
+    if isinstance(value, (list, tuple)) and isinstance(private, list):
+        for item, saved in zip(value, private, strict=False):
+            _restore_privates(item, saved)
+    elif isinstance(value, dict) and isinstance(private, dict):
+        for key, saved in private.items():
+            if key in value:
+                _restore_privates(value[key], saved)
+    elif isinstance(private, dict) and getattr(value, "__pydantic_private__", None) is not None:
+        value.__pydantic_private__.update(private)
+
+
+def _jsonable(value: Any) -> Any:
+    from pydantic_core import to_jsonable_python
+
+    return to_jsonable_python(value)
