@@ -157,9 +157,10 @@ def _upstream_code(code: str, retry_after: float | None) -> Failure:
 def _explicit(exc: BaseException) -> Failure | None:
     if isinstance(exc, UpstreamError):
         return _upstream_code(exc.code, exc.retry_after)
-    codes = getattr(exc, "error_codes", None)  # the adcp client's ADCPTaskError
-    if "ADCPTaskError" in _names(exc) and isinstance(codes, list) and codes:
-        return _upstream_code(str(codes[0]), None)
+    if "ADCPTaskError" in _names(exc):  # the adcp client's: the agent answered an AdCP error
+        code = _first_code(getattr(exc, "errors", None))
+        if code is not None:
+            return _upstream_code(code, None)
     if isinstance(exc, InvalidPayload):
         return Failure(
             FailureKind.INVALID_PAYLOAD, "INVALID_PAYLOAD", "Upstream returned an invalid payload"
@@ -169,6 +170,16 @@ def _explicit(exc: BaseException) -> Failure | None:
     status = getattr(getattr(exc, "response", None), "status_code", None)
     if type(exc).__name__ == "HTTPStatusError" and isinstance(status, int):
         return for_http_status(status)
+    return None
+
+
+def _first_code(errors: object) -> str | None:
+    """The first error code of an ``errors`` list (models in some ``adcp`` versions, dicts
+    in others)."""
+    for error in errors if isinstance(errors, list) else []:
+        code = error.get("code") if isinstance(error, dict) else getattr(error, "code", None)
+        if isinstance(code, str) and code:
+            return code
     return None
 
 

@@ -34,7 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .codecs import RpcCall, RpcEventStream, Untouched, inject_body, inject_json, parse_calls
 from .collector import STATE_KEY, AdvisoryCollector, _current
-from .keys import caller_partition
+from .keys import CREDENTIAL_HEADERS, caller_partition
 from .policy import SurfacePolicy, Surfaces
 
 logger = logging.getLogger("adcp_stale_cache.middleware")
@@ -60,12 +60,30 @@ class StaleAdvisoryMiddleware:
         self.surfaces = surfaces or Surfaces()
         self.partition = partition
         self.stale_headers = stale_headers
+        self._warned_uncredentialed = False
         # Route path -> surface, trailing slashes ignored (Surfaces.for_path, precomputed).
         self._by_path = {
             path.rstrip("/") or "/": policy
             for policy in self.surfaces.policies
             for path in policy.paths
         }
+
+    def _partition(self, scope: Scope) -> str | None:
+        """The caller partition, built only when a per-caller key is: the first time that
+        happens for a request with no credential header, say so (once)."""
+        assert self.partition is not None
+        if not self._warned_uncredentialed and self.partition is caller_partition:
+            names = {name.lower() for name, _ in scope.get("headers", [])}
+            if names.isdisjoint(_CREDENTIALS):
+                self._warned_uncredentialed = True
+                logger.warning(
+                    "per_caller_keys_without_credentials: a surface keys its entries per "
+                    "caller, but a request carried no credential header (%s): callers are "
+                    "then told apart by host name only. Mark public surfaces "
+                    "shared_across_callers=True, or pass partition= to name the principal",
+                    ", ".join(CREDENTIAL_HEADERS),
+                )
+        return self.partition(scope)
 
     def _surface_at(self, path: str) -> SurfacePolicy | None:
         surface = self._by_path.get(path)
@@ -77,7 +95,7 @@ class StaleAdvisoryMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        partition_of = functools.partial(self.partition, scope) if self.partition else None
+        partition_of = functools.partial(self._partition, scope) if self.partition else None
         surface = self._surface_at(route_path(scope))
         if surface is None and scope.get("root_path"):  # paths declared with their prefix
             surface = self._surface_at(scope.get("path", ""))
@@ -311,6 +329,7 @@ _ROUTINE = (
     "A2A task is not completed",
 )
 _JSON = frozenset({b"application/json", b"application/json-rpc"})
+_CREDENTIALS = frozenset(name.encode() for name in CREDENTIAL_HEADERS)
 
 
 def _http_cache_headers(errors: list[dict[str, Any]]) -> list[tuple[bytes, bytes]]:

@@ -198,3 +198,39 @@ async def test_adopters_map_their_own_exception_types() -> None:
         "code": "SERVICE_UNAVAILABLE",
         "message": "Upstream returned SERVICE_UNAVAILABLE",
     }
+
+
+async def test_per_caller_keys_without_credentials_warn_once(caplog: Any) -> None:
+    import httpx
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from adcp_stale_cache import StaleAdvisoryMiddleware
+
+    private = SurfacePolicy(name="get_products", field="products", paths=("/api/get_products",))
+    public = FORMATS.model_copy(
+        update={"paths": ("/api/list_creative_formats",), "shared_across_callers": True}
+    )
+    surfaces = Surfaces.of(private, public)
+    cache = UpstreamCache(surfaces=surfaces)
+
+    async def handler(request: Request) -> JSONResponse:
+        async def call() -> dict[str, Any]:
+            return {"items": []}
+
+        return JSONResponse(await cache.fetch(AGENT, "k", call))
+
+    routes = [
+        Route(p, handler, methods=["POST"])
+        for p in ("/api/get_products", "/api/list_creative_formats")
+    ]
+    app = StaleAdvisoryMiddleware(Starlette(routes=routes), surfaces=surfaces)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://s") as c:
+        await c.post("/api/list_creative_formats")  # shared: no partition, no warning
+        await c.post("/api/get_products", headers={"authorization": "Bearer a"})
+        assert "per_caller_keys_without_credentials" not in caplog.text
+        for _ in range(3):
+            await c.post("/api/get_products")
+    assert caplog.text.count("per_caller_keys_without_credentials") == 1

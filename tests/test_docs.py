@@ -32,11 +32,10 @@ def test_site_builds_strict_with_every_quickstart_file(tmp_path: Path) -> None:
     assert "A freshness-aware cache in front of upstream calls" in api
 
 
-def test_every_quickstart_file_is_run_by_a_test() -> None:
+def test_every_included_example_is_run_by_a_test() -> None:
     tests = "".join(p.read_text() for p in (ROOT / "tests").glob("test_*.py"))
-    for path in re.findall(
-        r'--8<-- "examples/([\w]+)\.py"', (ROOT / "docs" / "quickstart.md").read_text()
-    ):
+    pages = "".join(p.read_text() for p in (ROOT / "docs").glob("*.md"))
+    for path in re.findall(r'--8<-- "examples/([\w]+)\.py"', pages):
         assert f'"{path}"' in tests or f"{path}.py" in tests, (
             f"examples/{path}.py is run by no test"
         )

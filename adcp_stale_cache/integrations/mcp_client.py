@@ -8,7 +8,8 @@ and abandons the client's cleanup when the server is frozen::
         lambda: call_mcp_tool(agent.url, "list_creative_formats", args),
     )
 
-Needs the ``mcp`` extra (``mcp`` 2.x).
+Needs the ``mcp`` extra: ``mcp`` 2.x (its ``Client``) or 1.x (``ClientSession`` over
+``streamablehttp_client``, what fastmcp 2/3 sellers have installed).
 """
 
 from __future__ import annotations
@@ -17,11 +18,21 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-import httpx2
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-
 from ..failures import InvalidPayload, UpstreamError
+
+try:  # mcp 2.x
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    MCP_V1 = False
+except ImportError:  # mcp 1.x (typed here against 2.x: the names below exist only in 1.x)
+    from mcp import ClientSession
+    from mcp.client.streamable_http import (  # type: ignore[attr-defined]
+        streamablehttp_client,
+    )
+
+    MCP_V1 = True
 
 
 async def call_mcp_tool(
@@ -37,13 +48,22 @@ async def call_mcp_tool(
     with the payload's ``adcp_error`` code when it has one) and
     :class:`~adcp_stale_cache.InvalidPayload` when the result holds no JSON object.
     """
-    http = httpx2.AsyncClient(headers=dict(headers or {}))
-    # cache=None: the MCP client must not answer from a cache of its own behind ours.
-    transport = streamable_http_client(url, http_client=http)
-    async with http, Client(transport, cache=None) as client:
-        result = await client.call_tool(tool, dict(arguments or {}))
+    if not MCP_V1:
+        http = httpx2.AsyncClient(headers=dict(headers or {}))
+        # cache=None: the MCP client must not answer from a cache of its own behind ours.
+        transport = streamable_http_client(url, http_client=http)
+        async with http, Client(transport, cache=None) as client:
+            result = await client.call_tool(tool, dict(arguments or {}))
+    else:
+        async with (
+            streamablehttp_client(url, headers=dict(headers or {})) as (read, write, _),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            result = await session.call_tool(tool, dict(arguments or {}))
     payload = _payload(result)
-    if result.is_error or (isinstance(payload, dict) and "adcp_error" in payload):
+    is_error = getattr(result, "is_error", None) or getattr(result, "isError", None)
+    if is_error or (isinstance(payload, dict) and "adcp_error" in payload):
         code = (payload or {}).get("adcp_error", {}).get("code") if payload else None
         raise UpstreamError(code if isinstance(code, str) else "UPSTREAM_ERROR")
     if not isinstance(payload, dict):
@@ -52,7 +72,9 @@ async def call_mcp_tool(
 
 
 def _payload(result: Any) -> dict[str, Any] | None:
-    structured = getattr(result, "structured_content", None)
+    structured = getattr(result, "structured_content", None)  # mcp 2.x
+    if structured is None:
+        structured = getattr(result, "structuredContent", None)  # mcp 1.x
     if isinstance(structured, dict):
         return structured
     for block in getattr(result, "content", None) or []:
