@@ -93,6 +93,10 @@ class UpstreamCache:
     :class:`~adcp_stale_cache.Failure`): they then count as outages (see
     :func:`~adcp_stale_cache.classify`).
 
+    ``schema_version`` names the shape of what you cache (bump it when your models change):
+    an entry written under another version is never read, so it is a miss (refreshed, and
+    left to expire) in every store: memory, file and Redis alike.
+
     One cache may be shared by threads and event loops (a loop per request in a worker
     thread): upstream calls coalesce per loop, the memory store is thread-safe.
     """
@@ -111,6 +115,7 @@ class UpstreamCache:
         test_mode: bool = False,
         strict_advisories: bool = False,
         failure_types: FailureTypes | None = None,
+        schema_version: str | None = None,
     ) -> None:
         self.store: Store = (
             store if store is not None else MemoryStore(clock=clock or time.monotonic)
@@ -126,6 +131,9 @@ class UpstreamCache:
         self.failure_types = dict(failure_types or {})
         self.metrics = with_tracing(metrics, tracing)
         self.namespace = namespace
+        self.schema_version = schema_version
+        # Entries written under another schema version live under other keys: never read.
+        self._keyspace = namespace if schema_version is None else f"{namespace}@{schema_version}"
         self._flights: SingleFlight[_Refreshed[Any]] = SingleFlight()
         self._forced = ForcedOutages() if test_mode else None
         self.breaker_policy = breaker
@@ -186,7 +194,7 @@ class UpstreamCache:
         # per caller whatever the default policy says, so a slip never widens sharing.
         shared = policy.shared_across_callers and identified
         partition = None if shared or collector is None else collector.partition
-        store_key = cache_key(self.namespace, upstream.name, (upstream.url, partition, key))
+        store_key = cache_key(self._keyspace, upstream.name, (upstream.url, partition, key))
         timeout = upstream.timeout_seconds or policy.upstream_timeout_seconds
         if self._forced is not None:
             outage = self._forced.claim(policy, upstream, collector)

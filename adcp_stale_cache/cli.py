@@ -52,6 +52,14 @@ def _parser() -> argparse.ArgumentParser:
         "--redis", metavar="URL", help="share the cache through Redis (two tiers: memory, Redis)"
     )
     seller.add_argument(
+        "--cache-file",
+        metavar="PATH",
+        help="keep the cache in a file too (SQLite): it survives restarts, workers share it",
+    )
+    seller.add_argument(
+        "--schema-version", metavar="V", help="entries written under another version are never read"
+    )
+    seller.add_argument(
         "--coordinate-refreshes",
         action="store_true",
         help="with --redis: processes refresh an expired key once between them (lease lock)",
@@ -133,18 +141,28 @@ def _serve(args: argparse.Namespace) -> int:
             upstream_timeout=args.upstream_timeout,
             public_url=f"http://{args.host}:{args.port}",
             test_controller=args.test_controller,
-            store=_redis_store(args.redis) if args.redis else None,
+            store=_store(args.redis, args.cache_file),
             coordinate_refreshes=args.coordinate_refreshes,
+            schema_version=args.schema_version,
         )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
 
 
-def _redis_store(url: str) -> Any:
+def _store(redis_url: str | None, cache_file: str | None) -> Any:
+    """Memory, in front of the file and then Redis when they are given (None: memory only)."""
     from .stores import TieredStore
-    from .stores.redis import RedisStore
 
-    return TieredStore(RedisStore(url=url))
+    far: Any = None
+    if redis_url:
+        from .stores.redis import RedisStore
+
+        far = RedisStore(url=redis_url)
+    if cache_file:
+        from .stores.sqlite import SqliteStore
+
+        far = SqliteStore(cache_file) if far is None else TieredStore(far, SqliteStore(cache_file))
+    return TieredStore(far) if far is not None else None
 
 
 if __name__ == "__main__":

@@ -83,6 +83,15 @@ class StoreSettings(BaseModel):
         allow_inf_nan=False,
         description="Tiered store: age up to which the memory copy is used.",
     )
+    file_path: str | None = Field(
+        default=None,
+        description="A file tier (SQLite) under memory: entries survive restarts and the "
+        'workers of a host share them. Also: store = "sqlite:///path".',
+    )
+    file_max_entries: int = Field(default=100_000, ge=1, description="File tier: entry bound.")
+    file_max_bytes: int = Field(
+        default=512 * 1024 * 1024, ge=1, description="File tier: bound on stored bytes."
+    )
 
     @field_validator("redis_url")
     @classmethod
@@ -122,6 +131,10 @@ class StaleCacheConfig(BaseModel):
     tracing: bool | None = Field(
         default=None, description="OpenTelemetry span events (unset: when the API is installed)."
     )
+    schema_version: str | None = Field(
+        default=None,
+        description="The shape of what is cached: entries of another version are never read.",
+    )
     store: StoreSettings = StoreSettings()
     breaker: BreakerSettings = BreakerSettings()
     defaults: SurfacePolicy = Field(
@@ -149,6 +162,8 @@ class StaleCacheConfig(BaseModel):
     def from_mapping(cls, data: Mapping[str, Any], source: str = "config") -> StaleCacheConfig:
         """Validate a parsed file (surfaces and upstreams keyed by name)."""
         data = dict(data)
+        if isinstance(data.get("store"), str):
+            data["store"] = _store_from_url(data["store"], source)
         defaults = _as_table(data.get("defaults", {}), "defaults", source)
         defaults.setdefault("name", "default")
         try:
@@ -185,18 +200,30 @@ class StaleCacheConfig(BaseModel):
         return self.upstreams.get(name) or Upstream(name=name)
 
     def build_store(self) -> Store:
-        """The store the settings describe (Redis needs the ``redis`` extra)."""
+        """The store the settings describe: memory, then a file tier when ``file_path`` is
+        set, then Redis for ``redis`` and ``tiered`` (Redis needs the ``redis`` extra)."""
         store = self.store
         memory = MemoryStore(max_entries=store.max_entries, max_bytes=store.max_bytes)
+        file: Store | None = None
+        if store.file_path:
+            from .stores.sqlite import SqliteStore
+
+            file = SqliteStore(
+                store.file_path,
+                max_entries=store.file_max_entries,
+                max_bytes=store.file_max_bytes,
+            )
         if store.kind == "memory":
-            return memory
+            return TieredStore(file, memory) if file is not None else memory
         from .stores.redis import RedisStore
 
-        shared = RedisStore(
+        shared: Store = RedisStore(
             url=store.redis_url,
             prefix=self.namespace,
             socket_timeout=store.redis_socket_timeout_seconds,
         )
+        if file is not None:  # the file answers while Redis is down
+            shared = TieredStore(shared, file)
         if store.kind == "redis":
             return shared
         return TieredStore(shared, memory, near_max_age_seconds=store.near_max_age_seconds)
@@ -209,6 +236,7 @@ class StaleCacheConfig(BaseModel):
             "breaker": self.breaker.policy(),
             "coordinate_refreshes": self.coordinate_refreshes,
             "tracing": self.tracing,
+            "schema_version": self.schema_version,
         }
         settings.update(options)
         store = settings.pop("store", None) or self.build_store()
@@ -332,6 +360,21 @@ def _env_value(value: str, annotation: Any) -> Any:
     if value.strip().lower() in ("none", "null") and "None" in repr(annotation):
         return None
     return value
+
+
+def _store_from_url(url: str, source: str) -> dict[str, Any]:
+    """``store = "sqlite:///path"``, ``"redis://..."`` or ``"memory://"`` as a store table."""
+    scheme, _, rest = url.partition("://")
+    if scheme == "sqlite" and rest.startswith("/") and len(rest) > 1:
+        return {"file_path": rest[1:] if rest.startswith("//") else rest}
+    if scheme in ("redis", "rediss", "unix"):
+        return {"kind": "tiered", "redis_url": url}
+    if scheme == "memory" and not rest:
+        return {}
+    raise ConfigError(
+        f"{source}: store: {url!r} is not a store URL (sqlite:///path, redis://host:port/db, "
+        "memory://)"
+    )
 
 
 def _as_table(value: Any, where: str, source: str) -> dict[str, Any]:

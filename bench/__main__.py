@@ -450,6 +450,75 @@ async def redis_hit(n: int, rounds: int) -> dict[str, float]:
     return {"redis_hit_vs_memory_hit": t_redis / t_memory}
 
 
+async def file_hit(n: int, rounds: int) -> dict[str, float]:
+    """The file store (SQLite, no memory tier in front) against memory, and against hishel on
+    a SQLite file, each a transport hit; and how long a restarted process takes to answer
+    stale from the file (open the file, one stale serve)."""
+    import logging
+    import tempfile
+
+    import anysqlite
+    import hishel
+    from hishel.httpx import AsyncCacheTransport
+
+    from adcp_stale_cache.stores.sqlite import SqliteStore
+
+    logging.getLogger("adcp_stale_cache").setLevel(logging.ERROR)  # the restarts serve stale
+    out: dict[str, float] = {}
+    body = orjson.dumps({"products": products(3)})
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=body, headers={"content-type": "application/json"})
+
+    with tempfile.TemporaryDirectory() as folder:
+        store = SqliteStore(f"{folder}/ours.db")
+        file_cache = UpstreamCache(store, surfaces=SURFACES)
+        memory_cache = UpstreamCache(surfaces=SURFACES)
+        value = {"products": products(3)}
+
+        async def call() -> dict[str, Any]:
+            return value
+
+        up = Upstream(name="inv")
+        await file_cache.fetch(up, "k", call, surface="get_products")
+        await memory_cache.fetch(up, "k", call, surface="get_products")
+        t_file, t_memory = await side_by_side(
+            lambda: file_cache.fetch(up, "k", call, surface="get_products"),
+            lambda: memory_cache.fetch(up, "k", call, surface="get_products"), n, rounds)  # fmt: skip
+        out["file_hit_vs_memory_hit"] = t_file / t_memory
+
+        ours = httpx.AsyncClient(transport=CachingTransport(
+            file_cache, up, transport=httpx.MockTransport(handler), surface="get_products"))  # fmt: skip
+        connection = await anysqlite.connect(f"{folder}/hishel.db", isolation_level=None)
+        theirs = httpx.AsyncClient(transport=AsyncCacheTransport(
+            httpx.MockTransport(handler), storage=hishel.AsyncSqliteStorage(connection=connection)))  # fmt: skip
+        url = "http://inventory.internal/products"
+        await ours.get(url)
+        await theirs.get(url)
+        t_hishel, t_ours = await side_by_side(
+            lambda: theirs.get(url), lambda: ours.get(url), max(50, n // 10), rounds)  # fmt: skip
+        out["hishel_vs_file_hit"] = t_hishel / t_ours
+        await connection.close()
+
+        policy = POLICY.model_copy(update={"freshness_target_seconds": 0})
+
+        async def down() -> dict[str, Any]:
+            raise ConnectionRefusedError
+
+        restarts = []
+        for _ in range(max(3, rounds)):
+            started = time.perf_counter()
+            restarted = UpstreamCache(
+                SqliteStore(f"{folder}/ours.db"), surfaces=Surfaces.of(policy)
+            )
+            await restarted.fetch(up, "k", down, surface=policy)
+            restarts.append(time.perf_counter() - started)
+            restarted.store.close()  # type: ignore[attr-defined]
+        out["restart_to_first_stale_ms"] = statistics.median(restarts) * 1000
+        store.close()
+    return out
+
+
 TARGETS = {
     "passthrough_ratio": ">= 0.97", "passthrough_ratio_uvicorn": ">= 0.97",
     "inject_ratio_1k": "<= 1.5", "inject_ratio_100k": "<= 1.5", "inject_ratio_1m": "<= 1.5", "inject_ratio_mcp_sse_100k": "<= 1.5",
@@ -458,6 +527,7 @@ TARGETS = {
     "cashews_vs_wrapper_hit_shared": ">= 10", "aiocache_vs_wrapper_hit": "(info)",
     "outage_vs_hit_p50": "<= 1.5", "stampede_upstream_calls": "1", "stampede_cashews_calls": "(info)", "stampede_hishel_cold_calls": "(info)",
     "memory_per_entry_ratio": "<= 1.3", "redis_hit_vs_memory_hit": "(info)",
+    "file_hit_vs_memory_hit": "<= 3", "hishel_vs_file_hit": ">= 2", "restart_to_first_stale_ms": "(ms)",
 }  # fmt: skip
 
 
@@ -478,6 +548,7 @@ def main(argv: list[str] | None = None) -> int:
         figures.update(await stampede(1000))
         figures.update(await memory(2000 if args.quick else 100_000))
         figures.update(await redis_hit(n, rounds))
+        figures.update(await file_hit(n, rounds))
 
     asyncio.run(measure())
     figures.update(uvicorn_passthrough(400 if args.quick else 4000, rounds))

@@ -201,6 +201,7 @@ def create_seller_app(
     public_url: str = "http://127.0.0.1:8000",
     test_controller: bool = False,
     coordinate_refreshes: bool = False,
+    schema_version: str | None = None,
 ) -> FastAPI:
     """The seller app; ``creative_agents`` maps each agent's name to its MCP URL.
 
@@ -215,6 +216,7 @@ def create_seller_app(
         surfaces=surfaces,
         test_mode=test_controller,
         coordinate_refreshes=coordinate_refreshes,
+        schema_version=schema_version,
         metrics=PrometheusMetrics(registry, store=getattr(store, "near", store)),
     )
     inventory = Upstream(name="inventory-service")  # internal: its URL is never reported

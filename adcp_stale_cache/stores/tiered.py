@@ -1,10 +1,14 @@
-"""Two tiers: a bounded memory store in front of a shared one (Redis).
+"""Two tiers: a bounded memory store in front of a shared one (a file, Redis).
 
 Reads take the memory copy while it is young (``near_max_age_seconds``), else ask the shared
 store and keep the newer of the two, so a process sees what another process refreshed. When
 the shared store is down or empty, the memory copy is still served: a process keeps its
 stale fallback through a Redis outage, and a cold process finds one in Redis through an
 upstream outage. Writes go to both tiers.
+
+Tiers nest: memory in front of a file in front of Redis is
+``TieredStore(TieredStore(redis, near=file), near=memory)``; the file then answers while
+Redis is down, and after a restart while Redis is unreachable.
 """
 
 from __future__ import annotations
@@ -27,13 +31,13 @@ class TieredStore:
     def __init__(
         self,
         far: Store,
-        near: MemoryStore | None = None,
+        near: Store | None = None,
         *,
         near_max_age_seconds: float = 1.0,
         near_ttl_seconds: float = 3600.0,
     ) -> None:
         self.far = far
-        self.near = near if near is not None else MemoryStore()
+        self.near: Store = near if near is not None else MemoryStore()
         self.near_max_age_seconds = near_max_age_seconds
         self.near_ttl_seconds = near_ttl_seconds
 

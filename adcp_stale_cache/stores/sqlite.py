@@ -1,0 +1,270 @@
+"""A file store (SQLite, stdlib): entries survive restarts, and a host's workers share them.
+
+One SQLite file in WAL mode (readers never wait for the writer; several processes share the
+file safely), reached from one dedicated thread per store so that no query runs on an event
+loop, whatever loop (or thread) calls. ``stored_at`` is the wall clock, so an entry's age is
+the same after a restart and for every process on the host.
+
+Bounded by entries and bytes: past either bound the oldest entries (by ``stored_at``) go
+first. Oldest-first rather than least-recently-used, so that a hit is a read and never a
+write: with several processes, a write per hit would serialise them on the file's lock.
+Expired entries are deleted as writes find them and in bulk when a bound is reached.
+
+Faults never fail a request: a missing directory, a locked, read-only, full, truncated or
+garbage file makes an operation answer "no entry" (or skip the write), with one WARNING per
+episode and ``failures`` counted; the store stays away for ``retry_after_seconds``, then
+reopens the file (recreating it, with the unreadable one renamed aside, when it is not a
+database) and carries on. Every query waits at most ``busy_timeout_seconds`` for another
+process's lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import sqlite3
+import time
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ..entry import Entry
+
+logger = logging.getLogger("adcp_stale_cache.sqlite")
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS entries (
+    key TEXT PRIMARY KEY,
+    stored_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    size INTEGER NOT NULL,
+    checksum INTEGER NOT NULL,
+    data BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS entries_by_age ON entries (stored_at);
+CREATE TABLE IF NOT EXISTS totals (
+    id INTEGER PRIMARY KEY CHECK (id = 1), entries INTEGER, bytes INTEGER
+);
+INSERT OR IGNORE INTO totals VALUES (1, 0, 0);
+CREATE TRIGGER IF NOT EXISTS count_insert AFTER INSERT ON entries BEGIN
+    UPDATE totals SET entries = entries + 1, bytes = bytes + NEW.size WHERE id = 1;
+END;
+CREATE TRIGGER IF NOT EXISTS count_update AFTER UPDATE ON entries BEGIN
+    UPDATE totals SET bytes = bytes + NEW.size - OLD.size WHERE id = 1;
+END;
+CREATE TRIGGER IF NOT EXISTS count_delete AFTER DELETE ON entries BEGIN
+    UPDATE totals SET entries = entries - 1, bytes = bytes - OLD.size WHERE id = 1;
+END;
+"""
+
+_UPSERT = (
+    "INSERT INTO entries (key, stored_at, expires_at, size, checksum, data) "
+    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET stored_at = excluded.stored_at, "
+    "expires_at = excluded.expires_at, size = excluded.size, checksum = excluded.checksum, "
+    "data = excluded.data"
+)
+
+
+class SqliteStore:
+    """Entries in one SQLite file, shared by the processes of a host; see the module text."""
+
+    clock = staticmethod(time.time)
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        max_entries: int = 100_000,
+        max_bytes: int = 512 * 1024 * 1024,
+        busy_timeout_seconds: float = 0.25,
+        retry_after_seconds: float = 1.0,
+    ) -> None:
+        if max_entries < 1 or max_bytes < 1:
+            raise ValueError("max_entries and max_bytes must be positive")
+        self.path = Path(path)
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.busy_timeout_seconds = busy_timeout_seconds
+        self.retry_after_seconds = retry_after_seconds
+        self.failures = 0  # operations that failed (answered as "no entry")
+        self._down_until = 0.0
+        self._failing = False  # within a failure episode: logged once
+        self._db: sqlite3.Connection | None = None
+        self._inode: int | None = None
+        # One thread owns the connection: queries never run on an event loop, and a store
+        # shared by threads and loops serialises its own access.
+        self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sqlite-store")
+
+    @property
+    def available(self) -> bool:
+        """False while the store stays away from the file after a failure."""
+        return time.monotonic() >= self._down_until
+
+    async def get(self, key: str) -> Entry | None:
+        """The entry under ``key`` if present, intact and unexpired; None otherwise."""
+        row = await self._run("get", self._get, key)
+        if row is None:
+            return None
+        stored_at, checksum, data = row
+        if zlib.crc32(data) != checksum:
+            return None  # a torn or foreign row: no entry
+        return Entry(bytes(data), stored_at)
+
+    async def set(self, key: str, entry: Entry, ttl_seconds: float) -> None:
+        """Keep ``entry`` until ``ttl_seconds`` from now, evicting the oldest past a bound."""
+        await self._run("set", self._set, key, entry, ttl_seconds)
+
+    async def delete(self, key: str) -> None:
+        """Forget ``key``."""
+        await self._run("delete", self._delete, key)
+
+    async def totals(self) -> tuple[int, int]:
+        """(entries, bytes) held, as the file counts them."""
+        row = await self._run("totals", self._totals)
+        return row if row is not None else (0, 0)
+
+    def close(self) -> None:
+        """Close the file and stop the store's thread."""
+        self._thread.submit(self._close).result()
+        self._thread.shutdown()
+
+    async def _run(self, op: str, fn: Callable[..., T], *args: Any) -> T | None:
+        if not self.available:
+            return None
+        loop = asyncio.get_running_loop()
+        work = loop.run_in_executor(self._thread, self._guarded, fn, *args)
+        try:
+            # Queued behind a query that waits for another process's lock: bounded too.
+            result = await asyncio.wait_for(work, self.busy_timeout_seconds * 2 + 0.1)
+        except (sqlite3.Error, OSError, TimeoutError) as exc:
+            self._failed(op, exc)
+            return None
+        if self._failing:
+            self._failing = False
+            logger.warning("file_store_recovered path=%s", self.path)
+        return result
+
+    # Everything below runs in the store's own thread.
+
+    def _guarded(self, fn: Callable[..., T], *args: Any) -> T:
+        try:
+            return fn(self._connection(), *args)
+        except sqlite3.DatabaseError as exc:
+            if not _unreadable(exc):
+                raise
+            self._replace_unreadable()  # garbage or truncated: a new file, then once more
+            return fn(self._connection(), *args)
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._db is not None and self._inode == _inode(self.path):
+            return self._db
+        self._close()  # first use, or the file was deleted or replaced: open it anew
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = self._open()
+        self._inode = _inode(self.path)
+        return self._db
+
+    def _replace_unreadable(self) -> None:
+        self._close()
+        aside = self.path.with_name(f"{self.path.name}.unreadable-{int(time.time())}")
+        os.replace(self.path, aside)  # kept for a post-mortem; a new file takes its place
+        for suffix in ("-wal", "-shm"):
+            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+        logger.warning("file_store_replaced path=%s unreadable_kept_as=%s", self.path, aside)
+
+    def _open(self) -> sqlite3.Connection:
+        db = sqlite3.connect(
+            self.path, timeout=self.busy_timeout_seconds, isolation_level=None,
+            check_same_thread=False,
+        )  # fmt: skip
+        try:
+            db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_seconds * 1000)}")
+            db.execute("PRAGMA journal_mode = WAL")
+            db.execute("PRAGMA synchronous = NORMAL")  # WAL: durable across process crashes
+            db.executescript(_SCHEMA)
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _close(self) -> None:
+        if self._db is not None:
+            try:
+                self._db.close()
+            finally:
+                self._db = None
+
+    def _get(self, db: sqlite3.Connection, key: str) -> tuple[float, int, bytes] | None:
+        row = db.execute(
+            "SELECT stored_at, checksum, data FROM entries WHERE key = ? AND expires_at > ?",
+            (key, time.time()),
+        ).fetchone()
+        return None if row is None else (float(row[0]), int(row[1]), bytes(row[2]))
+
+    def _set(self, db: sqlite3.Connection, key: str, entry: Entry, ttl: float) -> None:
+        data = entry.data
+        if entry.size > self.max_bytes:
+            db.execute("DELETE FROM entries WHERE key = ?", (key,))  # never serve an older one
+            return
+        now = time.time()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.execute(
+                _UPSERT, (key, entry.stored_at, now + ttl, entry.size, zlib.crc32(data), data)
+            )
+            count, size = db.execute("SELECT entries, bytes FROM totals WHERE id = 1").fetchone()
+            if count > self.max_entries or size > self.max_bytes:
+                db.execute("DELETE FROM entries WHERE expires_at <= ?", (now,))
+                self._evict_oldest(db)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    def _evict_oldest(self, db: sqlite3.Connection) -> None:
+        while True:
+            count, size = db.execute("SELECT entries, bytes FROM totals WHERE id = 1").fetchone()
+            excess = count - self.max_entries
+            if excess <= 0 and size <= self.max_bytes:
+                return
+            batch = max(excess, 1, count // 100)  # by the percent: bytes over, say
+            db.execute(
+                "DELETE FROM entries WHERE key IN "
+                "(SELECT key FROM entries ORDER BY stored_at LIMIT ?)",
+                (batch,),
+            )
+
+    def _delete(self, db: sqlite3.Connection, key: str) -> None:
+        db.execute("DELETE FROM entries WHERE key = ?", (key,))
+
+    def _totals(self, db: sqlite3.Connection) -> tuple[int, int]:
+        count, size = db.execute("SELECT entries, bytes FROM totals WHERE id = 1").fetchone()
+        return int(count), int(size)
+
+    def _failed(self, op: str, exc: BaseException) -> None:
+        self.failures += 1
+        self._down_until = time.monotonic() + self.retry_after_seconds
+        if not self._failing:  # one line per episode, not per request
+            self._failing = True
+            logger.warning(
+                "file_store_unavailable op=%s path=%s error=%s: %s",
+                op, self.path, type(exc).__name__, exc,
+            )  # fmt: skip
+        self._thread.submit(self._close)  # reopened (or recreated) on the next try
+
+
+def _unreadable(exc: sqlite3.DatabaseError) -> bool:
+    text = str(exc).lower()
+    return "not a database" in text or "malformed" in text
+
+
+def _inode(path: Path) -> int | None:
+    try:
+        return path.stat().st_ino
+    except OSError:
+        return None

@@ -1,0 +1,286 @@
+"""The file store (SQLite): bounds, sharing between processes, faults, restarts (issue 13)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from adcp_stale_cache import SurfacePolicy, Surfaces, Upstream, UpstreamCache, collect_advisories
+from adcp_stale_cache.demo.processes import App, free_port
+from adcp_stale_cache.entry import Entry
+from adcp_stale_cache.stores import MemoryStore, TieredStore
+from adcp_stale_cache.stores.sqlite import SqliteStore
+
+POLICY = SurfacePolicy(name="get_products", field="products", freshness_target_seconds=1,
+                       max_stale_seconds=600, upstream_timeout_seconds=2)  # fmt: skip
+INVENTORY = Upstream(name="inventory-service")
+
+
+def remove_wal(path: Path, including_the_file: bool = False) -> bytes:
+    """Remove the WAL files (and the database file too); the database's bytes before."""
+    content = path.read_bytes() if path.exists() else b""
+    for suffix in ("-wal", "-shm", *([""] if including_the_file else [])):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    return content
+
+
+def remount(fs: Path, mode: str) -> None:
+    subprocess.run(["mount", "-o", f"remount,{mode}", str(fs)], check=True)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SqliteStore]:
+    s = SqliteStore(tmp_path / "cache.db", retry_after_seconds=0.05)
+    yield s
+    s.close()
+
+
+async def test_roundtrip_expiry_and_wall_clock_ages(store: SqliteStore) -> None:
+    entry = Entry(b'{"products": [1]}', time.time() - 30)
+    await store.set("k", entry, 60)
+    assert await store.get("k") == entry
+    await store.set("gone", entry, 0.01)
+    await asyncio.sleep(0.02)
+    assert await store.get("gone") is None and await store.get("absent") is None
+    await store.delete("k")
+    assert await store.get("k") is None
+
+
+async def test_bounded_by_entries_and_bytes_oldest_first(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "c.db", max_entries=10, max_bytes=10 * (1000 + 120))
+    for i in range(25):
+        await store.set(f"k{i}", Entry(b"x" * 1000, 1000.0 + i), 3600)
+    count, size = await store.totals()
+    assert count <= 10 and size <= store.max_bytes
+    assert await store.get("k24") is not None and await store.get("k0") is None
+    await store.set("big", Entry(b"x" * 20_000, 2000.0), 3600)  # over the byte bound alone
+    assert await store.get("big") is None
+    store.close()
+
+
+async def test_two_processes_share_one_file(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    writer, reader = SqliteStore(path), SqliteStore(path)
+    entry = Entry(b"{}", time.time())
+    await writer.set("k", entry, 60)
+    assert await reader.get("k") == entry
+    writer.close()
+    reader.close()
+
+
+async def test_a_restart_keeps_serving_stale_from_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "cache.db"
+    calls: list[int] = []
+
+    async def inventory() -> dict[str, Any]:
+        calls.append(1)
+        if len(calls) > 1:
+            raise ConnectionRefusedError
+        return {"products": [1]}
+
+    first = UpstreamCache(TieredStore(SqliteStore(path)), surfaces=Surfaces.of(POLICY))
+    await first.fetch(INVENTORY, "k", inventory, surface=POLICY)
+    await asyncio.sleep(1.1)
+    restarted = UpstreamCache(TieredStore(SqliteStore(path)), surfaces=Surfaces.of(POLICY))
+    with collect_advisories() as advisories:
+        value = await restarted.fetch(INVENTORY, "k", inventory, surface=POLICY)
+    assert value == {"products": [1]}
+    assert advisories.errors()[0]["details"]["cache_age_seconds"] >= 1
+
+
+async def test_another_schema_version_is_never_read(tmp_path: Path) -> None:
+    path = tmp_path / "cache.db"
+    calls: list[int] = []
+
+    async def inventory() -> dict[str, Any]:
+        calls.append(1)
+        return {"products": [len(calls)]}
+
+    v1 = UpstreamCache(SqliteStore(path), surfaces=Surfaces.of(POLICY), schema_version="1")
+    await v1.fetch(INVENTORY, "k", inventory, surface=POLICY)
+    v2 = UpstreamCache(SqliteStore(path), surfaces=Surfaces.of(POLICY), schema_version="2")
+    assert await v2.fetch(INVENTORY, "k", inventory, surface=POLICY) == {"products": [2]}
+    again = UpstreamCache(SqliteStore(path), surfaces=Surfaces.of(POLICY), schema_version="2")
+    assert await again.fetch(INVENTORY, "k", inventory, surface=POLICY) == {"products": [2]}
+
+
+async def test_garbage_and_truncated_files_are_replaced(tmp_path: Path, caplog: Any) -> None:
+    for name, content in (("garbage.db", os.urandom(4096)), ("truncated.db", None)):
+        path = tmp_path / name
+        if content is None:  # a real database cut short
+            whole = SqliteStore(path)
+            for i in range(200):
+                await whole.set(f"k{i}", Entry(b"x" * 500, time.time()), 60)
+            whole.close()
+            content = remove_wal(path)[: path.stat().st_size // 2]
+        path.write_bytes(content)
+        store = SqliteStore(path)
+        entry = Entry(b"{}", time.time())
+        await store.get("k")  # never raises, whatever the file holds
+        await store.set("k", entry, 60)
+        assert await store.get("k") == entry, name
+        store.close()
+    assert "file_store_replaced" in caplog.text
+
+
+async def test_deleted_while_running_is_recreated(store: SqliteStore) -> None:
+    await store.set("k", Entry(b"{}", time.time()), 60)
+    remove_wal(store.path, including_the_file=True)
+    await store.set("k2", Entry(b"{}", time.time()), 60)
+    assert store.path.exists() and await store.get("k2") is not None
+
+
+async def test_an_unusable_path_degrades_to_no_entry_with_one_line(
+    tmp_path: Path, caplog: Any
+) -> None:
+    (tmp_path / "a-file").write_text("not a directory")
+    store = SqliteStore(tmp_path / "a-file" / "cache.db", retry_after_seconds=0.01)
+    cache = UpstreamCache(TieredStore(store), surfaces=Surfaces.of(POLICY))
+
+    async def inventory() -> dict[str, Any]:
+        return {"products": [1]}
+
+    assert await cache.fetch(INVENTORY, "k", inventory, surface=POLICY) == {"products": [1]}
+    for _ in range(5):
+        await asyncio.sleep(0.02)
+        assert await store.get("k") is None
+        await store.set("k", Entry(b"{}", time.time()), 60)
+    assert store.failures >= 5
+    assert caplog.text.count("file_store_unavailable") == 1
+    store.close()
+
+
+@contextlib.contextmanager
+def small_filesystem(path: Path, size: str) -> Iterator[Path]:
+    path.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "none", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("mount") is None,
+    reason="mounts a tmpfs (root; CI runs as root)",
+)
+
+
+@needs_root
+async def test_read_only_and_full_filesystems_degrade_and_recover(tmp_path: Path) -> None:
+    memory = MemoryStore(clock=time.time)
+    with small_filesystem(tmp_path / "fs", "256k") as fs:
+        store = SqliteStore(fs / "cache.db", retry_after_seconds=0.01)
+        cache = UpstreamCache(TieredStore(store, memory), surfaces=Surfaces.of(POLICY))
+        served = 0
+
+        async def inventory() -> dict[str, Any]:
+            return {"products": ["x" * 4000]}
+
+        for i in range(200):  # fills the 256 KiB filesystem: writes fail, answers do not
+            await cache.fetch(INVENTORY, f"k{i}", inventory, surface=POLICY)
+            served += 1
+        assert served == 200 and store.failures > 0
+        remount(fs, "ro")
+        await asyncio.sleep(0.02)
+        for i in range(5):
+            await cache.fetch(INVENTORY, f"ro{i}", inventory, surface=POLICY)
+        remount(fs, "rw")
+        remove_wal(store.path, including_the_file=True)
+        await asyncio.sleep(0.02)
+        await store.set("back", Entry(b"{}", time.time()), 60)
+        assert await store.get("back") is not None  # recovered on a fresh file
+        store.close()
+
+
+# Real processes: the example seller restarted on its file (the acceptance of issue 13).
+def stale(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return [e for e in body.get("errors", []) if e["code"] == "STALE_RESPONSE"]
+
+
+def test_seller_sigkilled_and_restarted_serves_stale_from_its_file(tmp_path: Path) -> None:
+    inventory = App("inventory-service", free_port(), "--products", "4").start().wait()
+    cache_file = str(tmp_path / "seller.db")
+    flags = ("--inventory-service", inventory.url, "--freshness-target", "1",
+             "--max-stale", "3600", "--upstream-timeout", "1", "--cache-file", cache_file)  # fmt: skip
+    seller = App("seller", free_port(), *flags).start().wait()
+    other: App | None = None
+    try:
+        warm = httpx.post(f"{seller.url}/api/get_products", json={}, timeout=10)
+        stored = time.time()
+        products = warm.json()["products"]
+        assert warm.status_code == 200 and len(products) == 4 and not stale(warm.json())
+        inventory.kill()
+        seller.kill()  # SIGKILL: no shutdown, no flush
+        time.sleep(1.2)
+        seller = App("seller", seller.port, *flags).start().wait()
+        answer = httpx.post(f"{seller.url}/api/get_products", json={}, timeout=10)
+        [advisory] = stale(answer.json())
+        assert answer.status_code == 200 and answer.json()["products"] == products
+        assert advisory["details"]["cache_age_seconds"] >= int(time.time() - stored) - 1 >= 0
+        # A second process on the same file, never warmed, serves the first one's entry.
+        other = App("seller", free_port(), *flags).start().wait()
+        cold = httpx.post(f"{other.url}/api/get_products", json={}, timeout=10)
+        assert cold.status_code == 200 and cold.json()["products"] == products
+        assert len(stale(cold.json())) == 1
+        # Another schema version never reads it: the spec's failure, no stale data.
+        v2 = App("seller", free_port(), *flags, "--schema-version", "2").start().wait()
+        try:
+            failed = httpx.post(f"{v2.url}/api/get_products", json={}, timeout=10)
+            assert failed.status_code == 503 and "products" not in failed.json()
+        finally:
+            v2.stop()
+    finally:
+        for app in (seller, other, inventory):
+            if app is not None:
+                app.stop()
+
+
+def test_a_garbage_cache_file_does_not_stop_the_seller(tmp_path: Path) -> None:
+    cache_file = tmp_path / "seller.db"
+    cache_file.write_bytes(os.urandom(10_000))
+    inventory = App("inventory-service", free_port()).start().wait()
+    seller = App("seller", free_port(), "--inventory-service", inventory.url,
+                 "--cache-file", str(cache_file)).start().wait()  # fmt: skip
+    try:
+        answer = httpx.post(f"{seller.url}/api/get_products", json={}, timeout=10)
+        assert answer.status_code == 200 and answer.json()["products"]
+    finally:
+        seller.stop()
+        inventory.stop()
+
+
+@pytest.mark.parametrize(
+    ("setting", "expected"),
+    [
+        ({"store": "sqlite:///var/cache/seller.db"}, "/var/cache/seller.db"),
+        ({"store": {"file_path": "/tmp/x.db"}}, "/tmp/x.db"),
+    ],
+)
+def test_config_builds_memory_over_the_file(setting: dict[str, Any], expected: str) -> None:
+    from adcp_stale_cache.config import StaleCacheConfig
+
+    config = StaleCacheConfig.from_mapping({**setting, "schema_version": "7"})
+    store = config.build_store()
+    assert isinstance(store, TieredStore) and isinstance(store.near, MemoryStore)
+    assert isinstance(store.far, SqliteStore) and str(store.far.path) == expected
+    assert config.build_cache(store=store).schema_version == "7"
+
+
+def test_store_urls_from_the_environment_and_bad_ones(tmp_path: Path) -> None:
+    from adcp_stale_cache.config import ConfigError, load_config
+
+    config = load_config(environ={"ADCP_STALE_CACHE_STORE": f"sqlite://{tmp_path}/c.db"})
+    assert config.store.file_path == f"{tmp_path}/c.db"
+    with pytest.raises(ConfigError, match="not a store URL"):
+        load_config(environ={"ADCP_STALE_CACHE_STORE": "sqlite:/relative.db"})
