@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -55,6 +57,13 @@ def _parser() -> argparse.ArgumentParser:
         "--cache-file",
         metavar="PATH",
         help="keep the cache in a file too (SQLite): it survives restarts, workers share it",
+    )
+    seller.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="uvicorn worker processes (share their cache through --cache-file or --redis)",
     )
     seller.add_argument(
         "--schema-version", metavar="V", help="entries written under another version are never read"
@@ -131,22 +140,46 @@ def _serve(args: argparse.Namespace) -> int:
 
         app = create_inventory_app(count=args.products)
     else:
-        from .demo.seller import create_seller_app
-
-        app = create_seller_app(
-            creative_agents=dict(args.creative_agent),
-            inventory_url=args.inventory_service,
-            freshness_target=args.freshness_target,
-            max_stale=args.max_stale,
-            upstream_timeout=args.upstream_timeout,
-            public_url=f"http://{args.host}:{args.port}",
-            test_controller=args.test_controller,
-            store=_store(args.redis, args.cache_file),
-            coordinate_refreshes=args.coordinate_refreshes,
-            schema_version=args.schema_version,
-        )
+        options = {
+            "creative_agents": dict(args.creative_agent),
+            "inventory_url": args.inventory_service,
+            "freshness_target": args.freshness_target,
+            "max_stale": args.max_stale,
+            "upstream_timeout": args.upstream_timeout,
+            "public_url": f"http://{args.host}:{args.port}",
+            "test_controller": args.test_controller,
+            "redis_url": args.redis,
+            "cache_file": args.cache_file,
+            "coordinate_refreshes": args.coordinate_refreshes,
+            "schema_version": args.schema_version,
+        }
+        if args.workers > 1:
+            # Each worker process builds the app from the same options (uvicorn imports it).
+            os.environ[SELLER_OPTIONS] = json.dumps(options)
+            uvicorn.run(
+                "adcp_stale_cache.cli:seller_from_environment", factory=True,
+                host=args.host, port=args.port, workers=args.workers, log_level="warning",
+            )  # fmt: skip
+            return 0
+        app = seller_app(**options)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
+
+
+#: Where ``--workers`` hands the seller's options to its worker processes.
+SELLER_OPTIONS = "ADCP_STALE_CACHE_EXAMPLE_SELLER"
+
+
+def seller_from_environment() -> Any:
+    """The example seller of one ``--workers`` worker process."""
+    return seller_app(**json.loads(os.environ[SELLER_OPTIONS]))
+
+
+def seller_app(*, redis_url: str | None, cache_file: str | None, **options: Any) -> Any:
+    """The example seller, its store built from ``redis_url`` and ``cache_file``."""
+    from .demo.seller import create_seller_app
+
+    return create_seller_app(store=_store(redis_url, cache_file), **options)
 
 
 def _store(redis_url: str | None, cache_file: str | None) -> Any:

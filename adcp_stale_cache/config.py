@@ -92,6 +92,10 @@ class StoreSettings(BaseModel):
     file_max_bytes: int = Field(
         default=512 * 1024 * 1024, ge=1, description="File tier: bound on stored bytes."
     )
+    file_read_on_loop: bool = Field(
+        default=False,
+        description="File tier: read hits on the event loop (lock-free WAL reads; faster).",
+    )
 
     @field_validator("redis_url")
     @classmethod
@@ -212,6 +216,7 @@ class StaleCacheConfig(BaseModel):
                 store.file_path,
                 max_entries=store.file_max_entries,
                 max_bytes=store.file_max_bytes,
+                read_on_loop=store.file_read_on_loop,
             )
         if store.kind == "memory":
             return TieredStore(file, memory) if file is not None else memory

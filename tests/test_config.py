@@ -46,7 +46,13 @@ def test_the_documented_file_loads(toml_file: Path) -> None:
     assert registry.for_tool("unnamed_tool").freshness_target_seconds == 60
     cache = config.build_cache()
     assert cache.surfaces is config.middleware_options()["surfaces"]  # one registry, shared
-    assert isinstance(cache.store, MemoryStore) and cache.store.max_entries == 10000
+    from adcp_stale_cache.stores import TieredStore
+    from adcp_stale_cache.stores.sqlite import SqliteStore
+
+    assert isinstance(cache.store, TieredStore)  # memory in front of the file
+    assert isinstance(cache.store.near, MemoryStore) and cache.store.near.max_entries == 10000
+    assert isinstance(cache.store.far, SqliteStore)
+    assert str(cache.store.far.path) == "/var/cache/seller.db"
     assert cache.breaker_policy is not None and cache.breaker_policy.cooldown_seconds == 5
 
 

@@ -38,9 +38,9 @@ def remount(fs: Path, mode: str) -> None:
     subprocess.run(["mount", "-o", f"remount,{mode}", str(fs)], check=True)
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SqliteStore]:
-    s = SqliteStore(tmp_path / "cache.db", retry_after_seconds=0.05)
+@pytest.fixture(params=[False, True], ids=["reads-in-thread", "reads-on-loop"])
+def store(tmp_path: Path, request: Any) -> Iterator[SqliteStore]:
+    s = SqliteStore(tmp_path / "cache.db", retry_after_seconds=0.05, read_on_loop=request.param)
     yield s
     s.close()
 
@@ -284,3 +284,22 @@ def test_store_urls_from_the_environment_and_bad_ones(tmp_path: Path) -> None:
     assert config.store.file_path == f"{tmp_path}/c.db"
     with pytest.raises(ConfigError, match="not a store URL"):
         load_config(environ={"ADCP_STALE_CACHE_STORE": "sqlite:/relative.db"})
+
+
+def test_three_workers_share_the_file_through_an_outage(tmp_path: Path) -> None:
+    inventory = App("inventory-service", free_port(), "--products", "3").start().wait()
+    seller = App("seller", free_port(), "--inventory-service", inventory.url,
+                 "--freshness-target", "1", "--upstream-timeout", "1",
+                 "--cache-file", str(tmp_path / "seller.db"), "--workers", "3").start().wait()  # fmt: skip
+    try:
+        warm = httpx.post(f"{seller.url}/api/get_products", json={}, timeout=10)
+        products = warm.json()["products"]
+        inventory.kill()
+        time.sleep(1.2)
+        for _ in range(12):  # a new connection each: the workers take turns
+            answer = httpx.post(f"{seller.url}/api/get_products", json={}, timeout=10)
+            assert answer.status_code == 200 and answer.json()["products"] == products
+            assert len(stale(answer.json())) == 1
+    finally:
+        seller.stop()
+        inventory.stop()
