@@ -13,11 +13,14 @@ Metric names follow Prometheus conventions (``_total`` counters, ``_seconds`` hi
 - ``adcp_stale_cache_advisories_total{surface,upstream}``: ``STALE_RESPONSE`` recorded;
 - ``adcp_stale_cache_unavailable_total{surface,upstream,code}``: failures with no entry;
 - ``adcp_stale_cache_breaker_open{upstream}``: 1 while the upstream's breaker is open;
-- ``adcp_stale_cache_store_entries`` and ``..._store_bytes``: the memory store's size.
+- ``adcp_stale_cache_store_entries`` and ``..._store_bytes``: the memory store's size;
+- ``adcp_stale_cache_store_failures{store}``: file and Redis operations that failed (each
+  answered as "no entry"), given ``store=`` (tiers are walked).
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 
@@ -129,15 +132,26 @@ class PrometheusMetrics(CacheMetrics):
             ["upstream"],
             registry=registry,
         )
-        if store is not None and hasattr(store, "bytes"):
+        memory = next((tier for tier in _tiers(store) if hasattr(tier, "bytes")), None)
+        if memory is not None:
             entries = Gauge(
                 "adcp_stale_cache_store_entries", "Entries in the memory store.", registry=registry
             )
             size = Gauge(
                 "adcp_stale_cache_store_bytes", "Bytes in the memory store.", registry=registry
             )
-            entries.set_function(lambda: store.entries)
-            size.set_function(lambda: store.bytes)
+            entries.set_function(lambda: memory.entries)
+            size.set_function(lambda: memory.bytes)
+        tiers = {type(tier).__name__: tier for tier in _tiers(store) if hasattr(tier, "failures")}
+        if tiers:
+            failures = Gauge(
+                "adcp_stale_cache_store_failures",
+                "Store operations that failed and were answered as 'no entry' (file, Redis).",
+                ["store"],
+                registry=registry,
+            )
+            for name, tier in tiers.items():
+                failures.labels(name).set_function(functools.partial(getattr, tier, "failures"))
 
     def hit(self, surface: str, upstream: str) -> None:
         self._hits.labels(surface, upstream).inc()
@@ -170,3 +184,10 @@ class PrometheusMetrics(CacheMetrics):
 
     def breaker(self, upstream: str, is_open: bool) -> None:
         self._breaker.labels(upstream).set(1 if is_open else 0)
+
+
+def _tiers(store: Any) -> list[Any]:
+    """A store and, for tiered stores, every store beneath it."""
+    if store is None:
+        return []
+    return [store, *_tiers(getattr(store, "near", None)), *_tiers(getattr(store, "far", None))]

@@ -303,3 +303,24 @@ def test_three_workers_share_the_file_through_an_outage(tmp_path: Path) -> None:
     finally:
         seller.stop()
         inventory.stop()
+
+
+def test_store_failures_are_a_metric(tmp_path: Path) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from adcp_stale_cache.metrics import PrometheusMetrics
+
+    (tmp_path / "a-file").write_text("")
+    file = SqliteStore(tmp_path / "a-file" / "c.db")
+    store = TieredStore(file, MemoryStore())
+    registry = CollectorRegistry()
+    PrometheusMetrics(registry, store=store)
+
+    async def use() -> None:
+        await store.set("k", Entry(b"{}", time.time()), 60)
+
+    asyncio.run(use())
+    text = generate_latest(registry).decode()
+    assert 'adcp_stale_cache_store_failures{store="SqliteStore"} 1.0' in text
+    assert "adcp_stale_cache_store_entries 1.0" in text
+    file.close()

@@ -294,3 +294,30 @@ def test_a_loop_per_request_keeps_using_redis(redis_server: RedisServer, caplog:
 
     asyncio.run(two_loops_at_once())
     assert "redis_other_event_loop" in caplog.text
+
+
+async def test_the_file_answers_while_redis_is_down_even_after_a_restart(
+    redis_server: RedisServer, tmp_path: Any
+) -> None:
+    from adcp_stale_cache.stores.sqlite import SqliteStore
+
+    def process() -> UpstreamCache:  # memory, then the file, then Redis
+        far = TieredStore(RedisStore(url=redis_server.url, retry_after_seconds=0.2),
+                          SqliteStore(tmp_path / "seller.db"))  # fmt: skip
+        return UpstreamCache(TieredStore(far), surfaces=Surfaces.of(POLICY))
+
+    calls: list[int] = []
+
+    async def inventory() -> dict[str, Any]:
+        calls.append(1)
+        if len(calls) > 1:
+            raise ConnectionRefusedError
+        return {"products": [1]}
+
+    await process().fetch(INVENTORY, "k", inventory, surface="get_products")
+    redis_server.kill()
+    await asyncio.sleep(1.1)
+    restarted = process()  # a new process: empty memory, Redis unreachable
+    with collect_advisories() as advisories:
+        value = await restarted.fetch(INVENTORY, "k", inventory, surface="get_products")
+    assert value == {"products": [1]} and len(advisories.errors()) == 1

@@ -217,7 +217,7 @@ def create_seller_app(
         test_mode=test_controller,
         coordinate_refreshes=coordinate_refreshes,
         schema_version=schema_version,
-        metrics=PrometheusMetrics(registry, store=getattr(store, "near", store)),
+        metrics=PrometheusMetrics(registry, store=store),
     )
     inventory = Upstream(name="inventory-service")  # internal: its URL is never reported
     transport = CachingTransport(cache, inventory, surface="get_products", validate=_has_products)
