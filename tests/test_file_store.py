@@ -21,6 +21,8 @@ from adcp_stale_cache.entry import Entry
 from adcp_stale_cache.stores import MemoryStore, TieredStore
 from adcp_stale_cache.stores.sqlite import SqliteStore
 
+from .conftest import CountingUpstream
+
 POLICY = SurfacePolicy(name="get_products", field="products", freshness_target_seconds=1,
                        max_stale_seconds=600, upstream_timeout_seconds=2)  # fmt: skip
 INVENTORY = Upstream(name="inventory-service")
@@ -80,16 +82,10 @@ async def test_two_processes_share_one_file(tmp_path: Path) -> None:
 
 async def test_a_restart_keeps_serving_stale_from_the_file(tmp_path: Path) -> None:
     path = tmp_path / "cache.db"
-    calls: list[int] = []
-
-    async def inventory() -> dict[str, Any]:
-        calls.append(1)
-        if len(calls) > 1:
-            raise ConnectionRefusedError
-        return {"products": [1]}
-
+    inventory = CountingUpstream()
     first = UpstreamCache(TieredStore(SqliteStore(path)), surfaces=Surfaces.of(POLICY))
     await first.fetch(INVENTORY, "k", inventory, surface=POLICY)
+    inventory.down = True
     await asyncio.sleep(1.1)
     restarted = UpstreamCache(TieredStore(SqliteStore(path)), surfaces=Surfaces.of(POLICY))
     with collect_advisories() as advisories:

@@ -16,6 +16,7 @@ from adcp_stale_cache.entry import Entry
 from adcp_stale_cache.stores import MemoryStore, TieredStore
 from adcp_stale_cache.stores.redis import RedisStore, decode, encode
 
+from .conftest import CountingUpstream
 from .redis_server import RedisServer
 
 redis_asyncio = pytest.importorskip("redis.asyncio", reason="the redis extra is needed")
@@ -306,15 +307,9 @@ async def test_the_file_answers_while_redis_is_down_even_after_a_restart(
                           SqliteStore(tmp_path / "seller.db"))  # fmt: skip
         return UpstreamCache(TieredStore(far), surfaces=Surfaces.of(POLICY))
 
-    calls: list[int] = []
-
-    async def inventory() -> dict[str, Any]:
-        calls.append(1)
-        if len(calls) > 1:
-            raise ConnectionRefusedError
-        return {"products": [1]}
-
+    inventory = CountingUpstream()
     await process().fetch(INVENTORY, "k", inventory, surface="get_products")
+    inventory.down = True
     redis_server.kill()
     await asyncio.sleep(1.1)
     restarted = process()  # a new process: empty memory, Redis unreachable
