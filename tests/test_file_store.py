@@ -320,3 +320,22 @@ def test_store_failures_are_a_metric(tmp_path: Path) -> None:
     assert 'adcp_stale_cache_store_failures{store="SqliteStore"} 1.0' in text
     assert "adcp_stale_cache_store_entries 1.0" in text
     file.close()
+
+
+async def test_a_file_locked_by_another_process_costs_a_bounded_wait(store: SqliteStore) -> None:
+    import sqlite3
+
+    await store.set("k", Entry(b"{}", time.time()), 60)
+    other = sqlite3.connect(store.path, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")  # another worker holds the write lock
+    try:
+        started = time.monotonic()
+        await store.set("k2", Entry(b"{}", time.time()), 60)  # waits, then gives up
+        assert time.monotonic() - started < 2 * store.busy_timeout_seconds + 0.5
+        assert store.failures == 1
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    await asyncio.sleep(store.retry_after_seconds)
+    await store.set("k3", Entry(b"{}", time.time()), 60)
+    assert await store.get("k3") is not None  # and it carries on

@@ -157,7 +157,7 @@ class SqliteStore:
         try:
             # Queued behind a query that waits for another process's lock: bounded too.
             result = await asyncio.wait_for(work, self.busy_timeout_seconds * 2 + 0.1)
-        except (sqlite3.Error, OSError, TimeoutError) as exc:
+        except (sqlite3.Error, OSError, asyncio.TimeoutError) as exc:  # 3.10: not builtin
             self._failed(op, exc)
             return None
         if self._failing:
