@@ -11,6 +11,7 @@ from .collector import (
     current_collector,
     use_collector,
 )
+from .control import CacheControl
 from .failures import (
     Failure,
     InvalidPayload,
@@ -31,6 +32,7 @@ __all__ = [
     "AdcpError",
     "AdvisoryCollector",
     "AdvisoryLost",
+    "CacheControl",
     "CachingTransport",
     "Codec",
     "Failure",

@@ -16,7 +16,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Iterable
 from typing import Any, Generic, TypeVar
 
 from .advisory import AdcpError, stale_response
@@ -34,6 +34,7 @@ from .failures import (
     classify,
 )
 from .keys import cache_key
+from .labels import entry_labels
 from .metrics import CacheMetrics
 from .policy import SurfacePolicy, Surfaces, Upstream
 from .singleflight import SingleFlight, call_with_deadline
@@ -177,13 +178,16 @@ class UpstreamCache:
         codec: Codec[T] = JSON,
         cacheable: Callable[[T], bool] | None = None,
         validate: Callable[[T], object] | None = None,
+        tags: Iterable[str] = (),
     ) -> T:
         """Answer ``call()`` for ``upstream`` under ``key``, from cache when the policy allows.
 
         ``surface`` names the policy (default: the surface of the current request, else the
         default policy). ``validate`` may raise :class:`~adcp_stale_cache.InvalidPayload` to
         refuse an answer; ``cacheable`` returning False serves an answer without keeping it
-        (a 4xx, say). Raises :class:`~adcp_stale_cache.UpstreamUnavailable` when the upstream
+        (a 4xx, say). ``tags`` label the stored entry for invalidation
+        (:class:`~adcp_stale_cache.control.CacheControl`). Raises
+        :class:`~adcp_stale_cache.UpstreamUnavailable` when the upstream
         fails and no entry within max-stale exists; failures the policy does not count as an
         outage are re-raised as they are.
         """
@@ -194,7 +198,7 @@ class UpstreamCache:
         # per caller whatever the default policy says, so a slip never widens sharing.
         shared = policy.shared_across_callers and identified
         partition = None if shared or collector is None else collector.partition
-        store_key = cache_key(self._keyspace, upstream.name, (upstream.url, partition, key))
+        store_key = self.store_key(upstream, key, partition)
         timeout = upstream.timeout_seconds or policy.upstream_timeout_seconds
         if self._forced is not None:
             outage = self._forced.claim(policy, upstream, collector)
@@ -228,8 +232,9 @@ class UpstreamCache:
             failure = breaker.last_failure if breaker and breaker.last_failure else CIRCUIT_OPEN
             return self._after_failure(upstream, policy, step.fallback, failure, None, codec)
 
+        labels = entry_labels(upstream, policy.name, partition, tags)
         refresh = self._refresher(
-            upstream, policy, store_key, call, codec, timeout, cacheable, validate
+            upstream, policy, store_key, call, codec, timeout, cacheable, validate, labels
         )
         flight: Awaitable[_Refreshed[T]] = self._flights.run(store_key, refresh)
         if breaker is not None and admission is Admission.PROBE:
@@ -267,6 +272,7 @@ class UpstreamCache:
         timeout: float,
         cacheable: Callable[[T], bool] | None,
         validate: Callable[[T], object] | None,
+        labels: tuple[str, ...] = (),
     ) -> Callable[[], Awaitable[_Refreshed[T]]]:
         """The one upstream call a flight makes: store what may be kept, tell the breaker.
 
@@ -326,7 +332,8 @@ class UpstreamCache:
             data = encode(codec, value, upstream)
             if data is None:
                 return _Refreshed(value, None)
-            await self._set(store_key, Entry(data, self.clock()), self._ttl(upstream, policy))
+            entry = Entry(data, self.clock(), labels)
+            await self._set(store_key, entry, self._ttl(upstream, policy))
             return _Refreshed(value, data)
 
         return refresh
@@ -361,6 +368,10 @@ class UpstreamCache:
         task.add_done_callback(self._tasks.discard)
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
+    def store_key(self, upstream: Upstream, key: object, partition: str | None = None) -> str:
+        """The store key of ``key`` for ``upstream`` (and the caller partition, if any)."""
+        return cache_key(self._keyspace, upstream.name, (upstream.url, partition, key))
+
     def cached(
         self,
         upstream: Upstream,
@@ -368,16 +379,22 @@ class UpstreamCache:
         surface: str | SurfacePolicy | None = None,
         key: Callable[..., object] | None = None,
         codec: Codec[Any] = JSON,
+        tags: Iterable[str] | Callable[..., Iterable[str]] = (),
     ) -> Callable[[Callable[..., Awaitable[T]]], Callable[..., Awaitable[T]]]:
-        """Decorator form of :meth:`fetch`; the key defaults to the function and its arguments."""
+        """Decorator form of :meth:`fetch`; the key defaults to the function and its arguments.
+
+        ``tags`` are attached to every entry (see :mod:`adcp_stale_cache.control`), or come
+        from the call's arguments when given as a function of them."""
 
         def decorate(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
             @functools.wraps(fn)
             async def wrapper(*args: Any, **kwargs: Any) -> T:
                 k = key(*args, **kwargs) if key else (fn.__qualname__, args, kwargs)
+                call_tags = tags(*args, **kwargs) if callable(tags) else tags
                 return await self.fetch(
-                    upstream, k, lambda: fn(*args, **kwargs), surface=surface, codec=codec
-                )
+                    upstream, k, lambda: fn(*args, **kwargs), surface=surface, codec=codec,
+                    tags=call_tags,
+                )  # fmt: skip
 
             return wrapper
 
@@ -497,6 +514,8 @@ class UpstreamCache:
             entry = await self.store.get(store_key)
         except Exception:  # a broken store degrades to "no cache", never fails the request
             logger.exception("store_error op=get")
+            return None
+        if entry is not None and entry.tombstone:  # hard-purged
             return None
         # A time that is no time (NaN, infinite) or far in the future would look fresh
         # forever: such an entry is no entry.

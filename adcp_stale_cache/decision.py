@@ -62,8 +62,9 @@ def whole_seconds(age: float) -> int:
 
 
 def is_fresh(entry: Entry, now: float, policy: Freshness) -> bool:
-    """True while the entry is younger than the freshness target."""
-    return entry.age(now) < policy.freshness_target_seconds
+    """True while the entry is younger than the freshness target (and not soft-purged: an
+    invalidated entry is past its target whatever its age)."""
+    return not entry.revalidate and entry.age(now) < policy.freshness_target_seconds
 
 
 def is_servable(entry: Entry, now: float, policy: Freshness) -> bool:

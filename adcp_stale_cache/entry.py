@@ -1,4 +1,4 @@
-"""A cached upstream answer: its serialised bytes and when it was stored."""
+"""A cached upstream answer: its serialised bytes, when it was stored, and what it is of."""
 
 from __future__ import annotations
 
@@ -9,12 +9,19 @@ from dataclasses import dataclass
 class Entry:
     """One cached value.
 
-    ``stored_at`` is a reading of the cache's clock (monotonic by default, so a wall-clock
-    jump never makes an entry look younger or older than it is).
+    ``stored_at`` is a reading of the cache's clock (monotonic in memory, the wall clock in
+    shared and file stores). ``labels`` say what the entry is of (``upstream=NAME``,
+    ``surface=NAME``, ``partition=P``, ``tag=T``): invalidations select entries by them.
+    ``revalidate`` marks an entry soft-purged: past its freshness target whatever its age,
+    still the outage fallback. A ``tombstone`` stands for an entry hard-purged in a store
+    shared by processes: no entry, and it tells a process's memory tier to drop its copy.
     """
 
     data: bytes
     stored_at: float
+    labels: tuple[str, ...] = ()
+    revalidate: bool = False
+    tombstone: bool = False
 
     def age(self, now: float) -> float:
         """Seconds since the entry was stored, never negative."""
@@ -23,7 +30,7 @@ class Entry:
     @property
     def size(self) -> int:
         """Bytes this entry accounts for in a store's byte bound."""
-        return len(self.data) + _OVERHEAD
+        return len(self.data) + sum(len(label) for label in self.labels) + _OVERHEAD
 
 
 # Rough per-entry bookkeeping (object headers, key, dict slot) counted against the byte bound.

@@ -53,6 +53,7 @@ class CachingTransport(httpx.AsyncBaseTransport):
         vary_headers: Iterable[str] = DEFAULT_VARY_HEADERS,
         validate: Callable[[httpx.Response], object] | None = None,
         expect_json: bool = True,
+        tags: Iterable[str] = (),
     ) -> None:
         self.cache = cache
         self.upstream = upstream
@@ -63,6 +64,7 @@ class CachingTransport(httpx.AsyncBaseTransport):
         self._transport = transport or httpx.AsyncHTTPTransport()
         self._validate = validate
         self.expect_json = expect_json
+        self.tags = tuple(tags)  # on every entry: see adcp_stale_cache.control
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Answer from cache or upstream, as the surface's policy decides."""
@@ -81,8 +83,9 @@ class CachingTransport(httpx.AsyncBaseTransport):
             return response
 
         return await self.cache.fetch(
-            self.upstream, key, call, surface=self.surface, codec=RESPONSES, cacheable=_cacheable
-        )
+            self.upstream, key, call, surface=self.surface, codec=RESPONSES, cacheable=_cacheable,
+            tags=self.tags,
+        )  # fmt: skip
 
     def _varying(self, request: httpx.Request) -> list[str]:
         """The values of the vary headers, in order ("" when absent): one pass over the

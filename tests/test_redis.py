@@ -47,7 +47,7 @@ async def store(redis_server: RedisServer) -> AsyncIterator[RedisStore]:
 def test_entry_format_is_versioned_and_never_misread() -> None:
     entry = Entry(b'{"products":[]}', 1_700_000_000.25)
     assert decode(encode(entry)) == entry
-    assert decode(b"\x03" + encode(entry)[1:]) is None  # a future format is not misread
+    assert decode(b"\x04" + encode(entry)[1:]) is None  # a future format is not misread
     assert decode(b"garbage") is None and decode(b"") is None
 
 
@@ -56,8 +56,8 @@ async def test_roundtrip_keys_and_expiry(store: RedisStore, redis_server: RedisS
     await store.set("k", entry, 0.3)
     assert await store.get("k") == entry
     raw = redis_asyncio.Redis.from_url(redis_server.url)
-    assert await raw.exists("adcp-stale-cache:v2:k") == 1
-    assert 0 < await raw.pttl("adcp-stale-cache:v2:k") <= 300
+    assert await raw.exists("adcp-stale-cache:v3:k") == 1
+    assert 0 < await raw.pttl("adcp-stale-cache:v3:k") <= 300
     await asyncio.sleep(0.4)
     assert await store.get("k") is None
     await raw.aclose()
@@ -132,7 +132,7 @@ async def test_redis_killed_mid_test_requests_keep_succeeding(redis_server: Redi
     up["down"] = False
     await cache.fetch(INVENTORY, "k2", call, surface="get_products")  # writes reach Redis again
     raw = redis_asyncio.Redis.from_url(redis_server.url)
-    assert len(await raw.keys("adcp-stale-cache:v2:*")) == 1
+    assert len(await raw.keys("adcp-stale-cache:v3:*")) == 1
     await raw.aclose()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +34,7 @@ class MemoryStore:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self.clock = clock
+        # Each item is (entry, expiry time), so a soft purge can rewrite it and keep its expiry.
         self._data: TLRUCache[str, tuple[Entry, float]] = TLRUCache(
             maxsize=max_bytes, ttu=_expires_at, timer=clock, getsizeof=_sizeof
         )
@@ -52,7 +54,7 @@ class MemoryStore:
             if entry.size > self.max_bytes:
                 self._data.pop(key, None)  # too large to keep: never serve an older value
                 return
-            self._data[key] = (entry, ttl_seconds)
+            self._data[key] = (entry, self.clock() + ttl_seconds)
             while len(self._data) > self.max_entries:
                 self._data.popitem()
 
@@ -60,6 +62,22 @@ class MemoryStore:
         """Forget ``key``."""
         with self._lock:
             self._data.pop(key, None)
+
+    async def purge(self, match: Callable[[str, Entry], bool], *, soft: bool) -> int:
+        """Invalidate the entries ``match`` selects: mark them for revalidation (``soft``),
+        or forget them. Returns how many."""
+        with self._lock:
+            found = []
+            for key in list(self._data):
+                item = self._data.get(key)
+                if item is not None and match(key, item[0]):
+                    found.append((key, item))
+            for key, (entry, expires_at) in found:
+                if soft:
+                    self._data[key] = (dataclasses.replace(entry, revalidate=True), expires_at)
+                else:
+                    del self._data[key]
+        return len(found)
 
     @property
     def entries(self) -> int:
@@ -73,7 +91,7 @@ class MemoryStore:
 
 
 def _expires_at(_key: str, item: tuple[Entry, float], now: float) -> float:
-    return now + item[1]
+    return item[1]
 
 
 def _sizeof(item: Any) -> int:

@@ -1,8 +1,11 @@
 """A Redis store (``redis.asyncio``), shared by every worker and host of a seller.
 
-Entry format (version 2), under ``{prefix}:v2:{key}``::
+Entry format (version 3), under ``{prefix}:v3:{key}``::
 
-    b"\\x02" | stored_at (8 bytes, big-endian IEEE double, Unix seconds) | CRC-32 of data | data
+    b"\\x03" | stored_at (8 bytes, big-endian IEEE double, Unix seconds)
+          | CRC-32 of labels + data (4) | flags (1: soft-purged, 2: tombstone)
+          | labels length (2)
+          | labels (UTF-8, newline-separated) | data
 
 An unreadable value (another format, truncated, foreign, a ``stored_at`` that is not a
 finite time) is no entry: the key is then refreshed from the upstream and overwritten.
@@ -20,6 +23,7 @@ then tries again; the client reconnects by itself.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import struct
@@ -35,8 +39,15 @@ from ..entry import Entry
 
 logger = logging.getLogger("adcp_stale_cache.redis")
 
-FORMAT_VERSION = 2
-_HEADER = struct.Struct(">BdI")
+FORMAT_VERSION = 3
+_HEADER = struct.Struct(">BdIBH")
+_REVALIDATE, _TOMBSTONE = 1, 2  # flags: soft-purged, hard-purged
+# Mark an entry for revalidation only if it is still the value that was read (a refresh that
+# landed meanwhile is not marked), keeping its expiry.
+_MARK = (
+    "if redis.call('get', KEYS[1]) == ARGV[1] then "
+    "return redis.call('set', KEYS[1], ARGV[2], 'KEEPTTL') end return 0"
+)
 _RELEASE = (
     "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
 )
@@ -173,6 +184,39 @@ class RedisStore:
             self._failed("lease_active", exc)
             return False
 
+    async def purge(self, match: Callable[[str, Entry], bool], *, soft: bool) -> int:
+        """Invalidate the entries ``match`` selects: mark them for revalidation (``soft``,
+        expiry kept) or delete them. Scans this store's keys (an operator's action, not a
+        request's); 0 when Redis is down."""
+        client = self._client_here()
+        if client is None or not self.available:
+            return 0
+        count = 0
+        try:
+            async for name in client.scan_iter(match=f"{self.prefix}:*", count=500):
+                if name.startswith(f"{self.prefix}:lease:".encode()):
+                    continue
+                raw = await client.get(name)
+                entry = decode(raw) if raw else None
+                key = name.decode()[len(self.prefix) + 1 :]
+                if entry is None or not match(key, entry):
+                    continue
+                if entry.tombstone:
+                    continue
+                if soft and entry.revalidate:
+                    count += 1
+                    continue
+                # Hard: a tombstone, not a gap (see Entry): processes drop their copies.
+                marked = encode(
+                    dataclasses.replace(entry, revalidate=True)
+                    if soft
+                    else Entry(b"", entry.stored_at, entry.labels, tombstone=True)
+                )
+                count += bool(await client.eval(_MARK, 1, name, raw, marked))
+        except Exception as exc:
+            self._failed("purge", exc)
+        return count
+
     async def aclose(self) -> None:
         """Close the client's connections."""
         await self.client.aclose()
@@ -185,15 +229,22 @@ class RedisStore:
 
 def encode(entry: Entry) -> bytes:
     """The stored form of an entry."""
-    return _HEADER.pack(FORMAT_VERSION, entry.stored_at, zlib.crc32(entry.data)) + entry.data
+    labels = "\n".join(entry.labels).encode()
+    body = labels + entry.data
+    flags = (_REVALIDATE if entry.revalidate else 0) | (_TOMBSTONE if entry.tombstone else 0)
+    header = _HEADER.pack(FORMAT_VERSION, entry.stored_at, zlib.crc32(body), flags, len(labels))
+    return header + body
 
 
 def decode(raw: bytes) -> Entry | None:
     """An entry from its stored form; None for anything else (never a misread)."""
     if len(raw) < _HEADER.size or raw[0] != FORMAT_VERSION:
         return None
-    _, stored_at, checksum = _HEADER.unpack_from(raw)
-    data = bytes(raw[_HEADER.size :])
-    if not math.isfinite(stored_at) or zlib.crc32(data) != checksum:
+    _, stored_at, checksum, flags, size = _HEADER.unpack_from(raw)
+    body = bytes(raw[_HEADER.size :])
+    if not math.isfinite(stored_at) or zlib.crc32(body) != checksum or size > len(body):
         return None  # truncated, foreign, or a time that is no time: no entry
-    return Entry(data, stored_at)
+    labels = tuple(body[:size].decode().split("\n")) if size else ()
+    return Entry(
+        body[size:], stored_at, labels, bool(flags & _REVALIDATE), bool(flags & _TOMBSTONE)
+    )

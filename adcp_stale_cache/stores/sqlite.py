@@ -42,6 +42,9 @@ logger = logging.getLogger("adcp_stale_cache.sqlite")
 
 T = TypeVar("T")
 
+# The file's own format (PRAGMA user_version): a file of another format is emptied, not read.
+FILE_FORMAT = 2
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
     key TEXT PRIMARY KEY,
@@ -49,6 +52,8 @@ CREATE TABLE IF NOT EXISTS entries (
     expires_at REAL NOT NULL,
     size INTEGER NOT NULL,
     checksum INTEGER NOT NULL,
+    labels TEXT NOT NULL,
+    flags INTEGER NOT NULL,
     data BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS entries_by_age ON entries (stored_at);
@@ -68,11 +73,13 @@ END;
 """
 
 _UPSERT = (
-    "INSERT INTO entries (key, stored_at, expires_at, size, checksum, data) "
-    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET stored_at = excluded.stored_at, "
-    "expires_at = excluded.expires_at, size = excluded.size, checksum = excluded.checksum, "
+    "INSERT INTO entries (key, stored_at, expires_at, size, checksum, labels, flags, data) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET "
+    "stored_at = excluded.stored_at, expires_at = excluded.expires_at, size = excluded.size, "
+    "checksum = excluded.checksum, labels = excluded.labels, flags = excluded.flags, "
     "data = excluded.data"
 )
+_DROP = "DROP TABLE IF EXISTS entries; DROP TABLE IF EXISTS totals;"
 
 
 class SqliteStore:
@@ -126,10 +133,11 @@ class SqliteStore:
             row = await self._run("get", self._get, key)
         if row is None:
             return None
-        stored_at, checksum, data = row
+        stored_at, checksum, data, labels, flags = row
         if zlib.crc32(data) != checksum:
             return None  # a torn or foreign row: no entry
-        return Entry(bytes(data), stored_at)
+        return Entry(data, stored_at, _split(labels), bool(flags & _REVALIDATE),
+                     bool(flags & _TOMBSTONE))  # fmt: skip
 
     async def set(self, key: str, entry: Entry, ttl_seconds: float) -> None:
         """Keep ``entry`` until ``ttl_seconds`` from now, evicting the oldest past a bound."""
@@ -138,6 +146,11 @@ class SqliteStore:
     async def delete(self, key: str) -> None:
         """Forget ``key``."""
         await self._run("delete", self._delete, key)
+
+    async def purge(self, match: Callable[[str, Entry], bool], *, soft: bool) -> int:
+        """Invalidate the entries ``match`` selects (by their labels): mark them for
+        revalidation (``soft``), or delete them. Returns how many (0 when the file fails)."""
+        return await self._run("purge", self._purge, match, soft) or 0
 
     async def totals(self) -> tuple[int, int]:
         """(entries, bytes) held, as the file counts them."""
@@ -208,6 +221,9 @@ class SqliteStore:
             db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_seconds * 1000)}")
             db.execute("PRAGMA journal_mode = WAL")
             db.execute("PRAGMA synchronous = NORMAL")  # WAL: durable across process crashes
+            (version,) = db.execute("PRAGMA user_version").fetchone()
+            if version != FILE_FORMAT:  # new, or written by another release: start empty
+                db.executescript(f"{_DROP} PRAGMA user_version = {FILE_FORMAT};")
             db.executescript(_SCHEMA)
         except BaseException:
             db.close()
@@ -224,12 +240,15 @@ class SqliteStore:
             finally:
                 self._db = None
 
-    def _get(self, db: sqlite3.Connection, key: str) -> tuple[float, int, bytes] | None:
+    def _get(self, db: sqlite3.Connection, key: str) -> tuple[float, int, bytes, str, int] | None:
         row = db.execute(
-            "SELECT stored_at, checksum, data FROM entries WHERE key = ? AND expires_at > ?",
+            "SELECT stored_at, checksum, data, labels, flags FROM entries "
+            "WHERE key = ? AND expires_at > ?",
             (key, time.time()),
         ).fetchone()
-        return None if row is None else (float(row[0]), int(row[1]), bytes(row[2]))
+        if row is None:
+            return None
+        return float(row[0]), int(row[1]), bytes(row[2]), str(row[3]), int(row[4])
 
     def _set(self, db: sqlite3.Connection, key: str, entry: Entry, ttl: float) -> None:
         data = entry.data
@@ -240,8 +259,10 @@ class SqliteStore:
         db.execute("BEGIN IMMEDIATE")
         try:
             db.execute(
-                _UPSERT, (key, entry.stored_at, now + ttl, entry.size, zlib.crc32(data), data)
-            )
+                _UPSERT,
+                (key, entry.stored_at, now + ttl, entry.size, zlib.crc32(data),
+                 "\n".join(entry.labels), _flags(entry), data),
+            )  # fmt: skip
             count, size = db.execute("SELECT entries, bytes FROM totals WHERE id = 1").fetchone()
             if count > self.max_entries or size > self.max_bytes:
                 db.execute("DELETE FROM entries WHERE expires_at <= ?", (now,))
@@ -264,6 +285,36 @@ class SqliteStore:
                 (batch,),
             )
 
+    def _purge(
+        self, db: sqlite3.Connection, match: Callable[[str, Entry], bool], soft: bool
+    ) -> int:
+        # A hard purge leaves a tombstone, not a gap: other processes' memory tiers drop
+        # their copies when they see it (a missing row could be an expiry, or a new file).
+        statement = (
+            f"UPDATE entries SET flags = flags | {_REVALIDATE} WHERE key = ?"
+            if soft
+            else f"UPDATE entries SET flags = {_TOMBSTONE}, data = x'', checksum = 0, size = "
+            f"{_OVERHEAD_TOMBSTONE} WHERE key = ?"
+        )
+        db.execute("BEGIN IMMEDIATE")  # select and mark at once: no refresh slips between
+        try:
+            rows = db.execute(
+                "SELECT key, stored_at, labels, flags FROM entries "
+                f"WHERE expires_at > ? AND flags & {_TOMBSTONE} = 0",
+                (time.time(),),
+            ).fetchall()
+            keys = [
+                (key,)
+                for key, stored_at, labels, flags in rows
+                if match(key, Entry(b"", stored_at, _split(labels), bool(flags & _REVALIDATE)))
+            ]
+            db.executemany(statement, keys)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return len(keys)
+
     def _delete(self, db: sqlite3.Connection, key: str) -> None:
         db.execute("DELETE FROM entries WHERE key = ?", (key,))
 
@@ -281,6 +332,18 @@ class SqliteStore:
                 op, self.path, type(exc).__name__, exc,
             )  # fmt: skip
         self._thread.submit(self._close)  # reopened (or recreated) on the next try
+
+
+_REVALIDATE, _TOMBSTONE = 1, 2  # the flags column
+_OVERHEAD_TOMBSTONE = 120
+
+
+def _flags(entry: Entry) -> int:
+    return (_REVALIDATE if entry.revalidate else 0) | (_TOMBSTONE if entry.tombstone else 0)
+
+
+def _split(labels: str) -> tuple[str, ...]:
+    return tuple(labels.split("\n")) if labels else ()
 
 
 def _unreadable(exc: sqlite3.DatabaseError) -> bool:

@@ -14,7 +14,7 @@ Redis is down, and after a restart while Redis is unreachable.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -47,8 +47,12 @@ class TieredStore:
         if near is not None and self.clock() - near.stored_at < self.near_max_age_seconds:
             return near
         far = await self.far.get(key)
-        if far is None or (near is not None and near.stored_at >= far.stored_at):
+        # The newer copy wins; on a tie the shared one (it carries another process's purge).
+        if far is None or (near is not None and near.stored_at > far.stored_at):
             return near
+        if far.tombstone:  # hard-purged by some process: drop this process's copy too
+            await self.near.delete(key)
+            return far
         await self.near.set(key, far, self.near_ttl_seconds)
         return far
 
@@ -61,6 +65,13 @@ class TieredStore:
         """Forget ``key`` in both tiers."""
         await self.near.delete(key)
         await self.far.delete(key)
+
+    async def purge(self, match: Callable[[str, Entry], bool], *, soft: bool) -> int:
+        """Invalidate in both tiers; the count is the shared tier's (the near one's when the
+        shared one cannot purge)."""
+        near = await _purge(self.near, match, soft)
+        far = await _purge(self.far, match, soft)
+        return far if far is not None else near or 0
 
     @asynccontextmanager
     async def lease(self, key: str, seconds: float) -> AsyncIterator[bool]:
@@ -76,3 +87,8 @@ class TieredStore:
         """Whether another process holds the refresh lease of ``key``."""
         active: Any = getattr(self.far, "lease_active", None)
         return bool(await active(key)) if active is not None else False
+
+
+async def _purge(store: Any, match: Callable[[str, Entry], bool], soft: bool) -> int | None:
+    purge = getattr(store, "purge", None)
+    return int(await purge(match, soft=soft)) if purge is not None else None

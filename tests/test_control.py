@@ -1,0 +1,179 @@
+"""Invalidation on demand (issue 14): soft and hard purges, selected by labels, across stores."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from adcp_stale_cache import (
+    CachingTransport,
+    MemoryStore,
+    SurfacePolicy,
+    Surfaces,
+    Upstream,
+    UpstreamCache,
+    UpstreamUnavailable,
+    collect_advisories,
+)
+from adcp_stale_cache.control import CacheControl
+from adcp_stale_cache.stores import TieredStore
+from adcp_stale_cache.stores.sqlite import SqliteStore
+
+from .conftest import CountingUpstream
+
+PRODUCTS = SurfacePolicy(name="get_products", field="products", freshness_target_seconds=600,
+                         max_stale_seconds=3600)  # fmt: skip
+FORMATS = PRODUCTS.model_copy(update={"name": "list_creative_formats", "field": "formats"})
+INVENTORY = Upstream(name="inventory-service")
+
+
+def make_cache(store: Any = None) -> UpstreamCache:
+    return UpstreamCache(store, surfaces=Surfaces.of(PRODUCTS, FORMATS), breaker=None)
+
+
+async def test_soft_purge_refreshes_next_and_stays_the_fallback() -> None:
+    cache, up = make_cache(), CountingUpstream()
+    await cache.fetch(INVENTORY, "k", up, surface="get_products")
+    assert await CacheControl(cache).invalidate(upstream="inventory-service") == 1
+    assert await cache.fetch(INVENTORY, "k", up, surface="get_products") == {"products": [2]}
+    await CacheControl(cache).invalidate(upstream=INVENTORY)
+    up.down = True
+    await asyncio.sleep(1.05)
+    with collect_advisories() as advisories:
+        value = await cache.fetch(INVENTORY, "k", up, surface="get_products")
+    assert value == {"products": [2]}  # well within the 600 s target, yet stale: purged
+    [advisory] = advisories.errors()
+    assert advisory["details"]["cache_age_seconds"] >= 1  # its real age
+
+
+async def test_hard_purge_forgets_and_an_outage_then_fails() -> None:
+    cache, up = make_cache(), CountingUpstream()
+    await cache.fetch(INVENTORY, "k", up, surface="get_products")
+    assert await CacheControl(cache).invalidate(upstream=INVENTORY, soft=False) == 1
+    up.down = True
+    with pytest.raises(UpstreamUnavailable):
+        await cache.fetch(INVENTORY, "k", up, surface="get_products")
+
+
+async def test_selectors_take_only_what_they_name() -> None:
+    cache = make_cache()
+    control = CacheControl(cache)
+    agent_a = Upstream(name="agent", url="https://a.example/mcp")
+    agent_b = Upstream(name="agent", url="https://b.example/mcp")
+    calls: dict[str, int] = {}
+
+    async def fill() -> None:
+        async def call(name: str) -> dict[str, Any]:
+            calls[name] = calls.get(name, 0) + 1
+            return {"n": calls[name]}
+
+        await cache.fetch(agent_a, "f", lambda: call("a"), surface="list_creative_formats",
+                          tags=["format-agent:a"])  # fmt: skip
+        await cache.fetch(agent_b, "f", lambda: call("b"), surface="list_creative_formats")
+        with collect_advisories(partition="principal-1"):
+            await cache.fetch(INVENTORY, "p", lambda: call("p1"), surface="get_products",
+                              tags=["principal:1"])  # fmt: skip
+        with collect_advisories(partition="principal-2"):
+            await cache.fetch(INVENTORY, "p", lambda: call("p2"), surface="get_products",
+                              tags=["principal:2"])  # fmt: skip
+
+    await fill()
+    assert await control.invalidate(tags=["format-agent:a"]) == 1
+    assert await control.invalidate(upstream=agent_b) == 1
+    assert await control.invalidate(upstream="agent") == 2  # both URLs of that name
+    assert await control.invalidate(surface="get_products") == 2
+    assert await control.invalidate(partition="principal-2") == 1
+    assert await control.invalidate(tags=["principal:1"], surface="list_creative_formats") == 0
+    assert await control.invalidate(upstream=agent_a, key="f") == 1
+    assert await control.invalidate(upstream=INVENTORY, key="p", partition="principal-1") == 1
+    await control.invalidate(tags=["principal:1"], soft=False)
+    await fill()
+    assert calls == {"a": 2, "b": 2, "p1": 2, "p2": 2}  # all were purged, so all refreshed
+    with pytest.raises(ValueError, match="at least one"):
+        await control.invalidate()
+    with pytest.raises(ValueError, match="as an Upstream"):
+        await control.invalidate(upstream="agent", key="f")
+
+
+async def test_tags_from_the_decorator_and_the_transport() -> None:
+    cache = make_cache()
+
+    @cache.cached(
+        INVENTORY, surface="get_products", tags=lambda principal: [f"principal:{principal}"]
+    )
+    async def products(principal: str) -> dict[str, Any]:
+        return {"products": [principal]}
+
+    await products("1")
+    await products("2")
+    client = httpx.AsyncClient(transport=CachingTransport(
+        cache, Upstream(name="http-inventory"), surface="get_products", tags=["inventory"],
+        transport=httpx.MockTransport(lambda r: httpx.Response(200, json={"products": []}))))  # fmt: skip
+    await client.get("http://inventory.internal/products")
+    control = CacheControl(cache)
+    assert await control.invalidate(tags=["principal:2"]) == 1
+    assert await control.invalidate(tags=["inventory"]) == 1
+    with pytest.raises(ValueError, match="line of text"):
+        await cache.fetch(INVENTORY, "x", CountingUpstream(), tags=["bad\ntag"])
+
+
+async def test_a_purge_through_one_process_reaches_another_through_the_file(
+    tmp_path: Path,
+) -> None:
+    def process() -> UpstreamCache:
+        near = MemoryStore(clock=time.time)
+        return make_cache(TieredStore(SqliteStore(tmp_path / "c.db"), near,
+                                      near_max_age_seconds=0.05))  # fmt: skip
+
+    a, b = process(), process()
+    up = CountingUpstream()
+    await a.fetch(INVENTORY, "k", up, surface="get_products")
+    await b.fetch(INVENTORY, "k", up, surface="get_products")  # from the file: no call
+    assert up.calls == 1
+    assert await CacheControl(a).invalidate(upstream="inventory-service") == 1
+    await asyncio.sleep(0.06)  # b's memory copy is older than near_max_age
+    assert await b.fetch(INVENTORY, "k", up, surface="get_products") == {"products": [2]}
+    assert await CacheControl(a).invalidate(surface="get_products", soft=False) == 1
+    await asyncio.sleep(0.06)
+    up.down = True
+    for process in (a, b):  # a tombstone, not a gap: no memory tier keeps serving its copy
+        with pytest.raises(UpstreamUnavailable):
+            await process.fetch(INVENTORY, "k", up, surface="get_products")
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server is not installed")
+async def test_a_purge_reaches_every_process_sharing_redis() -> None:
+    pytest.importorskip("redis.asyncio", reason="the redis extra is needed")
+    from adcp_stale_cache.stores.redis import RedisStore
+
+    from .redis_server import RedisServer
+
+    server = RedisServer().start()
+    try:
+
+        def process() -> UpstreamCache:
+            return make_cache(TieredStore(RedisStore(url=server.url), near_max_age_seconds=0.05))
+
+        a, b = process(), process()
+        up = CountingUpstream()
+        await a.fetch(INVENTORY, "k", up, surface="get_products")
+        await b.fetch(INVENTORY, "k", up, surface="get_products")
+        assert up.calls == 1
+        assert await CacheControl(a).invalidate(upstream="inventory-service") == 1
+        await asyncio.sleep(0.06)
+        up.down = True
+        with collect_advisories() as advisories:  # purged, upstream down: stale, honestly
+            assert await b.fetch(INVENTORY, "k", up, surface="get_products") == {"products": [1]}
+        assert len(advisories.errors()) == 1
+        assert await CacheControl(b).invalidate(upstream="inventory-service", soft=False) == 1
+        await asyncio.sleep(0.06)
+        with pytest.raises(UpstreamUnavailable):
+            await a.fetch(INVENTORY, "k", up, surface="get_products")
+    finally:
+        server.kill()
