@@ -21,12 +21,15 @@ than ``near_max_age_seconds`` (1 s by default). Stores without ``purge`` are ski
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .cache import UpstreamCache
 from .entry import Entry
 from .policy import Upstream
+
+logger = logging.getLogger("adcp_stale_cache.control")
 
 
 @dataclass(frozen=True)
@@ -88,4 +91,12 @@ class CacheControl:
         purge = getattr(self.cache.store, "purge", None)
         if purge is None:
             raise TypeError(f"{type(self.cache.store).__name__} cannot purge entries")
-        return int(await purge(Selection(frozenset(labels), store_key), soft=soft))
+        count = int(await purge(Selection(frozenset(labels), store_key), soft=soft))
+        logger.info(  # selectors are names and tags (partitions are digests): no credential
+            "invalidate soft=%s selectors=%s key=%s count=%d",
+            soft,
+            sorted(label for label in labels if not label.startswith("partition=")),
+            store_key is not None,
+            count,
+        )
+        return count

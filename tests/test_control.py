@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 import time
 from pathlib import Path
@@ -37,10 +38,14 @@ def make_cache(store: Any = None) -> UpstreamCache:
     return UpstreamCache(store, surfaces=Surfaces.of(PRODUCTS, FORMATS), breaker=None)
 
 
-async def test_soft_purge_refreshes_next_and_stays_the_fallback() -> None:
+async def test_soft_purge_refreshes_next_and_stays_the_fallback(caplog: Any) -> None:
+    caplog.set_level(logging.INFO, logger="adcp_stale_cache.control")
     cache, up = make_cache(), CountingUpstream()
     await cache.fetch(INVENTORY, "k", up, surface="get_products")
     assert await CacheControl(cache).invalidate(upstream="inventory-service") == 1
+    assert "invalidate soft=True selectors=['upstream=inventory-service'] key=False count=1" in (
+        caplog.text
+    )
     assert await cache.fetch(INVENTORY, "k", up, surface="get_products") == {"products": [2]}
     await CacheControl(cache).invalidate(upstream=INVENTORY)
     up.down = True
