@@ -9,6 +9,10 @@ call attached (``tag=T``: ``fetch(..., tags=...)``, ``cached(..., tags=...)``,
     await control.invalidate(upstream="creative-agent-acme")            # soft: refresh next
     await control.invalidate(tags=["principal:42"], soft=False)         # hard: forget
 
+:meth:`CacheControl.snapshot` is the operator's view: per upstream, its breaker, its last
+failure and how often it failed or was served stale since the control was attached; per
+surface, the entries of this process's memory tier and their ages.
+
 A **soft** purge (the default) puts matching entries past their freshness target whatever
 their age: the next request refreshes, and while the upstream is down the entry is still the
 fallback, served with an advisory carrying its real age. A **hard** purge deletes: an outage
@@ -23,12 +27,16 @@ store of your own without ``purge`` is refused (``TypeError``), or skipped as a 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from .cache import UpstreamCache
 from .entry import Entry
+from .metrics import CacheMetrics, CombinedMetrics
 from .policy import Upstream
+from .stores import MemoryStore
 
 logger = logging.getLogger("adcp_stale_cache.control")
 
@@ -47,11 +55,70 @@ class Selection:
         return self.labels.issubset(entry.labels)
 
 
+class UpstreamStats(CacheMetrics):
+    """Counts per upstream name, from the cache's events (a metrics sink)."""
+
+    def __init__(self) -> None:
+        self.failures: dict[str, int] = {}
+        self.stale_serves: dict[str, int] = {}
+        self.last_failure: dict[str, tuple[str, float]] = {}  # code, wall-clock time
+        self.breaker_open: dict[str, bool] = {}
+
+    def upstream_failure(self, upstream: str, code: str) -> None:
+        """Count an outage failure and remember it as the last."""
+        self.failures[upstream] = self.failures.get(upstream, 0) + 1
+        self.last_failure[upstream] = (code, time.time())
+
+    def stale_serve(self, surface: str, upstream: str, code: str, advisory: bool) -> None:
+        """Count a stale serve."""
+        self.stale_serves[upstream] = self.stale_serves.get(upstream, 0) + 1
+
+    def breaker(self, upstream: str, is_open: bool) -> None:
+        """Remember the breaker's state."""
+        self.breaker_open[upstream] = is_open
+
+
 class CacheControl:
-    """Invalidation for one :class:`~adcp_stale_cache.UpstreamCache` (beside it, not in it)."""
+    """Invalidation and inspection for one :class:`~adcp_stale_cache.UpstreamCache` (beside
+    it, not in it). It attaches a counting sink to the cache's metrics for :meth:`snapshot`."""
 
     def __init__(self, cache: UpstreamCache) -> None:
         self.cache = cache
+        self.stats = UpstreamStats()
+        cache.metrics = CombinedMetrics(cache.metrics, self.stats)
+
+    async def snapshot(self) -> dict[str, Any]:
+        """The operator's view, as JSON-ready data (every upstream called since the control
+        was attached)::
+
+            {"upstreams": {name: {"breaker": "open" | "closed", "failures": n,
+                                  "stale_serves": n, "last_failure": {"code", "at"} | None}},
+             "surfaces": {name: {"entries": n, "age_seconds": {"p50", "p90", "max"}}}}
+
+        Entries are those of this process's memory tier (bounded, cheap to walk).
+        """
+        stats = self.stats
+        names = sorted({*stats.failures, *stats.stale_serves, *stats.breaker_open})
+        upstreams = {}
+        for name in names:
+            last = stats.last_failure.get(name)
+            upstreams[name] = {
+                "breaker": "open" if self.cache.breaker_open(name) else "closed",
+                "failures": stats.failures.get(name, 0),
+                "stale_serves": stats.stale_serves.get(name, 0),
+                "last_failure": {"code": last[0], "at": last[1]} if last else None,
+            }
+        ages: dict[str, list[float]] = {}
+        memory = _memory_tier(self.cache.store)
+        if memory is not None:
+            now = self.cache.clock()
+            for _, entry in await memory.scan():
+                surface = next(
+                    (label[8:] for label in entry.labels if label.startswith("surface=")), "?"
+                )
+                ages.setdefault(surface, []).append(entry.age(now))
+        surfaces = {name: _summary(values) for name, values in sorted(ages.items())}
+        return {"upstreams": upstreams, "surfaces": surfaces}
 
     async def invalidate(
         self,
@@ -101,3 +168,20 @@ class CacheControl:
             count,
         )
         return count
+
+
+def _memory_tier(store: object) -> MemoryStore | None:
+    while not isinstance(store, MemoryStore):
+        store = getattr(store, "near", None)
+        if store is None:
+            return None
+    return store
+
+
+def _summary(ages: list[float]) -> dict[str, Any]:
+    ages.sort()
+
+    def at(share: float) -> int:
+        return int(ages[min(len(ages) - 1, int(share * len(ages)))])
+
+    return {"entries": len(ages), "age_seconds": {"p50": at(0.5), "p90": at(0.9), "max": at(1)}}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import shutil
 import time
@@ -182,3 +183,36 @@ async def test_a_purge_reaches_every_process_sharing_redis() -> None:
             await a.fetch(INVENTORY, "k", up, surface="get_products")
     finally:
         server.kill()
+
+
+async def test_snapshot_shows_breakers_failures_stale_serves_and_entry_ages() -> None:
+    from adcp_stale_cache.breaker import BreakerPolicy
+
+    cache = UpstreamCache(
+        MemoryStore(clock=time.monotonic), surfaces=Surfaces.of(PRODUCTS, FORMATS),
+        breaker=BreakerPolicy(failure_threshold=2, cooldown_seconds=60),
+    )  # fmt: skip
+    control = CacheControl(cache)
+    inventory, agent = CountingUpstream(), CountingUpstream()
+    creative = Upstream(name="creative-agent", url="https://creative.example/mcp")
+    for key in ("a", "b", "c"):
+        await cache.fetch(INVENTORY, key, inventory, surface="get_products")
+    await cache.fetch(creative, "f", agent, surface="list_creative_formats")
+    await asyncio.sleep(1.05)
+    await control.invalidate(upstream="inventory-service")  # so that the next calls refresh
+    inventory.down = True
+    with collect_advisories():
+        for key in ("a", "b", "c"):  # two failures open the breaker; the third is not called
+            await cache.fetch(INVENTORY, key, inventory, surface="get_products")
+    snapshot = await control.snapshot()
+    assert snapshot["upstreams"]["inventory-service"]["breaker"] == "open"
+    assert snapshot["upstreams"]["inventory-service"]["failures"] == 2
+    assert snapshot["upstreams"]["inventory-service"]["stale_serves"] == 3
+    last = snapshot["upstreams"]["inventory-service"]["last_failure"]
+    assert last["code"] == "CONNECTION_REFUSED" and abs(last["at"] - time.time()) < 5
+    assert snapshot["upstreams"]["creative-agent"] == {  # called, healthy
+        "breaker": "closed", "failures": 0, "stale_serves": 0, "last_failure": None}  # fmt: skip
+    products = snapshot["surfaces"]["get_products"]
+    assert products["entries"] == 3 and products["age_seconds"]["max"] >= 1
+    assert snapshot["surfaces"]["list_creative_formats"]["entries"] == 1
+    json.dumps(snapshot)  # JSON-ready, for the operator app

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from cachetools import TLRUCache
+from cachetools import Cache, TLRUCache
 
 from ..entry import Entry
 
@@ -63,15 +63,21 @@ class MemoryStore:
         with self._lock:
             self._data.pop(key, None)
 
+    async def scan(self) -> list[tuple[str, Entry]]:
+        """Every unexpired (key, entry), for inspection (recency order left as it was)."""
+        with self._lock:
+            return [(key, item[0]) for key, item in self._items()]
+
+    def _items(self) -> list[tuple[str, tuple[Entry, float]]]:
+        """Unexpired items, read without touching their recency (a walk is no use)."""
+        self._data.expire()
+        return [(key, Cache.__getitem__(self._data, key)) for key in list(self._data)]
+
     async def purge(self, match: Callable[[str, Entry], bool], *, soft: bool) -> int:
         """Invalidate the entries ``match`` selects: mark them for revalidation (``soft``),
         or forget them. Returns how many."""
         with self._lock:
-            found = []
-            for key in list(self._data):
-                item = self._data.get(key)
-                if item is not None and match(key, item[0]):
-                    found.append((key, item))
+            found = [(key, item) for key, item in self._items() if match(key, item[0])]
             for key, (entry, expires_at) in found:
                 if soft:
                     self._data[key] = (dataclasses.replace(entry, revalidate=True), expires_at)
