@@ -26,9 +26,10 @@ store of your own without ``purge`` is refused (``TypeError``), or skipped as a 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,17 @@ from .policy import Upstream
 from .stores import MemoryStore
 
 logger = logging.getLogger("adcp_stale_cache.control")
+
+
+@dataclass(frozen=True)
+class Warm:
+    """One call to make at start-up: what ``fetch`` would be given."""
+
+    upstream: Upstream
+    key: object
+    call: Callable[[], Awaitable[Any]]
+    surface: str | None = None
+    tags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -86,6 +98,27 @@ class CacheControl:
         self.cache = cache
         self.stats = UpstreamStats()
         cache.metrics = CombinedMetrics(cache.metrics, self.stats)
+
+    async def warm(self, calls: Iterable[Warm], *, concurrency: int = 8) -> int:
+        """Fill keys before the first request (at start-up): each :class:`Warm` is fetched as
+        a request would, ``concurrency`` at a time. A call that fails is logged and skipped:
+        warming never stops a start. Returns how many were fetched."""
+        limit = asyncio.Semaphore(concurrency)
+
+        async def one(item: Warm) -> bool:
+            async with limit:
+                try:
+                    await self.cache.fetch(
+                        item.upstream, item.key, item.call, surface=item.surface, tags=item.tags
+                    )
+                except Exception as exc:
+                    logger.warning(
+                        "warm_failed upstream=%s error=%s", item.upstream.name, type(exc).__name__
+                    )
+                    return False
+                return True
+
+        return sum(await asyncio.gather(*(one(item) for item in calls)))
 
     async def snapshot(self) -> dict[str, Any]:
         """The operator's view, as JSON-ready data (every upstream called since the control

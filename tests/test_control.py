@@ -216,3 +216,19 @@ async def test_snapshot_shows_breakers_failures_stale_serves_and_entry_ages() ->
     assert products["entries"] == 3 and products["age_seconds"]["max"] >= 1
     assert snapshot["surfaces"]["list_creative_formats"]["entries"] == 1
     json.dumps(snapshot)  # JSON-ready, for the operator app
+
+
+async def test_warm_fills_keys_before_the_first_request_and_skips_failures() -> None:
+    from adcp_stale_cache.control import Warm
+
+    cache = make_cache()
+    up, broken = CountingUpstream(), CountingUpstream()
+    broken.down = True
+    control = CacheControl(cache)
+    warmed = await control.warm(
+        [Warm(INVENTORY, f"k{i}", up, surface="get_products") for i in range(5)]
+        + [Warm(Upstream(name="broken"), "k", broken, surface="get_products")]
+    )
+    assert warmed == 5 and up.calls == 5
+    value = await cache.fetch(INVENTORY, "k3", up, surface="get_products")
+    assert value["products"][0] <= 5 and up.calls == 5  # a hit: warmed
