@@ -47,9 +47,11 @@ class TieredStore:
         if near is not None and self.clock() - near.stored_at < self.near_max_age_seconds:
             return near
         far = await self.far.get(key)
-        # The newer copy wins; on a tie the shared one (it carries another process's purge).
+        # The newer copy wins; on a tie the shared one when it carries another process's purge.
         if far is None or (near is not None and near.stored_at > far.stored_at):
             return near
+        if near is not None and near.stored_at == far.stored_at and _same_marks(near, far):
+            return near  # the same entry: no rewrite of the memory copy
         if far.tombstone:  # hard-purged by some process: drop this process's copy too
             await self.near.delete(key)
             return far
@@ -87,6 +89,10 @@ class TieredStore:
         """Whether another process holds the refresh lease of ``key``."""
         active: Any = getattr(self.far, "lease_active", None)
         return bool(await active(key)) if active is not None else False
+
+
+def _same_marks(near: Entry, far: Entry) -> bool:
+    return near.revalidate == far.revalidate and near.tombstone == far.tombstone
 
 
 async def _purge(store: Any, match: Callable[[str, Entry], bool], soft: bool) -> int | None:
