@@ -81,6 +81,20 @@ def _parser() -> argparse.ArgumentParser:
 
     commands.add_parser("demo", help="play the scripted outage story on loopback")
 
+    invalidate = commands.add_parser(
+        "invalidate", help="invalidate entries of a shared cache (Redis, a cache file)"
+    )
+    where = invalidate.add_mutually_exclusive_group(required=True)
+    where.add_argument("--redis", metavar="URL", help="the sellers' Redis")
+    where.add_argument("--cache-file", metavar="PATH", help="the sellers' cache file")
+    invalidate.add_argument("--namespace", default="adcp-stale-cache", help="the Redis prefix")
+    invalidate.add_argument("--upstream", metavar="NAME")
+    invalidate.add_argument("--surface", metavar="NAME")
+    invalidate.add_argument("--tag", action="append", default=[], metavar="TAG")
+    invalidate.add_argument(
+        "--hard", action="store_true", help="forget the entries (default: soft, refresh next)"
+    )
+
     config = commands.add_parser("config", help="check a configuration, print its reference")
     actions = config.add_subparsers(dest="action", required=True)
     check = actions.add_parser("check", help="validate a file plus ADCP_STALE_CACHE_* variables")
@@ -100,7 +114,46 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_demo()
     if args.command == "config":
         return _config(args)
+    if args.command == "invalidate":
+        return _invalidate(args)
     return _serve(args)
+
+
+def _invalidate(args: argparse.Namespace) -> int:
+    """Purge a shared store by upstream, surface and tags; prints how many entries."""
+    import asyncio
+
+    from .cache import UpstreamCache
+    from .control import CacheControl
+
+    store: Any
+    if args.redis:
+        from .stores.redis import RedisStore
+
+        store = RedisStore(url=args.redis, prefix=args.namespace)
+    else:
+        from .stores.sqlite import SqliteStore
+
+        store = SqliteStore(args.cache_file)
+    control = CacheControl(UpstreamCache(store, breaker=None, tracing=False))
+
+    async def run() -> int:
+        count = await control.invalidate(
+            upstream=args.upstream, surface=args.surface, tags=args.tag, soft=not args.hard
+        )
+        if args.redis:
+            await store.aclose()
+        else:
+            await asyncio.to_thread(store.close)
+        return count
+
+    try:
+        count = asyncio.run(run())
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"invalidated {count} ({'hard' if args.hard else 'soft'})")
+    return 0
 
 
 def _config(args: argparse.Namespace) -> int:

@@ -232,3 +232,35 @@ async def test_warm_fills_keys_before_the_first_request_and_skips_failures() -> 
     assert warmed == 5 and up.calls == 5
     value = await cache.fetch(INVENTORY, "k3", up, surface="get_products")
     assert value["products"][0] <= 5 and up.calls == 5  # a hit: warmed
+
+
+def test_operators_invalidate_a_shared_cache_file_from_the_command_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = tmp_path / "seller.db"
+
+    async def fill() -> None:
+        cache = make_cache(SqliteStore(path))
+        await cache.fetch(INVENTORY, "k", CountingUpstream(), surface="get_products",
+                          tags=["tenant:acme"])  # fmt: skip
+        cache.store.close()  # type: ignore[attr-defined]
+
+    async def marked() -> bool:
+        store = SqliteStore(path)
+        entry = await store.get(make_cache().store_key(INVENTORY, "k"))
+        store.close()
+        assert entry is not None
+        return entry.revalidate
+
+    asyncio.run(fill())
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "adcp_stale_cache.cli", "invalidate", *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+    refused = cli("--cache-file", str(path))
+    assert refused.returncode == 2 and "at least one" in refused.stderr
+    done = cli("--cache-file", str(path), "--upstream", "inventory-service", "--tag", "tenant:acme")
+    assert done.returncode == 0 and done.stdout.strip() == "invalidated 1 (soft)"
+    assert asyncio.run(marked())
