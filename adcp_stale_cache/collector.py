@@ -91,7 +91,7 @@ class AdvisoryCollector:
         return bool(self._by_upstream)
 
     def recorded(self) -> list[tuple[Hashable, AdcpError]]:
-        """(upstream name, advisory) pairs, to record again into another collector."""
+        """(upstream, advisory) pairs as recorded, to record again into another collector."""
         return list(self._by_upstream.items())
 
     def advisories(self) -> list[AdcpError]:

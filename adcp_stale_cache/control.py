@@ -35,9 +35,11 @@ from typing import Any
 
 from .cache import UpstreamCache
 from .entry import Entry
+from .labels import label_value, labels
 from .metrics import CacheMetrics, CombinedMetrics
 from .policy import Upstream
 from .stores import MemoryStore
+from .stores.tiered import tiers
 
 logger = logging.getLogger("adcp_stale_cache.control")
 
@@ -142,13 +144,11 @@ class CacheControl:
                 "last_failure": {"code": last[0], "at": last[1]} if last else None,
             }
         ages: dict[str, list[float]] = {}
-        memory = _memory_tier(self.cache.store)
+        memory = next((t for t in tiers(self.cache.store) if isinstance(t, MemoryStore)), None)
         if memory is not None:
             now = self.cache.clock()
             for _, entry in await memory.scan():
-                surface = next(
-                    (label[8:] for label in entry.labels if label.startswith("surface=")), "?"
-                )
+                surface = label_value(entry.labels, "surface") or "?"
                 ages.setdefault(surface, []).append(entry.age(now))
         surfaces = {name: _summary(values) for name, values in sorted(ages.items())}
         return {"upstreams": upstreams, "surfaces": surfaces}
@@ -173,42 +173,30 @@ class CacheControl:
         tags = tuple(tags)
         if upstream is None and surface is None and not tags and partition is None:
             raise ValueError("name at least one of upstream, surface, tags, partition")
-        labels = {f"tag={tag}" for tag in tags}
-        if surface is not None:
-            labels.add(f"surface={surface}")
-        if partition is not None:
-            labels.add(f"partition={partition}")
         store_key = None
-        if isinstance(upstream, Upstream):
-            labels.add(f"upstream={upstream.name}")
-            if upstream.url is not None:
-                labels.add(f"url={upstream.url}")
-            if key is not None:
-                store_key = self.cache.store_key(upstream, key, partition)
-        elif upstream is not None:
-            labels.add(f"upstream={upstream}")
-        if key is not None and store_key is None:
-            raise ValueError("key= needs upstream= as an Upstream (its URL is part of the key)")
+        if key is not None:
+            if not isinstance(upstream, Upstream):
+                raise ValueError("key= needs upstream= as an Upstream (its URL is part of the key)")
+            store_key = self.cache.store_key(upstream, key, partition)
+        selected = labels(
+            upstream=upstream.name if isinstance(upstream, Upstream) else upstream,
+            url=upstream.url if isinstance(upstream, Upstream) else None,
+            surface=surface,
+            partition=partition,
+            tags=tags,
+        )
         purge = getattr(self.cache.store, "purge", None)
         if purge is None:
             raise TypeError(f"{type(self.cache.store).__name__} cannot purge entries")
-        count = int(await purge(Selection(frozenset(labels), store_key), soft=soft))
+        count = int(await purge(Selection(frozenset(selected), store_key), soft=soft))
         logger.info(  # selectors are names and tags (partitions are digests): no credential
             "invalidate soft=%s selectors=%s key=%s count=%d",
             soft,
-            sorted(label for label in labels if not label.startswith("partition=")),
+            sorted(label for label in selected if not label.startswith("partition=")),
             store_key is not None,
             count,
         )
         return count
-
-
-def _memory_tier(store: object) -> MemoryStore | None:
-    while not isinstance(store, MemoryStore):
-        store = getattr(store, "near", None)
-        if store is None:
-            return None
-    return store
 
 
 def _summary(ages: list[float]) -> dict[str, Any]:

@@ -7,17 +7,35 @@ from collections.abc import Iterable
 from .policy import Upstream
 
 
+def labels(
+    *,
+    upstream: str | None = None,
+    url: str | None = None,
+    surface: str | None = None,
+    partition: str | None = None,
+    tags: Iterable[str] = (),
+) -> tuple[str, ...]:
+    """The labels of these facts: what an entry is stored with, and what a selection of
+    entries asks for (one spelling for both)."""
+    facts = (("upstream", upstream), ("surface", surface), ("url", url), ("partition", partition))
+    found = [f"{name}={value}" for name, value in facts if value is not None]
+    for tag in tags:
+        if not tag or "\n" in tag:
+            raise ValueError(f"a tag is a non-empty line of text: {tag!r}")
+        found.append(f"tag={tag}")
+    return tuple(found)
+
+
 def entry_labels(
     upstream: Upstream, surface: str, partition: str | None, tags: Iterable[str]
 ) -> tuple[str, ...]:
     """The labels the cache stores with an entry (what invalidations select by)."""
-    labels = [f"upstream={upstream.name}", f"surface={surface}"]
-    if upstream.url is not None:
-        labels.append(f"url={upstream.url}")
-    if partition is not None:
-        labels.append(f"partition={partition}")
-    for tag in tags:
-        if not tag or "\n" in tag:
-            raise ValueError(f"a tag is a non-empty line of text: {tag!r}")
-        labels.append(f"tag={tag}")
-    return tuple(labels)
+    return labels(
+        upstream=upstream.name, url=upstream.url, surface=surface, partition=partition, tags=tags
+    )
+
+
+def label_value(entry_labels: Iterable[str], name: str) -> str | None:
+    """The value of the label ``name`` among ``entry_labels``, if there is one."""
+    prefix = f"{name}="
+    return next((label[len(prefix) :] for label in entry_labels if label.startswith(prefix)), None)

@@ -23,6 +23,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from .stores.tiered import tiers
+
 
 class CacheMetrics:
     """The events the cache reports; this base class ignores them all."""
@@ -132,7 +134,8 @@ class PrometheusMetrics(CacheMetrics):
             ["upstream"],
             registry=registry,
         )
-        memory = next((tier for tier in _tiers(store) if hasattr(tier, "bytes")), None)
+        walked = tiers(store)
+        memory = next((tier for tier in walked if hasattr(tier, "bytes")), None)
         if memory is not None:
             entries = Gauge(
                 "adcp_stale_cache_store_entries", "Entries in the memory store.", registry=registry
@@ -142,15 +145,15 @@ class PrometheusMetrics(CacheMetrics):
             )
             entries.set_function(lambda: memory.entries)
             size.set_function(lambda: memory.bytes)
-        tiers = {type(tier).__name__: tier for tier in _tiers(store) if hasattr(tier, "failures")}
-        if tiers:
+        counted = {type(tier).__name__: tier for tier in walked if hasattr(tier, "failures")}
+        if counted:
             failures = Gauge(
                 "adcp_stale_cache_store_failures",
                 "Store operations that failed and were answered as 'no entry' (file, Redis).",
                 ["store"],
                 registry=registry,
             )
-            for name, tier in tiers.items():
+            for name, tier in counted.items():
                 failures.labels(name).set_function(functools.partial(getattr, tier, "failures"))
 
     def hit(self, surface: str, upstream: str) -> None:
@@ -184,10 +187,3 @@ class PrometheusMetrics(CacheMetrics):
 
     def breaker(self, upstream: str, is_open: bool) -> None:
         self._breaker.labels(upstream).set(1 if is_open else 0)
-
-
-def _tiers(store: Any) -> list[Any]:
-    """A store and, for tiered stores, every store beneath it."""
-    if store is None:
-        return []
-    return [store, *_tiers(getattr(store, "near", None)), *_tiers(getattr(store, "far", None))]

@@ -294,7 +294,7 @@ class SqliteStore:
             f"UPDATE entries SET flags = flags | {_REVALIDATE} WHERE key = ?"
             if soft
             else f"UPDATE entries SET flags = {_TOMBSTONE}, data = x'', checksum = 0, size = "
-            f"{_OVERHEAD_TOMBSTONE} WHERE key = ?"
+            f"{_TOMBSTONE_SIZE} WHERE key = ?"
         )
         db.execute("BEGIN IMMEDIATE")  # select and mark at once: no refresh slips between
         try:
@@ -335,7 +335,7 @@ class SqliteStore:
 
 
 _REVALIDATE, _TOMBSTONE = 1, 2  # the flags column
-_OVERHEAD_TOMBSTONE = 120
+_TOMBSTONE_SIZE = Entry(b"", 0.0).size  # what a tombstone counts against the byte bound
 
 
 def _flags(entry: Entry) -> int:

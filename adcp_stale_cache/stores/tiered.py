@@ -98,3 +98,10 @@ def _same_marks(near: Entry, far: Entry) -> bool:
 async def _purge(store: Any, match: Callable[[str, Entry], bool], soft: bool) -> int | None:
     purge = getattr(store, "purge", None)
     return int(await purge(match, soft=soft)) if purge is not None else None
+
+
+def tiers(store: object) -> list[Any]:
+    """``store`` and, for tiered stores, every store beneath it (nearest first)."""
+    if store is None:
+        return []
+    return [store, *tiers(getattr(store, "near", None)), *tiers(getattr(store, "far", None))]
