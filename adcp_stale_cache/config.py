@@ -83,6 +83,13 @@ class StoreSettings(BaseModel):
         allow_inf_nan=False,
         description="Tiered store: age up to which the memory copy is used.",
     )
+    unheard_fresh_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Tiered store: while the shared tier cannot be read, memory copies older "
+        "than this are refreshed (a purge missed is served fresh at most this long).",
+    )
     file_path: str | None = Field(
         default=None,
         description="A file tier (SQLite) under memory: entries survive restarts and the "
@@ -219,7 +226,9 @@ class StaleCacheConfig(BaseModel):
                 read_on_loop=store.file_read_on_loop,
             )
         if store.kind == "memory":
-            return TieredStore(file, memory) if file is not None else memory
+            if file is None:
+                return memory
+            return TieredStore(file, memory, unheard_fresh_seconds=store.unheard_fresh_seconds)
         from .stores.redis import RedisStore
 
         shared: Store = RedisStore(
@@ -231,7 +240,12 @@ class StaleCacheConfig(BaseModel):
             shared = TieredStore(shared, file)
         if store.kind == "redis":
             return shared
-        return TieredStore(shared, memory, near_max_age_seconds=store.near_max_age_seconds)
+        return TieredStore(
+            shared,
+            memory,
+            near_max_age_seconds=store.near_max_age_seconds,
+            unheard_fresh_seconds=store.unheard_fresh_seconds,
+        )
 
     def build_cache(self, **options: Any) -> UpstreamCache:
         """An :class:`UpstreamCache` from these settings; ``options`` override (metrics, say)."""

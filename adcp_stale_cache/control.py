@@ -19,9 +19,10 @@ fallback, served with an advisory carrying its real age. A **hard** purge delete
 then fails, as the spec wants when nothing is cached.
 
 Stores that hold entries for several processes (a file, Redis) carry the mark, so every
-process sharing them sees it; a process's memory tier in front sees it once its copy is older
-than ``near_max_age_seconds`` (1 s by default). Every store of this package can purge; a
-store of your own without ``purge`` is refused (``TypeError``), or skipped as a tier.
+process sharing them sees it; a process's memory tier in front hears of it within 50 ms (the
+shared store's purge count, see :class:`~adcp_stale_cache.stores.TieredStore`). Every store
+of this package can purge; a store of your own without ``purge`` is refused (``TypeError``),
+or skipped as a tier.
 """
 
 from __future__ import annotations

@@ -133,9 +133,7 @@ async def test_a_purge_through_one_process_reaches_another_through_the_file(
     tmp_path: Path,
 ) -> None:
     def process() -> UpstreamCache:
-        near = MemoryStore(clock=time.time)
-        return make_cache(TieredStore(SqliteStore(tmp_path / "c.db"), near,
-                                      near_max_age_seconds=0.05))  # fmt: skip
+        return make_cache(TieredStore(SqliteStore(tmp_path / "c.db"), MemoryStore(clock=time.time)))
 
     a, b = process(), process()
     up = CountingUpstream()
@@ -143,10 +141,11 @@ async def test_a_purge_through_one_process_reaches_another_through_the_file(
     await b.fetch(INVENTORY, "k", up, surface="get_products")  # from the file: no call
     assert up.calls == 1
     assert await CacheControl(a).invalidate(upstream="inventory-service") == 1
-    await asyncio.sleep(0.06)  # b's memory copy is older than near_max_age
+    # b's memory copy is young (near_max_age 1 s); b hears the file's purge count move.
+    await asyncio.sleep(0.1)
     assert await b.fetch(INVENTORY, "k", up, surface="get_products") == {"products": [2]}
     assert await CacheControl(a).invalidate(surface="get_products", soft=False) == 1
-    await asyncio.sleep(0.06)
+    await asyncio.sleep(0.1)
     up.down = True
     for process in (a, b):  # a tombstone, not a gap: no memory tier keeps serving its copy
         with pytest.raises(UpstreamUnavailable):
@@ -164,7 +163,7 @@ async def test_a_purge_reaches_every_process_sharing_redis() -> None:
     try:
 
         def process() -> UpstreamCache:
-            return make_cache(TieredStore(RedisStore(url=server.url), near_max_age_seconds=0.05))
+            return make_cache(TieredStore(RedisStore(url=server.url)))
 
         a, b = process(), process()
         up = CountingUpstream()
@@ -172,17 +171,87 @@ async def test_a_purge_reaches_every_process_sharing_redis() -> None:
         await b.fetch(INVENTORY, "k", up, surface="get_products")
         assert up.calls == 1
         assert await CacheControl(a).invalidate(upstream="inventory-service") == 1
-        await asyncio.sleep(0.06)
+        # b's memory copy is young (near_max_age 1 s): b hears of the purge within 100 ms.
+        await asyncio.sleep(0.1)
         up.down = True
         with collect_advisories() as advisories:  # purged, upstream down: stale, honestly
             assert await b.fetch(INVENTORY, "k", up, surface="get_products") == {"products": [1]}
         assert len(advisories.errors()) == 1
         assert await CacheControl(b).invalidate(upstream="inventory-service", soft=False) == 1
-        await asyncio.sleep(0.06)
+        await asyncio.sleep(0.1)
         with pytest.raises(UpstreamUnavailable):
             await a.fetch(INVENTORY, "k", up, surface="get_products")
     finally:
         server.kill()
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server is not installed")
+async def test_tag_membership_lives_in_redis_sets_that_expire_with_their_entries() -> None:
+    pytest.importorskip("redis.asyncio", reason="the redis extra is needed")
+    from adcp_stale_cache.stores.redis import RedisStore
+
+    from .redis_server import RedisServer
+
+    server = RedisServer().start()
+    try:
+        store = RedisStore(url=server.url)
+        cache = make_cache(store)
+        up = CountingUpstream()
+        for i in range(50):
+            tags = [f"principal:{i % 2}"]
+            await cache.fetch(INVENTORY, f"k{i}", up, surface="get_products", tags=tags)
+        client = store.client
+        members = await client.smembers(f"{store.prefix}:label:tag=principal:1")
+        assert len(members) == 25
+        ttl = await client.pttl(f"{store.prefix}:label:tag=principal:1")
+        assert 0 < ttl <= (600 + 3600 + 1) * 1000  # as long as its longest-lived entry
+        # Reads only the members of the intersection: the other principal's keys untouched.
+        assert await CacheControl(cache).invalidate(tags=["principal:1"], soft=False) == 25
+        assert up.calls == 50
+        await cache.fetch(INVENTORY, "k0", up, surface="get_products")  # principal 0: a hit
+        await cache.fetch(INVENTORY, "k1", up, surface="get_products")  # principal 1: purged
+        assert up.calls == 51
+        assert int(await client.get(f"{store.prefix}:generation")) == 1
+    finally:
+        server.kill()
+
+
+async def test_a_process_that_cannot_hear_purges_serves_no_copy_as_fresh_for_long() -> None:
+    """The bound when the shared store is unreachable: memory copies older than
+    ``unheard_fresh_seconds`` are due for revalidation (refreshed, or stale on an outage)."""
+
+    class Unreachable(MemoryStore):
+        reachable = True
+
+        async def get(self, key: str) -> Any:
+            return await super().get(key) if self.reachable else None
+
+        async def generation(self) -> int | None:
+            return 0 if self.reachable else None
+
+    far = Unreachable(clock=time.time)
+    cache = make_cache(TieredStore(far, MemoryStore(clock=time.time), near_max_age_seconds=0.05,
+                                   unheard_fresh_seconds=0.3))  # fmt: skip
+    up = CountingUpstream()
+    await cache.fetch(INVENTORY, "k", up, surface="get_products")
+    far.reachable = False  # cut off: a purge made now by another process is not heard of
+    await asyncio.sleep(0.2)
+    assert await cache.fetch(INVENTORY, "k", up, surface="get_products") == {"products": [1]}
+    assert up.calls == 1  # within the bound: the memory copy, fresh
+    await asyncio.sleep(0.3)
+    assert await cache.fetch(INVENTORY, "k", up, surface="get_products") == {"products": [2]}
+    assert up.calls == 2  # past it: refreshed
+    await asyncio.sleep(0.35)
+    up.down = True
+    with collect_advisories() as advisories:  # still the fallback, honestly
+        assert await cache.fetch(INVENTORY, "k", up, surface="get_products") == {"products": [2]}
+    assert len(advisories.errors()) == 1
+    far.reachable = True
+    await asyncio.sleep(0.06)
+    up.down = False
+    await cache.fetch(INVENTORY, "k", up, surface="get_products")  # heard again: fresh copies
+    calls = up.calls
+    assert await cache.fetch(INVENTORY, "k", up, surface="get_products") and up.calls == calls
 
 
 async def test_snapshot_shows_breakers_failures_stale_serves_and_entry_ages() -> None:

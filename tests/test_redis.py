@@ -132,7 +132,7 @@ async def test_redis_killed_mid_test_requests_keep_succeeding(redis_server: Redi
     up["down"] = False
     await cache.fetch(INVENTORY, "k2", call, surface="get_products")  # writes reach Redis again
     raw = redis_asyncio.Redis.from_url(redis_server.url)
-    assert len(await raw.keys("adcp-stale-cache:v3:*")) == 1
+    assert len(await raw.keys("adcp-stale-cache:v3:adcp-stale-cache:*")) == 1  # the entry
     await raw.aclose()
 
 

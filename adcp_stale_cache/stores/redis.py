@@ -10,6 +10,12 @@ Entry format (version 3), under ``{prefix}:v3:{key}``::
 An unreadable value (another format, truncated, foreign, a ``stored_at`` that is not a
 finite time) is no entry: the key is then refreshed from the upstream and overwritten.
 
+Each label of an entry (see :mod:`adcp_stale_cache.labels`) is a set of keys,
+``{prefix}:label:{label}``, expiring with the longest-lived entry it names: invalidations
+intersect these sets instead of scanning the keyspace. Every purge that found entries
+increments ``{prefix}:generation``, which processes' memory tiers watch
+(:class:`~adcp_stale_cache.stores.TieredStore`).
+
 ``stored_at`` is the writer's wall clock, so every process computes the same age (up to the
 clock skew between hosts, which NTP keeps small; ages are clamped at zero, so a reader behind
 the writer never sees a negative age). Keys carry the format version: a future format uses
@@ -47,6 +53,13 @@ _REVALIDATE, _TOMBSTONE = 1, 2  # flags: soft-purged, hard-purged
 _MARK = (
     "if redis.call('get', KEYS[1]) == ARGV[1] then "
     "return redis.call('set', KEYS[1], ARGV[2], 'KEEPTTL') end return 0"
+)
+# The entry and its label sets in one step; a set lives as long as its longest-lived entry.
+_SET = (
+    "redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) "
+    "for i = 2, #KEYS do redis.call('sadd', KEYS[i], ARGV[3]) "
+    "if redis.call('pttl', KEYS[i]) < tonumber(ARGV[2]) then "
+    "redis.call('pexpire', KEYS[i], ARGV[2]) end end return 1"
 )
 _RELEASE = (
     "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
@@ -88,6 +101,9 @@ class RedisStore:
 
     def _key(self, key: str) -> str:
         return f"{self.prefix}:{key}"
+
+    def _label(self, label: str) -> str:
+        return f"{self.prefix}:label:{label}"
 
     @property
     def available(self) -> bool:
@@ -134,8 +150,13 @@ class RedisStore:
         """Write ``entry`` with its expiry; a Redis fault is logged, not raised."""
         if not self.available:
             return
+        ttl = max(1, int(ttl_seconds * 1000))
         try:
-            await self.client.set(self._key(key), encode(entry), px=max(1, int(ttl_seconds * 1000)))
+            if entry.labels:
+                names = [self._key(key), *(self._label(label) for label in entry.labels)]
+                await self.client.eval(_SET, len(names), *names, encode(entry), ttl, key)
+            else:
+                await self.client.set(self._key(key), encode(entry), px=ttl)
         except Exception as exc:
             self._failed("set", exc)
 
@@ -186,36 +207,70 @@ class RedisStore:
 
     async def purge(self, match: Callable[[str, Entry], bool], *, soft: bool) -> int:
         """Invalidate the entries ``match`` selects: mark them for revalidation (``soft``,
-        expiry kept) or delete them. Scans this store's keys (an operator's action, not a
-        request's); 0 when Redis is down."""
+        expiry kept) or leave a tombstone. A selection with labels (a
+        :class:`~adcp_stale_cache.control.Selection`) reads the intersection of their sets,
+        one with a key that key alone; any other ``match`` scans this store's keys (an
+        operator's action, not a request's). 0 when Redis is down."""
         client = self._client_here()
         if client is None or not self.available:
             return 0
         count = 0
         try:
-            async for name in client.scan_iter(match=f"{self.prefix}:*", count=500):
-                if name.startswith(f"{self.prefix}:lease:".encode()):
-                    continue
-                raw = await client.get(name)
-                entry = decode(raw) if raw else None
-                key = name.decode()[len(self.prefix) + 1 :]
-                if entry is None or not match(key, entry):
-                    continue
-                if entry.tombstone:
-                    continue
-                if soft and entry.revalidate:
-                    count += 1
-                    continue
-                # Hard: a tombstone, not a gap (see Entry): processes drop their copies.
-                marked = encode(
-                    dataclasses.replace(entry, revalidate=True)
-                    if soft
-                    else Entry(b"", entry.stored_at, entry.labels, tombstone=True)
-                )
-                count += bool(await client.eval(_MARK, 1, name, raw, marked))
+            async for batch in self._candidates(client, match):
+                values = await client.mget([self._key(key) for key in batch])
+                for key, raw in zip(batch, values, strict=True):
+                    entry = decode(raw) if raw else None
+                    if entry is None or entry.tombstone or not match(key, entry):
+                        continue
+                    if soft and entry.revalidate:
+                        count += 1
+                        continue
+                    # Hard: a tombstone, not a gap (see Entry): processes drop their copies.
+                    marked = encode(
+                        dataclasses.replace(entry, revalidate=True)
+                        if soft
+                        else Entry(b"", entry.stored_at, entry.labels, tombstone=True)
+                    )
+                    count += bool(await client.eval(_MARK, 1, self._key(key), raw, marked))
+            if count:
+                await client.incr(f"{self.prefix}:generation")
         except Exception as exc:
             self._failed("purge", exc)
         return count
+
+    async def _candidates(
+        self, client: Any, match: Callable[[str, Entry], bool]
+    ) -> AsyncIterator[list[str]]:
+        """The keys ``match`` may select, in batches."""
+        labels = sorted(getattr(match, "labels", ()))
+        store_key = getattr(match, "store_key", None)
+        if store_key is not None:
+            yield [store_key]
+            return
+        if labels:
+            members = await client.sinter([self._label(label) for label in labels])
+            keys = sorted(member.decode() for member in members)
+        else:
+            reserved = tuple(f"{self.prefix}:{kind}:".encode() for kind in ("lease", "label"))
+            keys = [
+                name.decode()[len(self.prefix) + 1 :]
+                async for name in client.scan_iter(match=f"{self.prefix}:*", count=500)
+                if not name.startswith(reserved) and name != f"{self.prefix}:generation".encode()
+            ]
+        for start in range(0, len(keys), 500):
+            yield keys[start : start + 500]
+
+    async def generation(self) -> int | None:
+        """How many purges found entries in this Redis so far (None when it is down):
+        processes' memory tiers watch it to hear of other processes' invalidations."""
+        client = self._client_here()
+        if client is None or not self.available:
+            return None
+        try:
+            return int(await client.get(f"{self.prefix}:generation") or 0)
+        except Exception as exc:
+            self._failed("generation", exc)
+            return None
 
     async def aclose(self) -> None:
         """Close the client's connections."""

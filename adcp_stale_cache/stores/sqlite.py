@@ -61,6 +61,8 @@ CREATE TABLE IF NOT EXISTS totals (
     id INTEGER PRIMARY KEY CHECK (id = 1), entries INTEGER, bytes INTEGER
 );
 INSERT OR IGNORE INTO totals VALUES (1, 0, 0);
+CREATE TABLE IF NOT EXISTS generation (id INTEGER PRIMARY KEY CHECK (id = 1), purges INTEGER);
+INSERT OR IGNORE INTO generation VALUES (1, 0);
 CREATE TRIGGER IF NOT EXISTS count_insert AFTER INSERT ON entries BEGIN
     UPDATE totals SET entries = entries + 1, bytes = bytes + NEW.size WHERE id = 1;
 END;
@@ -79,7 +81,9 @@ _UPSERT = (
     "checksum = excluded.checksum, labels = excluded.labels, flags = excluded.flags, "
     "data = excluded.data"
 )
-_DROP = "DROP TABLE IF EXISTS entries; DROP TABLE IF EXISTS totals;"
+_DROP = (
+    "DROP TABLE IF EXISTS entries; DROP TABLE IF EXISTS totals; DROP TABLE IF EXISTS generation;"
+)
 
 
 class SqliteStore:
@@ -151,6 +155,11 @@ class SqliteStore:
         """Invalidate the entries ``match`` selects (by their labels): mark them for
         revalidation (``soft``), or delete them. Returns how many (0 when the file fails)."""
         return await self._run("purge", self._purge, match, soft) or 0
+
+    async def generation(self) -> int | None:
+        """How many purges found entries in this file so far (None when the file fails):
+        processes' memory tiers watch it to hear of another process's invalidation."""
+        return await self._run("generation", self._generation)
 
     async def totals(self) -> tuple[int, int]:
         """(entries, bytes) held, as the file counts them."""
@@ -309,6 +318,8 @@ class SqliteStore:
                 if match(key, Entry(b"", stored_at, _split(labels), bool(flags & _REVALIDATE)))
             ]
             db.executemany(statement, keys)
+            if keys:
+                db.execute("UPDATE generation SET purges = purges + 1 WHERE id = 1")
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -317,6 +328,9 @@ class SqliteStore:
 
     def _delete(self, db: sqlite3.Connection, key: str) -> None:
         db.execute("DELETE FROM entries WHERE key = ?", (key,))
+
+    def _generation(self, db: sqlite3.Connection) -> int:
+        return int(db.execute("SELECT purges FROM generation WHERE id = 1").fetchone()[0])
 
     def _totals(self, db: sqlite3.Connection) -> tuple[int, int]:
         count, size = db.execute("SELECT entries, bytes FROM totals WHERE id = 1").fetchone()

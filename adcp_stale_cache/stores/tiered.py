@@ -6,6 +6,16 @@ the shared store is down or empty, the memory copy is still served: a process ke
 stale fallback through a Redis outage, and a cold process finds one in Redis through an
 upstream outage. Writes go to both tiers.
 
+Invalidations reach every process within ``check_seconds`` (50 ms): a shared store that
+counts its purges (``generation()``: Redis and the file store do) is asked for that count at
+most every ``check_seconds``, and once it moved, memory copies stored before are read
+through again (the shared copy carries the purge). A process that cannot read the count
+(Redis down, or cut off from it) cannot hear invalidations: once it has not heard for
+``unheard_fresh_seconds`` (5 s), memory copies older than that are served as due for
+revalidation, never as fresh. So a purge this process missed is served as fresh for at most
+``unheard_fresh_seconds`` (plus ``check_seconds``); meanwhile each key is refreshed at most
+that often, and an outage still serves the copy stale, with its advisory.
+
 Tiers nest: memory in front of a file in front of Redis is
 ``TieredStore(TieredStore(redis, near=file), near=memory)``; the file then answers while
 Redis is down, and after a restart while Redis is unreachable.
@@ -13,6 +23,7 @@ Redis is down, and after a restart while Redis is unreachable.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -35,28 +46,75 @@ class TieredStore:
         *,
         near_max_age_seconds: float = 1.0,
         near_ttl_seconds: float = 3600.0,
+        check_seconds: float = 0.05,
+        unheard_fresh_seconds: float = 5.0,
     ) -> None:
         self.far = far
         self.near: Store = near if near is not None else MemoryStore()
         self.near_max_age_seconds = near_max_age_seconds
         self.near_ttl_seconds = near_ttl_seconds
+        self.check_seconds = check_seconds
+        self.unheard_fresh_seconds = unheard_fresh_seconds
+        self._generation: object = None  # the shared store's purge count, as last read
+        self._checked_at = -check_seconds  # monotonic: when it was last asked
+        self._heard_at = self.clock()  # wall: when it last answered
+        self._purged_at = 0.0  # wall: when it was last seen to move
 
     async def get(self, key: str) -> Entry | None:
-        """The newer of the memory and shared copies (memory alone while it is young)."""
+        """The newer of the memory and shared copies (memory alone while it is young and no
+        purge was heard of since it was stored)."""
         near = await self.near.get(key)
-        if near is not None and self.clock() - near.stored_at < self.near_max_age_seconds:
+        now = self.clock()
+        await self._listen(now)
+        if (
+            near is not None
+            and now - near.stored_at < self.near_max_age_seconds
+            and near.stored_at > self._purged_at
+        ):
             return near
         far = await self.far.get(key)
         # The newer copy wins; on a tie the shared one when it carries another process's purge.
         if far is None or (near is not None and near.stored_at > far.stored_at):
-            return near
+            return self._unheard(near, now)
         if near is not None and near.stored_at == far.stored_at and _same_marks(near, far):
-            return near  # the same entry: no rewrite of the memory copy
+            return self._unheard(near, now)  # the same entry: no rewrite of the memory copy
         if far.tombstone:  # hard-purged by some process: drop this process's copy too
             await self.near.delete(key)
             return far
         await self.near.set(key, far, self.near_ttl_seconds)
         return far
+
+    async def generation(self) -> object:
+        """Both tiers' purge counts (None when one that counts cannot be read)."""
+        counts = (await _generation(self.near), await _generation(self.far))
+        return None if _UNKNOWN in counts else counts
+
+    async def _listen(self, now: float) -> None:
+        """Read the shared tiers' purge count, at most every ``check_seconds``."""
+        checked = time.monotonic()
+        if checked - self._checked_at < self.check_seconds:
+            return
+        self._checked_at = checked  # before the read: concurrent gets do not all ask
+        current = await self.generation()
+        if current is None:
+            return
+        if current != self._generation:
+            if self._generation is not None:
+                self._purged_at = now  # copies stored before: read through once more
+            self._generation = current
+        self._heard_at = now
+
+    def _unheard(self, near: Entry | None, now: float) -> Entry | None:
+        """``near``, due for revalidation if purges could not be heard of for a while."""
+        bound = self.unheard_fresh_seconds
+        if (
+            near is not None
+            and not near.revalidate
+            and now - self._heard_at > bound
+            and now - near.stored_at > bound
+        ):
+            return dataclasses.replace(near, revalidate=True)
+        return near
 
     async def set(self, key: str, entry: Entry, ttl_seconds: float) -> None:
         """Write both tiers."""
@@ -89,6 +147,21 @@ class TieredStore:
         """Whether another process holds the refresh lease of ``key``."""
         active: Any = getattr(self.far, "lease_active", None)
         return bool(await active(key)) if active is not None else False
+
+
+_UNKNOWN = object()
+
+
+async def _generation(store: Any) -> object:
+    """A store's purge count: None for a store that keeps none, _UNKNOWN when unreadable."""
+    generation = getattr(store, "generation", None)
+    if generation is None:
+        return None
+    try:
+        current = await generation()
+    except Exception:
+        return _UNKNOWN
+    return _UNKNOWN if current is None else current
 
 
 def _same_marks(near: Entry, far: Entry) -> bool:
