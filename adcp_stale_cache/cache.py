@@ -73,6 +73,10 @@ async def _releasing(breaker: Breaker, flight: Awaitable[T]) -> T:
         breaker.release_probe()
 
 
+def _forget(store_key: str, labels: tuple[str, ...], refresh: object) -> None:
+    """Remember no refresh (no control attached)."""
+
+
 class UpstreamCache:
     """A freshness-aware cache in front of upstream calls, serving stale on outages.
 
@@ -141,6 +145,9 @@ class UpstreamCache:
         self._breakers: dict[tuple[str, str | None], Breaker] = {}  # by Upstream.identity
         self._tasks: set[asyncio.Future[object]] = set()
         self._warned_default = False
+        # Set by CacheControl: every flight's refresh is remembered, for refresh on demand.
+        self.refreshers: Callable[[str, tuple[str, ...], Callable[[], Awaitable[Any]]], None]
+        self.refreshers = _forget
         self._longest_ttl: dict[str, int] = {}  # per upstream name: see _ttl
         for declared in self.surfaces.policies:
             for name in declared.upstreams:
@@ -236,6 +243,7 @@ class UpstreamCache:
         refresh = self._refresher(
             upstream, policy, store_key, call, codec, timeout, cacheable, validate, labels
         )
+        self.refreshers(store_key, labels, refresh)
         flight: Awaitable[_Refreshed[T]] = self._flights.run(store_key, refresh)
         if breaker is not None and admission is Admission.PROBE:
             flight = _releasing(breaker, flight)
@@ -361,6 +369,11 @@ class UpstreamCache:
         if breaker is None:
             breaker = self._breakers[upstream.identity] = Breaker(self.breaker_policy)
         return breaker
+
+    def refresh_soon(self, store_key: str, refresh: Callable[[], Awaitable[Any]]) -> None:
+        """Run a remembered ``refresh`` (see ``refreshers``) in the background, as the one
+        flight of ``store_key``: requests for the key meanwhile join it."""
+        self._background(self._flights.run(store_key, refresh))
 
     def _background(self, work: Awaitable[object]) -> None:
         task = asyncio.ensure_future(work)

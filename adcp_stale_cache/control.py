@@ -8,6 +8,7 @@ call attached (``tag=T``: ``fetch(..., tags=...)``, ``cached(..., tags=...)``,
     control = CacheControl(cache)
     await control.invalidate(upstream="creative-agent-acme")            # soft: refresh next
     await control.invalidate(tags=["principal:42"], soft=False)         # hard: forget
+    await control.refresh(surface="list_creative_formats")              # refresh now
 
 :meth:`CacheControl.snapshot` is the operator's view: per upstream, its breaker, its last
 failure and how often it failed or was served stale since the control was attached; per
@@ -29,10 +30,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from cachetools import LRUCache
 
 from .cache import UpstreamCache
 from .entry import Entry
@@ -93,14 +97,44 @@ class UpstreamStats(CacheMetrics):
         self.breaker_open[upstream] = is_open
 
 
-class CacheControl:
-    """Invalidation and inspection for one :class:`~adcp_stale_cache.UpstreamCache` (beside
-    it, not in it). It attaches a counting sink to the cache's metrics for :meth:`snapshot`."""
+class RecentRefreshes:
+    """The refresh of each key this process filled lately (bounded, least recently filled
+    forgotten): what :meth:`CacheControl.refresh` can re-run."""
 
-    def __init__(self, cache: UpstreamCache) -> None:
+    def __init__(self, max_keys: int) -> None:
+        self._refreshes: LRUCache[str, tuple[frozenset[str], Callable[[], Awaitable[Any]]]]
+        self._refreshes = LRUCache(max_keys)
+        self._lock = threading.Lock()  # fetches come from every thread of a seller
+
+    def __call__(
+        self, store_key: str, labels: tuple[str, ...], refresh: Callable[[], Awaitable[Any]]
+    ) -> None:
+        with self._lock:
+            self._refreshes[store_key] = (frozenset(labels), refresh)
+
+    def selected(self, selection: Selection) -> list[tuple[str, Callable[[], Awaitable[Any]]]]:
+        """The remembered refreshes of the keys ``selection`` takes."""
+        with self._lock:
+            items = list(self._refreshes.items())
+        return [
+            (key, refresh)
+            for key, (labels, refresh) in items
+            if selection(key, Entry(b"", 0.0, tuple(labels)))
+        ]
+
+
+class CacheControl:
+    """Invalidation, refresh and inspection for one :class:`~adcp_stale_cache.UpstreamCache`
+    (beside it, not in it). It attaches a counting sink to the cache's metrics for
+    :meth:`snapshot`, and remembers the refresh of the last ``remember_keys`` keys filled
+    for :meth:`refresh`."""
+
+    def __init__(self, cache: UpstreamCache, *, remember_keys: int = 10_000) -> None:
         self.cache = cache
         self.stats = UpstreamStats()
         cache.metrics = CombinedMetrics(cache.metrics, self.stats)
+        self.recent = RecentRefreshes(remember_keys)
+        cache.refreshers = self.recent
 
     async def warm(self, calls: Iterable[Warm], *, concurrency: int = 8) -> int:
         """Fill keys before the first request (at start-up): each :class:`Warm` is fetched as
@@ -171,6 +205,63 @@ class CacheControl:
         ``partition`` it was stored under, for per-caller surfaces). At least one selector is
         required: there is no "everything" by accident.
         """
+        selection = self._selection(upstream, surface, tags, partition, key)
+        purge = getattr(self.cache.store, "purge", None)
+        if purge is None:
+            raise TypeError(f"{type(self.cache.store).__name__} cannot purge entries")
+        count = int(await purge(selection, soft=soft))
+        self.cache.metrics.invalidation("soft" if soft else "hard", count)
+        logger.info(  # selectors are names and tags (partitions are digests): no credential
+            "invalidate soft=%s selectors=%s key=%s count=%d",
+            soft,
+            _shown(selection),
+            selection.store_key is not None,
+            count,
+        )
+        return count
+
+    async def refresh(
+        self,
+        *,
+        upstream: Upstream | str | None = None,
+        surface: str | None = None,
+        tags: Iterable[str] = (),
+        partition: str | None = None,
+        key: object = None,
+    ) -> int:
+        """Refresh the entries the selectors match (as :meth:`invalidate` takes them) now, in
+        the background; returns how many refreshes started.
+
+        Every matching entry is soft-purged first, so every process sharing the store
+        refreshes it on its next request; this process re-runs at once the upstream calls
+        that filled the matching keys it remembers (one flight per key: requests meanwhile
+        join it). A refresh that fails leaves the entry as it was: still the outage fallback.
+        The calls run on the event loop that calls ``refresh``.
+        """
+        selection = self._selection(upstream, surface, tags, partition, key)
+        purge = getattr(self.cache.store, "purge", None)
+        marked = int(await purge(selection, soft=True)) if purge is not None else 0
+        started = self.recent.selected(selection)
+        for store_key, refresh in started:
+            self.cache.refresh_soon(store_key, refresh)
+        self.cache.metrics.invalidation("refresh", len(started))
+        logger.info(
+            "refresh selectors=%s key=%s marked=%d started=%d",
+            _shown(selection),
+            selection.store_key is not None,
+            marked,
+            len(started),
+        )
+        return len(started)
+
+    def _selection(
+        self,
+        upstream: Upstream | str | None,
+        surface: str | None,
+        tags: Iterable[str],
+        partition: str | None,
+        key: object,
+    ) -> Selection:
         tags = tuple(tags)
         if upstream is None and surface is None and not tags and partition is None:
             raise ValueError("name at least one of upstream, surface, tags, partition")
@@ -186,18 +277,12 @@ class CacheControl:
             partition=partition,
             tags=tags,
         )
-        purge = getattr(self.cache.store, "purge", None)
-        if purge is None:
-            raise TypeError(f"{type(self.cache.store).__name__} cannot purge entries")
-        count = int(await purge(Selection(frozenset(selected), store_key), soft=soft))
-        logger.info(  # selectors are names and tags (partitions are digests): no credential
-            "invalidate soft=%s selectors=%s key=%s count=%d",
-            soft,
-            sorted(label for label in selected if not label.startswith("partition=")),
-            store_key is not None,
-            count,
-        )
-        return count
+        return Selection(frozenset(selected), store_key)
+
+
+def _shown(selection: Selection) -> list[str]:
+    """A selection's labels for a log line: names and tags (partitions are digests, left out)."""
+    return sorted(label for label in selection.labels if not label.startswith("partition="))
 
 
 def _summary(ages: list[float]) -> dict[str, Any]:

@@ -13,6 +13,9 @@ Metric names follow Prometheus conventions (``_total`` counters, ``_seconds`` hi
 - ``adcp_stale_cache_advisories_total{surface,upstream}``: ``STALE_RESPONSE`` recorded;
 - ``adcp_stale_cache_unavailable_total{surface,upstream,code}``: failures with no entry;
 - ``adcp_stale_cache_breaker_open{upstream}``: 1 while the upstream's breaker is open;
+- ``adcp_stale_cache_invalidations_total{action}`` and
+  ``adcp_stale_cache_invalidated_entries_total{action}``: operator actions (``soft``, ``hard``,
+  ``refresh``) and the entries they took (:mod:`~adcp_stale_cache.control`);
 - ``adcp_stale_cache_store_entries`` and ``..._store_bytes``: the memory store's size;
 - ``adcp_stale_cache_store_failures{store}``: file and Redis operations that failed (each
   answered as "no entry"), given ``store=`` (tiers are walked).
@@ -54,6 +57,9 @@ class CacheMetrics:
     def breaker(self, upstream: str, is_open: bool) -> None:
         """The upstream's breaker state, after a call."""
 
+    def invalidation(self, action: str, entries: int) -> None:
+        """An operator's action (``soft``, ``hard``, ``refresh``) and the entries it took."""
+
 
 class CombinedMetrics(CacheMetrics):
     """Several sinks as one: every event goes to each, in order (Prometheus and spans, say)."""
@@ -89,6 +95,10 @@ class CombinedMetrics(CacheMetrics):
         for sink in self.sinks:
             sink.breaker(upstream, is_open)
 
+    def invalidation(self, action: str, entries: int) -> None:
+        for sink in self.sinks:
+            sink.invalidation(action, entries)
+
 
 class PrometheusMetrics(CacheMetrics):
     """Prometheus counters, gauges and a histogram (``pip install 'adcp-stale-cache[metrics]'``).
@@ -122,6 +132,8 @@ class PrometheusMetrics(CacheMetrics):
         self._unavailable = counter(
             "unavailable", "Failures without entry.", "surface", "upstream", "code"
         )
+        self._actions = counter("invalidations", "Operator actions on entries.", "action")
+        self._taken = counter("invalidated_entries", "Entries operator actions took.", "action")
         self._latency = Histogram(
             "adcp_stale_cache_refresh_seconds",
             "Upstream call latency.",
@@ -187,3 +199,7 @@ class PrometheusMetrics(CacheMetrics):
 
     def breaker(self, upstream: str, is_open: bool) -> None:
         self._breaker.labels(upstream).set(1 if is_open else 0)
+
+    def invalidation(self, action: str, entries: int) -> None:
+        self._actions.labels(action).inc()
+        self._taken.labels(action).inc(entries)

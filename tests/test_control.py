@@ -333,3 +333,41 @@ def test_operators_invalidate_a_shared_cache_file_from_the_command_line(tmp_path
     done = cli("--cache-file", str(path), "--upstream", "inventory-service", "--tag", "tenant:acme")
     assert done.returncode == 0 and done.stdout.strip() == "invalidated 1 (soft)"
     assert asyncio.run(marked())
+
+
+async def test_refresh_reruns_the_selected_calls_now_in_one_flight_each(caplog: Any) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from adcp_stale_cache.metrics import PrometheusMetrics
+
+    caplog.set_level(logging.INFO, logger="adcp_stale_cache.control")
+    registry = CollectorRegistry()
+    cache = UpstreamCache(surfaces=Surfaces.of(PRODUCTS, FORMATS), breaker=None,
+                          metrics=PrometheusMetrics(registry))  # fmt: skip
+    control = CacheControl(cache)
+    acme, other = CountingUpstream(), CountingUpstream()
+    for key in ("a", "b"):
+        await cache.fetch(INVENTORY, key, acme, surface="get_products", tags=["tenant:acme"])
+    await cache.fetch(INVENTORY, "c", other, surface="get_products", tags=["tenant:other"])
+    acme.delay = 0.1
+    assert await control.refresh(tags=["tenant:acme"]) == 2
+    # A request meanwhile joins the refresh's flight: no third call.
+    a = await cache.fetch(INVENTORY, "a", acme, surface="get_products")
+    await asyncio.sleep(0.15)
+    assert acme.calls == 4 and other.calls == 1
+    b = await cache.fetch(INVENTORY, "b", acme, surface="get_products")
+    assert acme.calls == 4  # refreshed: a fresh hit
+    assert a["products"][0] > 2 and b["products"][0] > 2  # the refreshed answers
+    assert "refresh selectors=['tag=tenant:acme'] key=False marked=2 started=2" in caplog.text
+    assert registry.get_sample_value(
+        "adcp_stale_cache_invalidated_entries_total", {"action": "refresh"}
+    ) == 2  # fmt: skip
+
+    acme.down, acme.delay = True, 0.0  # a refresh that fails leaves the entry, the fallback
+    with pytest.raises(ValueError, match="needs upstream= as an Upstream"):
+        await control.refresh(upstream="inventory-service", key="a")
+    assert await control.refresh(upstream=INVENTORY, key="a") == 1
+    await asyncio.sleep(0.05)
+    with collect_advisories() as advisories:
+        assert await cache.fetch(INVENTORY, "a", acme, surface="get_products") == a
+    assert len(advisories.errors()) == 1  # marked for refresh, refresh failed: stale, honestly
