@@ -74,6 +74,13 @@ def _parser() -> argparse.ArgumentParser:
         help="with --redis: processes refresh an expired key once between them (lease lock)",
     )
     seller.add_argument(
+        "--admin-token",
+        default=os.environ.get("ADCP_STALE_CACHE_ADMIN_TOKEN"),
+        metavar="TOKEN",
+        help="mount the operator app at /admin, guarded by TOKEN (16+ characters; default: "
+        "$ADCP_STALE_CACHE_ADMIN_TOKEN; without one there is no /admin)",
+    )
+    seller.add_argument(
         "--test-controller",
         action="store_true",
         help="sandbox only: expose comply_test_controller (force_upstream_unavailable)",
@@ -205,6 +212,7 @@ def _serve(args: argparse.Namespace) -> int:
             "cache_file": args.cache_file,
             "coordinate_refreshes": args.coordinate_refreshes,
             "schema_version": args.schema_version,
+            "admin_token": args.admin_token,
         }
         if args.workers > 1:
             # Each worker process builds the app from the same options (uvicorn imports it).

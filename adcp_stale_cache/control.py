@@ -32,6 +32,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -80,6 +81,8 @@ class UpstreamStats(CacheMetrics):
     def __init__(self) -> None:
         self.failures: dict[str, int] = {}
         self.stale_serves: dict[str, int] = {}
+        # Per upstream, stale serves per second of the last minute: [[second, count], ...].
+        self._recent: dict[str, deque[list[int]]] = {}
         self.last_failure: dict[str, tuple[str, float]] = {}  # code, wall-clock time
         self.breaker_open: dict[str, bool] = {}
 
@@ -91,6 +94,19 @@ class UpstreamStats(CacheMetrics):
     def stale_serve(self, surface: str, upstream: str, code: str, advisory: bool) -> None:
         """Count a stale serve."""
         self.stale_serves[upstream] = self.stale_serves.get(upstream, 0) + 1
+        second = int(time.monotonic())
+        recent = self._recent.setdefault(upstream, deque(maxlen=60))
+        if recent and recent[-1][0] == second:
+            recent[-1][1] += 1
+        else:
+            recent.append([second, 1])
+
+    def stale_serves_last_minute(self, upstream: str) -> int:
+        """Stale serves of ``upstream`` over the last 60 seconds."""
+        since = int(time.monotonic()) - 60
+        return sum(
+            count for second, count in list(self._recent.get(upstream, ())) if second > since
+        )
 
     def breaker(self, upstream: str, is_open: bool) -> None:
         """Remember the breaker's state."""
@@ -162,7 +178,8 @@ class CacheControl:
         was attached)::
 
             {"upstreams": {name: {"breaker": "open" | "closed", "failures": n,
-                                  "stale_serves": n, "last_failure": {"code", "at"} | None}},
+                                  "stale_serves": n, "stale_serves_last_minute": n,
+                                  "last_failure": {"code", "at"} | None}},
              "surfaces": {name: {"entries": n, "age_seconds": {"p50", "p90", "max"}}}}
 
         Entries are those of this process's memory tier (bounded, cheap to walk).
@@ -176,6 +193,7 @@ class CacheControl:
                 "breaker": "open" if self.cache.breaker_open(name) else "closed",
                 "failures": stats.failures.get(name, 0),
                 "stale_serves": stats.stale_serves.get(name, 0),
+                "stale_serves_last_minute": stats.stale_serves_last_minute(name),
                 "last_failure": {"code": last[0], "at": last[1]} if last else None,
             }
         ages: dict[str, list[float]] = {}

@@ -277,10 +277,12 @@ async def test_snapshot_shows_breakers_failures_stale_serves_and_entry_ages() ->
     assert snapshot["upstreams"]["inventory-service"]["breaker"] == "open"
     assert snapshot["upstreams"]["inventory-service"]["failures"] == 2
     assert snapshot["upstreams"]["inventory-service"]["stale_serves"] == 3
+    assert snapshot["upstreams"]["inventory-service"]["stale_serves_last_minute"] == 3
     last = snapshot["upstreams"]["inventory-service"]["last_failure"]
     assert last["code"] == "CONNECTION_REFUSED" and abs(last["at"] - time.time()) < 5
     assert snapshot["upstreams"]["creative-agent"] == {  # called, healthy
-        "breaker": "closed", "failures": 0, "stale_serves": 0, "last_failure": None}  # fmt: skip
+        "breaker": "closed", "failures": 0, "stale_serves": 0, "stale_serves_last_minute": 0,
+        "last_failure": None}  # fmt: skip
     products = snapshot["surfaces"]["get_products"]
     assert products["entries"] == 3 and products["age_seconds"]["max"] >= 1
     assert snapshot["surfaces"]["list_creative_formats"]["entries"] == 1

@@ -34,6 +34,7 @@ from .. import (
     UpstreamUnavailable,
     service_unavailable,
 )
+from ..control import CacheControl
 from ..integrations.mcp_client import call_mcp_tool
 from ..metrics import PrometheusMetrics
 from ..stores import MemoryStore, Store
@@ -202,11 +203,13 @@ def create_seller_app(
     test_controller: bool = False,
     coordinate_refreshes: bool = False,
     schema_version: str | None = None,
+    admin_token: str | None = None,
 ) -> FastAPI:
     """The seller app; ``creative_agents`` maps each agent's name to its MCP URL.
 
     ``test_controller`` enables the sandbox ``comply_test_controller`` tool (and the cache's
-    test mode): never in production.
+    test mode): never in production. ``admin_token`` mounts the operator app
+    (:mod:`adcp_stale_cache.admin`) at ``/admin``; without one there is none.
     """
     surfaces = seller_surfaces(freshness_target, max_stale, upstream_timeout)
     store = store if store is not None else MemoryStore()
@@ -262,6 +265,10 @@ def create_seller_app(
 
     app.add_api_route("/api/{tool}", json_route, methods=["POST"])
     app.add_api_route("/metrics", metrics, methods=["GET"])
+    if admin_token:
+        from ..admin import admin_app
+
+        app.mount("/admin", admin_app(CacheControl(cache), token=admin_token))
     app.router.routes.extend(mcp_app.routes)  # /mcp itself: a Mount would redirect to /mcp/
     skills = {name: (lambda params, name=name: skill(name, params)) for name in names}
     app.router.routes.extend(create_a2a_routes(skills, name="example-seller", url=f"{public_url}/"))

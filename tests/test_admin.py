@@ -1,0 +1,133 @@
+"""The operator app (issue 14): token, login cookie, JSON API, page, headers."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.routing import Mount
+
+from adcp_stale_cache import SurfacePolicy, Surfaces, Upstream, UpstreamCache
+from adcp_stale_cache.admin import COOKIE, admin_app
+from adcp_stale_cache.control import CacheControl
+
+from .conftest import CountingUpstream
+
+TOKEN = "s3cret-token-for-the-tests"
+PRODUCTS = SurfacePolicy(name="get_products", field="products", freshness_target_seconds=600,
+                         max_stale_seconds=3600)  # fmt: skip
+INVENTORY = Upstream(name="inventory-service")
+
+
+async def filled() -> tuple[UpstreamCache, httpx.AsyncClient, CountingUpstream]:
+    cache = UpstreamCache(surfaces=Surfaces.of(PRODUCTS), breaker=None)
+    app = Starlette(routes=[Mount("/ops/admin", admin_app(CacheControl(cache), token=TOKEN))])
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://seller")
+    up = CountingUpstream()
+    for key in ("a", "b"):
+        await cache.fetch(INVENTORY, key, up, surface="get_products", tags=[f"k:{key}"])
+    return cache, client, up
+
+
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
+
+
+async def test_without_the_token_nothing_is_seen_nor_changed() -> None:
+    cache, client, up = await filled()
+    for headers in ({}, {"Authorization": "Bearer wrong-token-wrong-token"},
+                    {"Authorization": f"Basic {TOKEN}"}):  # fmt: skip
+        assert (await client.get("/ops/admin/api/status", headers=headers)).status_code == 401
+        for action in ("invalidate", "refresh"):
+            answer = await client.post(f"/ops/admin/api/{action}", headers=headers,
+                                       json={"upstream": "inventory-service"})  # fmt: skip
+            assert answer.status_code == 401
+            assert answer.headers["www-authenticate"] == "Bearer"
+    await cache.fetch(INVENTORY, "a", up, surface="get_products")
+    assert up.calls == 2  # nothing was invalidated: a fresh hit
+    forged = {COOKIE: f"{int(time.time()) + 3600}.{'0' * 64}"}
+    client.cookies.update(forged)
+    assert (await client.get("/ops/admin/api/status")).status_code == 401
+
+
+async def test_the_api_with_the_bearer_token() -> None:
+    cache, client, up = await filled()
+    status = (await client.get("/ops/admin/api/status", headers=BEARER)).json()
+    assert status["surfaces"]["get_products"]["entries"] == 2
+    answer = await client.post("/ops/admin/api/invalidate", headers=BEARER, json={"tags": ["k:a"]})
+    assert answer.json() == {"invalidated": 1}
+    await cache.fetch(INVENTORY, "a", up, surface="get_products")
+    assert up.calls == 3  # soft-purged: refreshed
+    answer = await client.post("/ops/admin/api/refresh", headers=BEARER,
+                               json={"surface": "get_products"})  # fmt: skip
+    assert answer.json() == {"refreshing": 2}
+    hard = {"upstream": "inventory-service", "soft": False}
+    answer = await client.post("/ops/admin/api/invalidate", headers=BEARER, json=hard)
+    assert answer.json() == {"invalidated": 2}
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "error"),
+    [
+        ({}, 400, "name at least one of upstream, surface, tags, partition"),
+        ({"upstream": "x", "everything": True}, 400, "everything: Extra inputs"),
+        ({"tags": "k:a"}, 400, "tags: Input should be a valid array"),
+        ({"upstream": ""}, 400, "upstream: String should have at least 1 character"),
+    ],
+)
+async def test_bad_bodies_get_a_clear_error(body: Any, status: int, error: str) -> None:
+    _, client, _ = await filled()
+    answer = await client.post("/ops/admin/api/invalidate", headers=BEARER, json=body)
+    assert answer.status_code == status and answer.json()["error"].startswith(error)
+
+
+async def test_posts_must_be_json_which_no_cross_site_form_can_send() -> None:
+    _, client, _ = await filled()
+    answer = await client.post("/ops/admin/api/invalidate", headers=BEARER,
+                               data={"upstream": "inventory-service"})  # fmt: skip
+    assert answer.status_code == 415
+
+
+async def test_the_page_logs_in_with_a_cookie_that_is_not_the_token() -> None:
+    _, client, _ = await filled()
+    login = await client.get("/ops/admin/")
+    assert login.status_code == 200 and 'name="token"' in login.text
+    assert "api/status" not in login.text
+    wrong = await client.post("/ops/admin/login", data={"token": "nope"})
+    assert wrong.status_code == 401 and "Wrong token." in wrong.text and COOKIE not in wrong.cookies
+    signed_in = await client.post("/ops/admin/login", data={"token": TOKEN})
+    assert signed_in.status_code == 303 and signed_in.headers["location"] == "/ops/admin/"
+    cookie = signed_in.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/ops/admin/" in cookie
+    assert TOKEN not in cookie
+    page = await client.get("/ops/admin/")
+    assert '<script src="static/admin.js" defer></script>' in page.text
+    assert (await client.get("/ops/admin/api/status")).status_code == 200
+    answer = await client.post("/ops/admin/api/invalidate", json={"surface": "get_products"})
+    assert answer.json() == {"invalidated": 2}
+    await client.post("/ops/admin/logout")
+    assert (await client.get("/ops/admin/api/status")).status_code == 401
+
+
+async def test_every_answer_carries_a_strict_content_security_policy() -> None:
+    _, client, _ = await filled()
+    for path in ("/ops/admin/", "/ops/admin/static/admin.js", "/ops/admin/api/status"):
+        answer = await client.get(path, headers=BEARER)
+        policy = answer.headers["content-security-policy"]
+        assert "default-src 'none'" in policy and "script-src 'self'" in policy
+        assert "unsafe-inline" not in policy and answer.headers["cache-control"] == "no-store"
+    script = await client.get("/ops/admin/static/admin.js")
+    assert script.headers["content-type"].startswith("text/javascript")
+    assert "innerHTML" not in script.text  # data is rendered as text, never parsed as HTML
+    assert (await client.get("/ops/admin/static/../__init__.py")).status_code == 404
+    page = (await client.get("/ops/admin/", headers=BEARER)).text
+    assert "<script>" not in page and "style=" not in page  # nothing inline for the CSP to allow
+
+
+def test_no_token_no_app() -> None:
+    cache = UpstreamCache()
+    for token in ("", "short"):
+        with pytest.raises(ValueError, match="at least 16 characters"):
+            admin_app(CacheControl(cache), token=token)
