@@ -180,9 +180,10 @@ class CacheControl:
             {"upstreams": {name: {"breaker": "open" | "closed", "failures": n,
                                   "stale_serves": n, "stale_serves_last_minute": n,
                                   "last_failure": {"code", "at"} | None}},
-             "surfaces": {name: {"entries": n, "age_seconds": {"p50", "p90", "max"}}}}
+             "surfaces": {name: {"entries": n, "age_seconds": {"p50", "p90", "max"} | None}}}
 
-        Entries are those of this process's memory tier (bounded, cheap to walk).
+        Every declared surface is listed; entries are those of this process's memory tier
+        (bounded, cheap to walk).
         """
         stats = self.stats
         names = sorted({*stats.failures, *stats.stale_serves, *stats.breaker_open})
@@ -196,7 +197,7 @@ class CacheControl:
                 "stale_serves_last_minute": stats.stale_serves_last_minute(name),
                 "last_failure": {"code": last[0], "at": last[1]} if last else None,
             }
-        ages: dict[str, list[float]] = {}
+        ages: dict[str, list[float]] = {p.name: [] for p in self.cache.surfaces.policies}
         memory = next((t for t in tiers(self.cache.store) if isinstance(t, MemoryStore)), None)
         if memory is not None:
             now = self.cache.clock()
@@ -304,6 +305,8 @@ def _shown(selection: Selection) -> list[str]:
 
 
 def _summary(ages: list[float]) -> dict[str, Any]:
+    if not ages:
+        return {"entries": 0, "age_seconds": None}
     ages.sort()
 
     def at(share: float) -> int:

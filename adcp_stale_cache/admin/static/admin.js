@@ -12,10 +12,11 @@ function cell(row, text, className) {
   return td;
 }
 
-function button(td, label, action, body, className) {
+function button(td, label, title, action, body, className) {
   const b = document.createElement("button");
   b.type = "button";
   b.textContent = label;
+  b.title = title;
   if (className) b.className = className;
   b.dataset.action = action;
   b.dataset.body = JSON.stringify(body);
@@ -23,9 +24,11 @@ function button(td, label, action, body, className) {
 }
 
 function actions(td, selector) {
-  button(td, "Refresh", "refresh", selector);
-  button(td, "Purge", "invalidate", Object.assign({ soft: true }, selector));
-  button(td, "Forget", "invalidate", Object.assign({ soft: false }, selector), "hard");
+  button(td, "Refresh", "refresh now, in the background", "refresh", selector);
+  button(td, "Purge", "soft purge: refreshed on the next request, still the outage fallback",
+         "invalidate", Object.assign({ soft: true }, selector));
+  button(td, "Forget", "hard purge: deleted; an outage then fails",
+         "invalidate", Object.assign({ soft: false }, selector), "hard");
 }
 
 function ago(at) {
@@ -53,16 +56,15 @@ function render(status) {
   const surfaces = document.querySelector("#surfaces tbody");
   surfaces.replaceChildren();
   const names2 = Object.keys(status.surfaces);
-  document.getElementById("no-surfaces").hidden = names2.length > 0;
   for (const name of names2) {
     const s = status.surfaces[name];
     const row = surfaces.insertRow();
     row.dataset.surface = name;
     cell(row, name);
     cell(row, String(s.entries), "num entries");
-    cell(row, `${s.age_seconds.p50} s`, "num");
-    cell(row, `${s.age_seconds.p90} s`, "num");
-    cell(row, `${s.age_seconds.max} s`, "num");
+    for (const at of ["p50", "p90", "max"]) {
+      cell(row, s.age_seconds ? `${s.age_seconds[at]} s` : "–", "num");
+    }
     actions(row.insertCell(), { surface: name });
   }
   document.getElementById("updated").textContent =
