@@ -131,7 +131,7 @@ def _invalidate(args: argparse.Namespace) -> int:
     import asyncio
 
     from .cache import UpstreamCache
-    from .control import CacheControl
+    from .control import CacheControl, PurgeIncomplete
 
     store: Any
     if args.redis:
@@ -159,6 +159,9 @@ def _invalidate(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except PurgeIncomplete as exc:  # unreachable, or failed midway: never a quiet "0"
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     print(f"invalidated {count} ({'hard' if args.hard else 'soft'})")
     return 0
 

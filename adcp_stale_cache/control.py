@@ -50,6 +50,20 @@ from .stores.tiered import tiers
 logger = logging.getLogger("adcp_stale_cache.control")
 
 
+class PurgeIncomplete(RuntimeError):
+    """A store failed during an invalidation (Redis unreachable, say): what it holds, and so
+    the other processes sharing it, may not have taken the purge. ``count`` is what was
+    taken (this process's own tiers included)."""
+
+    def __init__(self, count: int, stores: list[str]) -> None:
+        super().__init__(
+            f"{', '.join(stores)} failed during the purge: processes sharing it may not see "
+            f"it ({count} entries taken); try again"
+        )
+        self.count = count
+        self.stores = stores
+
+
 @dataclass(frozen=True)
 class Warm:
     """One call to make at start-up: what ``fetch`` would be given."""
@@ -219,6 +233,7 @@ class CacheControl:
     ) -> int:
         """Invalidate the entries every given selector matches; returns how many.
 
+        Raises :class:`PurgeIncomplete` when a shared store failed meanwhile.
         ``upstream`` by name (every URL of that name) or as an :class:`Upstream` (that one);
         ``key`` is a key as passed to ``fetch`` and needs the ``Upstream`` (and the
         ``partition`` it was stored under, for per-caller surfaces). At least one selector is
@@ -228,7 +243,9 @@ class CacheControl:
         purge = getattr(self.cache.store, "purge", None)
         if purge is None:
             raise TypeError(f"{type(self.cache.store).__name__} cannot purge entries")
+        before = self._store_failures()
         count = int(await purge(selection, soft=soft))
+        self._raise_if_failed(before, count)
         self.cache.metrics.invalidation("soft" if soft else "hard", count)
         logger.info(  # selectors are names and tags (partitions are digests): no credential
             "invalidate soft=%s selectors=%s key=%s count=%d",
@@ -259,7 +276,9 @@ class CacheControl:
         """
         selection = self._selection(upstream, surface, tags, partition, key)
         purge = getattr(self.cache.store, "purge", None)
+        before = self._store_failures()
         marked = int(await purge(selection, soft=True)) if purge is not None else 0
+        self._raise_if_failed(before, marked)
         started = self.recent.selected(selection)
         for store_key, refresh in started:
             self.cache.refresh_soon(store_key, refresh)
@@ -272,6 +291,18 @@ class CacheControl:
             len(started),
         )
         return len(started)
+
+    def _store_failures(self) -> list[tuple[str, int]]:
+        """Failed operations so far, per store that counts them (file, Redis)."""
+        found = (t for t in tiers(self.cache.store) if hasattr(t, "failures"))
+        return [(type(t).__name__, int(t.failures)) for t in found]
+
+    def _raise_if_failed(self, before: list[tuple[str, int]], count: int) -> None:
+        now = self._store_failures()
+        failed = [name for (name, n), (_, was) in zip(now, before, strict=True) if n > was]
+        if failed:
+            logger.warning("invalidate_incomplete stores=%s count=%d", failed, count)
+            raise PurgeIncomplete(count, failed)
 
     def _selection(
         self,

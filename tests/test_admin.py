@@ -131,3 +131,21 @@ def test_no_token_no_app() -> None:
     for token in ("", "short"):
         with pytest.raises(ValueError, match="at least 16 characters"):
             admin_app(CacheControl(cache), token=token)
+
+
+async def test_a_purge_redis_did_not_take_answers_503_not_a_quiet_zero() -> None:
+    pytest.importorskip("redis.asyncio", reason="the redis extra is needed")
+    from adcp_stale_cache.demo.processes import free_port
+    from adcp_stale_cache.stores import TieredStore
+    from adcp_stale_cache.stores.redis import RedisStore
+
+    store = TieredStore(RedisStore(url=f"redis://127.0.0.1:{free_port()}/0"))
+    cache = UpstreamCache(store, surfaces=Surfaces.of(PRODUCTS), breaker=None)
+    await cache.fetch(INVENTORY, "k", CountingUpstream(), surface="get_products")
+    app = admin_app(CacheControl(cache), token=TOKEN)
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://seller")
+    for action in ("invalidate", "refresh"):
+        answer = await client.post(f"/api/{action}", headers=BEARER,
+                                   json={"upstream": "inventory-service"})  # fmt: skip
+        assert answer.status_code == 503
+        assert "RedisStore failed during the purge" in answer.json()["error"]

@@ -337,6 +337,35 @@ def test_operators_invalidate_a_shared_cache_file_from_the_command_line(tmp_path
     assert asyncio.run(marked())
 
 
+def test_the_command_line_never_reports_a_purge_redis_did_not_take() -> None:
+    import subprocess
+    import sys
+
+    from adcp_stale_cache.demo.processes import free_port
+
+    pytest.importorskip("redis.asyncio", reason="the redis extra is needed")
+    command = [sys.executable, "-m", "adcp_stale_cache.cli", "invalidate",
+               "--redis", f"redis://127.0.0.1:{free_port()}/0", "--upstream", "x"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "invalidated" not in done.stdout
+    assert "RedisStore failed during the purge" in done.stderr
+
+
+async def test_a_purge_a_shared_store_failed_says_so() -> None:
+    pytest.importorskip("redis.asyncio", reason="the redis extra is needed")
+    from adcp_stale_cache.control import PurgeIncomplete
+    from adcp_stale_cache.demo.processes import free_port
+    from adcp_stale_cache.stores.redis import RedisStore
+
+    cache = make_cache(TieredStore(RedisStore(url=f"redis://127.0.0.1:{free_port()}/0")))
+    await cache.fetch(INVENTORY, "k", CountingUpstream(), surface="get_products")
+    with pytest.raises(PurgeIncomplete) as raised:
+        await CacheControl(cache).invalidate(upstream="inventory-service")
+    assert raised.value.stores == ["RedisStore"]
+    with pytest.raises(PurgeIncomplete):  # the store stays away for a second: still failed
+        await CacheControl(cache).refresh(upstream="inventory-service")
+
+
 async def test_refresh_reruns_the_selected_calls_now_in_one_flight_each(caplog: Any) -> None:
     from prometheus_client import CollectorRegistry
 

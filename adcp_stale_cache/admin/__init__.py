@@ -11,7 +11,8 @@ an empty or short token), so ``/admin`` answers 404. Under any prefix:
 - ``GET {prefix}/api/status``: :meth:`~adcp_stale_cache.control.CacheControl.snapshot`, with
   each upstream's stale serves over the last minute;
 - ``POST {prefix}/api/invalidate``: a JSON body of selectors (``upstream``, ``surface``,
-  ``tags``, ``partition``) and ``soft`` (default true), answering ``{"invalidated": n}``;
+  ``tags``, ``partition``) and ``soft`` (default true), answering ``{"invalidated": n}``
+  (503 with an ``error`` when a shared store failed meanwhile: other processes may not see it);
 - ``POST {prefix}/api/refresh``: the same selectors, answering ``{"refreshing": n}``;
 - ``GET {prefix}/``: one page showing the above, refreshing itself every 2 s, with purge and
   refresh buttons.
@@ -39,7 +40,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from ..control import CacheControl
+from ..control import CacheControl, PurgeIncomplete
 
 COOKIE = "adcp_stale_cache_admin"
 SESSION_SECONDS = 12 * 3600
@@ -128,7 +129,10 @@ def admin_app(control: CacheControl, *, token: str) -> Starlette:
         body = await _body(request, Invalidation)
         if isinstance(body, Response):
             return body
-        count = await control.invalidate(**body.model_dump())
+        try:
+            count = await control.invalidate(**body.model_dump())
+        except PurgeIncomplete as exc:
+            return _incomplete(exc, "invalidated")
         return JSONResponse({"invalidated": count}, headers=HEADERS)
 
     async def refresh(request: Request) -> Response:
@@ -137,8 +141,11 @@ def admin_app(control: CacheControl, *, token: str) -> Starlette:
         body = await _body(request, Selectors)
         if isinstance(body, Response):
             return body
-        return JSONResponse({"refreshing": await control.refresh(**body.model_dump())},
-                            headers=HEADERS)  # fmt: skip
+        try:
+            count = await control.refresh(**body.model_dump())
+        except PurgeIncomplete as exc:
+            return _incomplete(exc, "refreshing")
+        return JSONResponse({"refreshing": count}, headers=HEADERS)
 
     async def static(request: Request) -> Response:
         name = request.path_params["name"]
@@ -166,6 +173,11 @@ def _prefix(request: Request) -> str:
 
 def _read(name: str) -> str:
     return resources.files(__package__).joinpath("static").joinpath(name).read_text("utf-8")
+
+
+def _incomplete(exc: PurgeIncomplete, counted: str) -> Response:
+    """503: a shared store failed, so other processes may not have taken the purge."""
+    return JSONResponse({"error": str(exc), counted: exc.count}, 503, headers=HEADERS)
 
 
 def _unauthorized() -> Response:

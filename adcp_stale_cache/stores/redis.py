@@ -210,9 +210,11 @@ class RedisStore:
         expiry kept) or leave a tombstone. A selection with labels (a
         :class:`~adcp_stale_cache.control.Selection`) reads the intersection of their sets,
         one with a key that key alone; any other ``match`` scans this store's keys (an
-        operator's action, not a request's). 0 when Redis is down."""
+        operator's action, not a request's). Tried even while the store stays away from Redis
+        after a failure; a failure is counted in ``failures`` (the caller reports it)."""
         client = self._client_here()
-        if client is None or not self.available:
+        if client is None:
+            self.failures += 1
             return 0
         count = 0
         try:

@@ -153,8 +153,9 @@ class SqliteStore:
 
     async def purge(self, match: Callable[[str, Entry], bool], *, soft: bool) -> int:
         """Invalidate the entries ``match`` selects (by their labels): mark them for
-        revalidation (``soft``), or delete them. Returns how many (0 when the file fails)."""
-        return await self._run("purge", self._purge, match, soft) or 0
+        revalidation (``soft``), or delete them. Returns how many; tried even while the store
+        stays away from the file after a failure, and a failure is counted in ``failures``."""
+        return await self._run("purge", self._purge, match, soft, always=True) or 0
 
     async def generation(self) -> int | None:
         """How many purges found entries in this file so far (None when the file fails):
@@ -171,8 +172,10 @@ class SqliteStore:
         self._thread.submit(self._close).result()
         self._thread.shutdown()
 
-    async def _run(self, op: str, fn: Callable[..., T], *args: Any) -> T | None:
-        if not self.available:
+    async def _run(
+        self, op: str, fn: Callable[..., T], *args: Any, always: bool = False
+    ) -> T | None:
+        if not (always or self.available):
             return None
         loop = asyncio.get_running_loop()
         work = loop.run_in_executor(self._thread, self._guarded, fn, *args)
