@@ -240,12 +240,7 @@ class CacheControl:
         required: there is no "everything" by accident.
         """
         selection = self._selection(upstream, surface, tags, partition, key)
-        purge = getattr(self.cache.store, "purge", None)
-        if purge is None:
-            raise TypeError(f"{type(self.cache.store).__name__} cannot purge entries")
-        before = self._store_failures()
-        count = int(await purge(selection, soft=soft))
-        self._raise_if_failed(before, count)
+        count = await self._purge(selection, soft)
         self.cache.metrics.invalidation("soft" if soft else "hard", count)
         logger.info(  # selectors are names and tags (partitions are digests): no credential
             "invalidate soft=%s selectors=%s key=%s count=%d",
@@ -275,10 +270,7 @@ class CacheControl:
         The calls run on the event loop that calls ``refresh``.
         """
         selection = self._selection(upstream, surface, tags, partition, key)
-        purge = getattr(self.cache.store, "purge", None)
-        before = self._store_failures()
-        marked = int(await purge(selection, soft=True)) if purge is not None else 0
-        self._raise_if_failed(before, marked)
+        marked = await self._purge(selection, soft=True)
         started = self.recent.selected(selection)
         for store_key, refresh in started:
             self.cache.refresh_soon(store_key, refresh)
@@ -292,17 +284,22 @@ class CacheControl:
         )
         return len(started)
 
-    def _store_failures(self) -> list[tuple[str, int]]:
-        """Failed operations so far, per store that counts them (file, Redis)."""
-        found = (t for t in tiers(self.cache.store) if hasattr(t, "failures"))
-        return [(type(t).__name__, int(t.failures)) for t in found]
-
-    def _raise_if_failed(self, before: list[tuple[str, int]], count: int) -> None:
-        now = self._store_failures()
-        failed = [name for (name, n), (_, was) in zip(now, before, strict=True) if n > was]
+    async def _purge(self, selection: Selection, soft: bool) -> int:
+        """Purge the store; raises PurgeIncomplete when a store that counts its failures
+        (file, Redis) failed meanwhile."""
+        purge = getattr(self.cache.store, "purge", None)
+        if purge is None:
+            raise TypeError(f"{type(self.cache.store).__name__} cannot purge entries")
+        counted = [t for t in tiers(self.cache.store) if hasattr(t, "failures")]
+        before = [int(t.failures) for t in counted]
+        count = int(await purge(selection, soft=soft))
+        failed = [
+            type(t).__name__ for t, was in zip(counted, before, strict=True) if t.failures > was
+        ]
         if failed:
             logger.warning("invalidate_incomplete stores=%s count=%d", failed, count)
             raise PurgeIncomplete(count, failed)
+        return count
 
     def _selection(
         self,

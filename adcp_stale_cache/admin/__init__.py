@@ -123,29 +123,22 @@ def admin_app(control: CacheControl, *, token: str) -> Starlette:
             return _unauthorized()
         return JSONResponse(await control.snapshot(), headers=HEADERS)
 
-    async def invalidate(request: Request) -> Response:
-        if not allowed(request):
-            return _unauthorized()
-        body = await _body(request, Invalidation)
-        if isinstance(body, Response):
-            return body
-        try:
-            count = await control.invalidate(**body.model_dump())
-        except PurgeIncomplete as exc:
-            return _incomplete(exc, "invalidated")
-        return JSONResponse({"invalidated": count}, headers=HEADERS)
+    def action(model: type[Selectors], run: Any, counted: str) -> Any:
+        """An endpoint that runs ``run(**selectors)`` and answers ``{counted: n}``."""
 
-    async def refresh(request: Request) -> Response:
-        if not allowed(request):
-            return _unauthorized()
-        body = await _body(request, Selectors)
-        if isinstance(body, Response):
-            return body
-        try:
-            count = await control.refresh(**body.model_dump())
-        except PurgeIncomplete as exc:
-            return _incomplete(exc, "refreshing")
-        return JSONResponse({"refreshing": count}, headers=HEADERS)
+        async def endpoint(request: Request) -> Response:
+            if not allowed(request):
+                return _unauthorized()
+            body = await _body(request, model)
+            if isinstance(body, Response):
+                return body
+            try:
+                count = await run(**body.model_dump())
+            except PurgeIncomplete as exc:  # other processes may not see it: never a quiet 0
+                return JSONResponse({"error": str(exc), counted: exc.count}, 503, headers=HEADERS)
+            return JSONResponse({counted: count}, headers=HEADERS)
+
+        return endpoint
 
     async def static(request: Request) -> Response:
         name = request.path_params["name"]
@@ -159,8 +152,14 @@ def admin_app(control: CacheControl, *, token: str) -> Starlette:
             Route("/login", login, methods=["POST"]),
             Route("/logout", logout, methods=["POST"]),
             Route("/api/status", status),
-            Route("/api/invalidate", invalidate, methods=["POST"]),
-            Route("/api/refresh", refresh, methods=["POST"]),
+            Route(
+                "/api/invalidate",
+                action(Invalidation, control.invalidate, "invalidated"),
+                methods=["POST"],
+            ),
+            Route(
+                "/api/refresh", action(Selectors, control.refresh, "refreshing"), methods=["POST"]
+            ),
             Route("/static/{name}", static),
         ]
     )
@@ -173,11 +172,6 @@ def _prefix(request: Request) -> str:
 
 def _read(name: str) -> str:
     return resources.files(__package__).joinpath("static").joinpath(name).read_text("utf-8")
-
-
-def _incomplete(exc: PurgeIncomplete, counted: str) -> Response:
-    """503: a shared store failed, so other processes may not have taken the purge."""
-    return JSONResponse({"error": str(exc), counted: exc.count}, 503, headers=HEADERS)
 
 
 def _unauthorized() -> Response:
