@@ -79,9 +79,14 @@ class AdcpError(BaseModel):
 
 
 def stale_response(
-    upstream: Upstream, policy: SurfacePolicy, age_seconds: int, failure: Failure | None
+    upstream: Upstream,
+    policy: SurfacePolicy,
+    age_seconds: int,
+    failure: Failure | None,
+    target_seconds: int | None = None,
 ) -> AdcpError:
-    """The advisory for one upstream served from a cache entry ``age_seconds`` old.
+    """The advisory for one upstream served from a cache entry ``age_seconds`` old
+    (``target_seconds``: the entry's own target, when the upstream set it).
 
     ``failure`` is None for a stale-while-revalidate answer (no call failed: the refresh runs
     behind it), and ``original_error`` is then left out. Results are memoised (a sustained
@@ -91,7 +96,7 @@ def stale_response(
         upstream.name,
         upstream.url,
         policy.field,
-        policy.freshness_target_seconds,
+        policy.freshness_target_seconds if target_seconds is None else target_seconds,
         age_seconds,
         failure.code if failure else None,
         failure.message if failure else None,

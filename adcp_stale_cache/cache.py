@@ -23,7 +23,8 @@ from .advisory import AdcpError, stale_response
 from .breaker import DEFAULT_BREAKER, Admission, Breaker, BreakerPolicy
 from .collector import AdvisoryCollector, AdvisoryLost, _flight, current_collector
 from .decision import Fail, Fresh, Refresh, ServeStale, on_failure, plan, whole_seconds
-from .entry import Entry
+from .directives import Directives
+from .entry import Entry, Terms
 from .failures import (
     BUDGET_SPENT,
     CIRCUIT_OPEN,
@@ -71,6 +72,32 @@ async def _releasing(breaker: Breaker, flight: Awaitable[T]) -> T:
         return await flight
     finally:
         breaker.release_probe()
+
+
+class _Storing(Generic[T]):
+    """How a flight keeps what the upstream said of its answer's caching."""
+
+    __slots__ = ("directives", "shared")
+
+    def __init__(self, directives: Callable[[T], Directives | None] | None, shared: bool) -> None:
+        self.directives = directives
+        self.shared = shared
+
+    def storable(self, said: Directives) -> bool:
+        """False for ``no-store``, ``Vary: *``, and ``private`` on an entry shared across
+        callers (a shared cache must not store it: RFC 9111 section 3.5)."""
+        return not (said.no_store or said.vary_any or (said.private and self.shared))
+
+
+def _terms(said: Directives | None) -> Terms | None:
+    """An entry's terms from what its answer said (None when it said nothing of them)."""
+    if said is None:
+        return None
+    max_age = 0.0 if said.no_cache else said.max_age
+    values = (max_age, said.stale_if_error, said.stale_while_revalidate)
+    if all(v is None for v in values) and not said.age:
+        return None
+    return Terms(max_age, said.stale_if_error, said.stale_while_revalidate, said.age)
 
 
 def _forget(store_key: str, labels: tuple[str, ...], refresh: object) -> None:
@@ -153,6 +180,10 @@ class UpstreamCache:
             for name in declared.upstreams:
                 self._longest_ttl[name] = max(self._longest_ttl.get(name, 0), declared.ttl_seconds)
 
+    def policy_for(self, surface: str | SurfacePolicy | None = None) -> SurfacePolicy:
+        """The policy a ``fetch`` given ``surface`` would apply in the current request."""
+        return self._policy(surface, current_collector())[0]
+
     def breaker_open(self, upstream: Upstream | str) -> bool:
         """True while the breaker of ``upstream`` holds calls back (given a name: of any
         upstream of that name)."""
@@ -186,6 +217,8 @@ class UpstreamCache:
         cacheable: Callable[[T], bool] | None = None,
         validate: Callable[[T], object] | None = None,
         tags: Iterable[str] = (),
+        revalidate: Callable[[T], Awaitable[T]] | None = None,
+        directives: Callable[[T], Directives | None] | None = None,
     ) -> T:
         """Answer ``call()`` for ``upstream`` under ``key``, from cache when the policy allows.
 
@@ -193,7 +226,10 @@ class UpstreamCache:
         default policy). ``validate`` may raise :class:`~adcp_stale_cache.InvalidPayload` to
         refuse an answer; ``cacheable`` returning False serves an answer without keeping it
         (a 4xx, say). ``tags`` label the stored entry for invalidation
-        (:class:`~adcp_stale_cache.control.CacheControl`). Raises
+        (:class:`~adcp_stale_cache.control.CacheControl`). ``revalidate`` is called instead
+        of ``call`` with the value held for the key, when there is one (a conditional HTTP
+        request, say). ``directives`` reads what an answer says of its own caching
+        (:mod:`~adcp_stale_cache.directives`): kept with the entry as its terms. Raises
         :class:`~adcp_stale_cache.UpstreamUnavailable` when the upstream
         fails and no entry within max-stale exists; failures the policy does not count as an
         outage are re-raised as they are.
@@ -240,15 +276,18 @@ class UpstreamCache:
             return self._after_failure(upstream, policy, step.fallback, failure, None, codec)
 
         labels = entry_labels(upstream, policy.name, partition, tags)
+        if revalidate is not None and step.previous is not None:
+            call = self._conditional(step.previous, upstream, codec, call, revalidate)
         refresh = self._refresher(
-            upstream, policy, store_key, call, codec, timeout, cacheable, validate, labels
-        )
+            upstream, policy, store_key, call, codec, timeout, cacheable, validate, labels,
+            _Storing(directives, shared),
+        )  # fmt: skip
         self.refreshers(store_key, labels, refresh)
         flight: Awaitable[_Refreshed[T]] = self._flights.run(store_key, refresh)
         if breaker is not None and admission is Admission.PROBE:
             flight = _releasing(breaker, flight)
         if step.fallback is not None and (
-            admission is Admission.PROBE or policy.stale_while_revalidate
+            admission is Admission.PROBE or policy.stale_while_revalidate or step.background
         ):
             # Serve the entry now; the probe (breaker) or the revalidation runs behind it.
             self._background(flight)
@@ -281,6 +320,7 @@ class UpstreamCache:
         cacheable: Callable[[T], bool] | None,
         validate: Callable[[T], object] | None,
         labels: tuple[str, ...] = (),
+        storing: _Storing[T] | None = None,
     ) -> Callable[[], Awaitable[_Refreshed[T]]]:
         """The one upstream call a flight makes: store what may be kept, tell the breaker.
 
@@ -337,14 +377,35 @@ class UpstreamCache:
                 return _Refreshed(value, None, tuple(inner.recorded()))
             if cacheable is not None and not cacheable(value):
                 return _Refreshed(value, None)
+            terms = None
+            if storing is not None:
+                said = storing.directives(value) if storing.directives else None
+                if said is not None and not storing.storable(said):
+                    return _Refreshed(value, None)
+                terms = _terms(said)
             data = encode(codec, value, upstream)
             if data is None:
                 return _Refreshed(value, None)
-            entry = Entry(data, self.clock(), labels)
+            entry = Entry(data, self.clock(), labels, terms=terms)
             await self._set(store_key, entry, self._ttl(upstream, policy))
             return _Refreshed(value, data)
 
         return refresh
+
+    @staticmethod
+    def _conditional(
+        previous: Entry,
+        upstream: Upstream,
+        codec: Codec[T],
+        call: Callable[[], Awaitable[T]],
+        revalidate: Callable[[T], Awaitable[T]],
+    ) -> Callable[[], Awaitable[T]]:
+        """``revalidate`` given the held value (``call`` when it cannot be read)."""
+        try:
+            held = decode(codec, previous, upstream)
+        except Unreadable:
+            return call
+        return lambda: revalidate(held)
 
     async def _await_other_process(self, store_key: str, since: float, timeout: float) -> Entry:
         """The entry another process's refresh stores, waited for up to ``timeout``."""
@@ -434,7 +495,9 @@ class UpstreamCache:
                 pass  # no usable entry after all: fail below
             else:
                 if isinstance(outcome, ServeStale):
-                    self._record_stale(upstream, policy, outcome.age_seconds, failure)
+                    self._record_stale(
+                        upstream, policy, outcome.age_seconds, failure, outcome.target_seconds
+                    )
                 return value
         failure = failure or UNKNOWN_FAILURE  # revalidating an entry that just expired
         self.metrics.unavailable(policy.name, upstream.name, failure.code)
@@ -447,14 +510,19 @@ class UpstreamCache:
         raise UpstreamUnavailable(upstream, failure) from exc
 
     def _record_stale(
-        self, upstream: Upstream, policy: SurfacePolicy, age: int, failure: Failure | None
+        self,
+        upstream: Upstream,
+        policy: SurfacePolicy,
+        age: int,
+        failure: Failure | None,
+        target: int | None = None,
     ) -> None:
         """One stale serve: the request's advisory, the metrics and the log line."""
         collector = current_collector()
         first = True  # this request's first stale serve from this upstream
         if collector is not None:
             first = collector.record(
-                upstream.identity, stale_response(upstream, policy, age, failure)
+                upstream.identity, stale_response(upstream, policy, age, failure, target)
             )
         elif self.strict_advisories:
             raise AdvisoryLost(

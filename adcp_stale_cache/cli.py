@@ -41,6 +41,9 @@ def _parser() -> argparse.ArgumentParser:
 
     inventory = served("inventory-service", "a mock inventory service (GET /products)")
     inventory.add_argument("--products", type=int, default=3)
+    inventory.add_argument(
+        "--max-age", type=int, metavar="S", help="answer with Cache-Control: max-age=S"
+    )
 
     seller = served("seller", "the example seller (FastAPI)")
     seller.add_argument(
@@ -72,6 +75,11 @@ def _parser() -> argparse.ArgumentParser:
         "--coordinate-refreshes",
         action="store_true",
         help="with --redis: processes refresh an expired key once between them (lease lock)",
+    )
+    seller.add_argument(
+        "--honor-cache-control",
+        action="store_true",
+        help="let the inventory service's Cache-Control set freshness within the policy",
     )
     seller.add_argument(
         "--admin-token",
@@ -201,7 +209,7 @@ def _serve(args: argparse.Namespace) -> int:
     elif args.app == "inventory-service":
         from .demo.inventory_service import create_inventory_app
 
-        app = create_inventory_app(count=args.products)
+        app = create_inventory_app(count=args.products, max_age=args.max_age)
     else:
         options = {
             "creative_agents": dict(args.creative_agent),
@@ -216,6 +224,7 @@ def _serve(args: argparse.Namespace) -> int:
             "coordinate_refreshes": args.coordinate_refreshes,
             "schema_version": args.schema_version,
             "admin_token": args.admin_token,
+            "honor_cache_control": args.honor_cache_control,
         }
         if args.workers > 1:
             # Each worker process builds the app from the same options (uvicorn imports it).

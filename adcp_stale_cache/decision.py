@@ -8,6 +8,13 @@ Two questions are asked of an entry (or its absence), the current time and a pol
 
 Boundaries (RFC 9111 semantics): an entry is fresh while ``age < target``, so a target of 0
 makes every hit past target; it may be served stale while ``age <= target + max_stale``.
+
+An entry's target and max-stale are the policy's, unless the upstream said otherwise (the
+entry's :class:`~adcp_stale_cache.entry.Terms`, kept when the surface honours HTTP
+directives): its ``max-age`` is clamped into the policy's freshness range, its
+``stale-if-error`` caps max-stale (never above the policy's), and its
+``stale-while-revalidate`` opens a window past the target where the entry is served at once
+while it is refreshed behind.
 """
 
 from __future__ import annotations
@@ -28,6 +35,12 @@ class Freshness(Protocol):
     @property
     def max_stale_seconds(self) -> int: ...
 
+    @property
+    def min_freshness_seconds(self) -> int: ...
+
+    @property
+    def max_freshness_seconds(self) -> int | None: ...
+
 
 @dataclass(frozen=True, slots=True)
 class Fresh:
@@ -38,9 +51,14 @@ class Fresh:
 
 @dataclass(frozen=True, slots=True)
 class Refresh:
-    """Call the upstream; ``fallback`` is the entry to serve stale if the call fails."""
+    """Call the upstream; ``fallback`` is the entry to serve stale if the call fails,
+    ``previous`` the entry held (its validators make the call conditional), even past
+    max-stale; ``background``: serve ``fallback`` now and refresh behind it (the upstream's
+    ``stale-while-revalidate`` window)."""
 
     fallback: Entry | None
+    previous: Entry | None = None
+    background: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +67,7 @@ class ServeStale:
 
     entry: Entry
     age_seconds: int
+    target_seconds: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,15 +80,44 @@ def whole_seconds(age: float) -> int:
     return max(0, math.floor(age))
 
 
+def target_seconds(entry: Entry, policy: Freshness) -> float:
+    """The entry's freshness target: the upstream's ``max-age`` clamped into the policy's
+    range, else the policy's target."""
+    terms = entry.terms
+    if terms is None or terms.max_age is None:
+        return policy.freshness_target_seconds
+    high = policy.max_freshness_seconds
+    high = policy.freshness_target_seconds if high is None else high
+    return min(max(terms.max_age, policy.min_freshness_seconds), high)
+
+
+def max_stale_seconds(entry: Entry, policy: Freshness) -> float:
+    """How far past its target the entry may be served: the policy's max-stale, capped by
+    the upstream's ``stale-if-error``."""
+    terms = entry.terms
+    if terms is None or terms.stale_if_error is None:
+        return policy.max_stale_seconds
+    return min(terms.stale_if_error, policy.max_stale_seconds)
+
+
 def is_fresh(entry: Entry, now: float, policy: Freshness) -> bool:
-    """True while the entry is younger than the freshness target (and not soft-purged: an
+    """True while the entry is younger than its freshness target (and not soft-purged: an
     invalidated entry is past its target whatever its age)."""
-    return not entry.revalidate and entry.age(now) < policy.freshness_target_seconds
+    return not entry.revalidate and entry.age(now) < target_seconds(entry, policy)
 
 
 def is_servable(entry: Entry, now: float, policy: Freshness) -> bool:
-    """True while the entry is within the hard max-stale bound."""
-    return entry.age(now) <= policy.freshness_target_seconds + policy.max_stale_seconds
+    """True while the entry is within its hard max-stale bound."""
+    return entry.age(now) <= target_seconds(entry, policy) + max_stale_seconds(entry, policy)
+
+
+def in_revalidation_window(entry: Entry, now: float, policy: Freshness) -> bool:
+    """True within the upstream's ``stale-while-revalidate`` window past the target."""
+    terms = entry.terms
+    if entry.revalidate or terms is None or terms.stale_while_revalidate is None:
+        return False
+    window = min(terms.stale_while_revalidate, max_stale_seconds(entry, policy))
+    return entry.age(now) < target_seconds(entry, policy) + window
 
 
 def plan(entry: Entry | None, now: float, policy: Freshness) -> Fresh | Refresh:
@@ -78,7 +126,9 @@ def plan(entry: Entry | None, now: float, policy: Freshness) -> Fresh | Refresh:
         return Refresh(fallback=None)
     if is_fresh(entry, now, policy):
         return Fresh(entry)
-    return Refresh(fallback=entry if is_servable(entry, now, policy) else None)
+    if not is_servable(entry, now, policy):  # kept for its validators only
+        return Refresh(fallback=None, previous=entry)
+    return Refresh(entry, entry, in_revalidation_window(entry, now, policy))
 
 
 def on_failure(entry: Entry | None, now: float, policy: Freshness) -> Fresh | ServeStale | Fail:
@@ -91,4 +141,5 @@ def on_failure(entry: Entry | None, now: float, policy: Freshness) -> Fresh | Se
         return Fail()
     if is_fresh(entry, now, policy):
         return Fresh(entry)
-    return ServeStale(entry, whole_seconds(entry.age(now)))
+    target = whole_seconds(target_seconds(entry, policy))
+    return ServeStale(entry, whole_seconds(entry.age(now)), target)

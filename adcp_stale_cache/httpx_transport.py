@@ -15,6 +15,24 @@ to answer JSON: a 2xx whose content type is not JSON (a ``200 text/html`` mainte
 or whose JSON does not parse is an invalid payload, never cached over the good entry
 (``expect_json=False`` for an upstream that answers other types). A 4xx is the caller's
 problem: it passes through and is never cached.
+
+HTTP's caching contract (RFC 9111, RFC 5861):
+
+- **Validators, always**: an entry's ``ETag`` and ``Last-Modified`` make its refresh
+  conditional (``If-None-Match``, ``If-Modified-Since``); a ``304`` re-stamps the entry with
+  the 304's headers merged in (no body transfer), counts as a successful refresh, and the
+  caller gets the full 200. ``SurfacePolicy.keep_seconds`` holds entries past max-stale for
+  this only, never to serve them.
+- **Directives, opt-in** (``honor_cache_control=True`` here, or on the surface's policy):
+  ``max-age`` / ``s-maxage`` set the entry's freshness within the policy's range,
+  ``no-cache`` revalidates every time, ``stale-if-error`` caps max-stale,
+  ``stale-while-revalidate`` opens a window served at once while refreshing, ``Age`` counts
+  into the entry's age, ``private`` is never stored for a surface shared across callers,
+  ``Vary`` names request headers that join the key (variants kept side by side; the first
+  answer that names new ones is served, not stored) and ``Vary: *`` is never stored.
+  ``no-store`` is always honoured.
+- **Negative caching, opt-in** (``negative_ttl_seconds``): a 404 or 410 is kept that long,
+  never as an outage fallback, and never over a good entry.
 """
 
 from __future__ import annotations
@@ -24,8 +42,10 @@ from collections.abc import Callable, Iterable
 
 import httpx
 import orjson
+from cachetools import LRUCache
 
 from .cache import UpstreamCache
+from .directives import Directives, parse
 from .failures import InvalidPayload, UpstreamError, UpstreamHTTPError
 from .keys import CREDENTIAL_HEADERS
 from .policy import SurfacePolicy, Upstream
@@ -54,6 +74,9 @@ class CachingTransport(httpx.AsyncBaseTransport):
         validate: Callable[[httpx.Response], object] | None = None,
         expect_json: bool = True,
         tags: Iterable[str] = (),
+        honor_cache_control: bool | None = None,
+        negative_ttl_seconds: float | None = None,
+        max_learned_vary: int = 10_000,
     ) -> None:
         self.cache = cache
         self.upstream = upstream
@@ -65,27 +88,72 @@ class CachingTransport(httpx.AsyncBaseTransport):
         self._validate = validate
         self.expect_json = expect_json
         self.tags = tuple(tags)  # on every entry: see adcp_stale_cache.control
+        # None: as the surface's policy says (SurfacePolicy.honor_cache_control).
+        self.honor_cache_control = honor_cache_control
+        self._honor = honor_cache_control
+        if negative_ttl_seconds is not None and not 0 < negative_ttl_seconds < 2**31:
+            raise ValueError("negative_ttl_seconds must be a positive number of seconds")
+        self.negative_ttl_seconds = negative_ttl_seconds
+        # The request headers each (method, URL) varies on, as its answers said (Vary).
+        self._vary: LRUCache[tuple[str, str], tuple[str, ...]] = LRUCache(max_learned_vary)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Answer from cache or upstream, as the surface's policy decides."""
         if request.method not in self.methods:
             return await self._transport.handle_async_request(request)
         body = await request.aread()
-        key = ("http", request.method, str(request.url), body, *self._varying(request))
+        key: tuple[object, ...] = (
+            "http", request.method, str(request.url), body, *self._varying(request)
+        )  # fmt: skip
+        honor = self._honor
+        if honor is None:  # as the surface's policy says: a named one is looked up once
+            honor = self.cache.policy_for(self.surface).honor_cache_control
+            if self.surface is not None:
+                self._honor = honor
+        varies = self._vary.get((request.method, str(request.url)), ()) if honor else ()
+        if varies:  # the variant's key: the values of the headers its answers vary on
+            key = (*key, tuple(request.headers.get_list(name) for name in varies))
 
-        async def call() -> httpx.Response:
-            response = await self._transport.handle_async_request(request)
+        async def send(held: httpx.Response | None) -> httpx.Response:
+            outgoing = _conditional(request, held) if held is not None else request
+            response = await self._transport.handle_async_request(outgoing)
             await response.aread()
             await response.aclose()
+            if response.status_code == 304 and held is not None and outgoing is not request:
+                return _refreshed(held, response)  # validated: the held body, updated headers
             _raise_for_outage(response, self.expect_json)
             if self._validate is not None and response.is_success:
                 self._validate(response)
+            if held is not None and held.is_success and not response.is_success:
+                response.extensions[_KEEP_HELD] = True  # an error never replaces a good entry
             return response
 
+        def cacheable(response: httpx.Response) -> bool:
+            if response.extensions.get(_KEEP_HELD):
+                return False
+            if not (response.is_success or self._negative(response)):
+                return False
+            if "no-store" in response.headers.get("cache-control", "").lower():
+                return False
+            if honor:  # an answer that varies on headers not in this key is not kept under it
+                said = parse(response.headers).vary
+                if not set(said) <= set(varies):
+                    self._vary[(request.method, str(request.url))] = tuple(sorted(said))
+                    return False
+            return True
+
+        def directives(response: httpx.Response) -> Directives | None:
+            if self._negative(response):  # kept briefly, never an outage fallback
+                return Directives(max_age=self.negative_ttl_seconds, stale_if_error=0)
+            return parse(response.headers) if honor else None
+
         return await self.cache.fetch(
-            self.upstream, key, call, surface=self.surface, codec=RESPONSES, cacheable=_cacheable,
-            tags=self.tags,
+            self.upstream, key, lambda: send(None), surface=self.surface, codec=RESPONSES,
+            cacheable=cacheable, tags=self.tags, revalidate=send, directives=directives,
         )  # fmt: skip
+
+    def _negative(self, response: httpx.Response) -> bool:
+        return self.negative_ttl_seconds is not None and response.status_code in (404, 410)
 
     def _varying(self, request: httpx.Request) -> list[str]:
         """The values of the vary headers, in order ("" when absent): one pass over the
@@ -125,9 +193,37 @@ def _is_json(response: httpx.Response) -> bool:
     return content_type == "application/json" or content_type.endswith("+json")
 
 
-def _cacheable(response: httpx.Response) -> bool:
-    cache_control = response.headers.get("cache-control", "").lower()
-    return bool(response.is_success) and "no-store" not in cache_control
+def _conditional(request: httpx.Request, held: httpx.Response) -> httpx.Request:
+    """``request`` made conditional on the held answer's validators (itself when it has none)."""
+    headers = {}
+    if "etag" in held.headers:
+        headers["If-None-Match"] = held.headers["etag"]
+    if "last-modified" in held.headers:
+        headers["If-Modified-Since"] = held.headers["last-modified"]
+    if not headers or not held.is_success:
+        return request
+    conditional = httpx.Request(
+        request.method, request.url, headers=request.headers, content=request.content,
+        extensions=request.extensions,
+    )  # fmt: skip
+    conditional.headers.update(headers)
+    return conditional
+
+
+# Marks an answer that must not replace the entry held for its key.
+_KEEP_HELD = "adcp_stale_cache.keep_held"
+
+# Never taken from a 304 into the stored answer (RFC 9111 section 3.2): they describe the
+# 304's own (empty) transfer, not the stored content.
+_NOT_UPDATED = _TRANSFER_HEADERS | {"content-type"}
+
+
+def _refreshed(held: httpx.Response, not_modified: httpx.Response) -> httpx.Response:
+    """The held answer, its headers updated by the 304 that validated it."""
+    updates = [(k, v) for k, v in not_modified.headers.multi_items() if k not in _NOT_UPDATED]
+    replaced = {name for name, _ in updates}
+    kept = [(k, v) for k, v in held.headers.multi_items() if k not in replaced]
+    return httpx.Response(held.status_code, headers=kept + updates, content=held.content)
 
 
 def _retry_after(response: httpx.Response) -> float | None:

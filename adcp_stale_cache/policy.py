@@ -83,11 +83,32 @@ class SurfacePolicy(BaseModel):
         default=False,
         description="Public data: one cache entry for every caller instead of one per caller.",
     )
+    honor_cache_control: bool = Field(
+        default=False,
+        description="Let HTTP upstreams' Cache-Control, Age and Vary set each entry's terms, "
+        "within this policy's bounds (CachingTransport).",
+    )
+    min_freshness_seconds: int = Field(
+        default=0, ge=0, description="Honoured max-age: the shortest freshness target allowed."
+    )
+    max_freshness_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        description="Honoured max-age: the longest freshness target allowed (default: the "
+        "freshness target).",
+    )
+    keep_seconds: int = Field(
+        default=0,
+        ge=0,
+        description="How long past max-stale an entry is kept for revalidation only (its "
+        "ETag), never served (Varnish's keep).",
+    )
 
     @property
     def ttl_seconds(self) -> int:
-        """How long a store keeps an entry: past this it can never be served."""
-        return self.freshness_target_seconds + self.max_stale_seconds
+        """How long a store keeps an entry: its longest target, max-stale, and ``keep``."""
+        target = max(self.freshness_target_seconds, self.max_freshness_seconds or 0)
+        return target + self.max_stale_seconds + self.keep_seconds
 
 
 class Upstream(BaseModel):

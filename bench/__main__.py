@@ -165,6 +165,62 @@ def uvicorn_passthrough(requests: int, rounds: int) -> dict[str, float]:
     return {"passthrough_ratio_uvicorn": t_bare / t_wrapped}
 
 
+def validator_app() -> Any:
+    """An upstream answering about 100 KB of products: ``/etag`` with an ETag (and 304s for
+    a matching If-None-Match), ``/plain`` without validators (every refresh a full 200)."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    body = orjson.dumps({"products": products(95)})  # about 100 KB
+    tag = '"v1"'
+
+    async def etag(request: Request) -> Response:
+        if request.headers.get("if-none-match") == tag:
+            return Response(status_code=304, headers={"ETag": tag})
+        return Response(body, media_type="application/json", headers={"ETag": tag})
+
+    async def plain(request: Request) -> Response:
+        return Response(body, media_type="application/json")
+
+    return Starlette(routes=[Route("/etag", etag), Route("/plain", plain)])
+
+
+def revalidate_304(requests: int, rounds: int) -> dict[str, float]:
+    """A refresh answered 304 against a full 200 refresh of the same 100 KB entry, through
+    CachingTransport to a real uvicorn upstream on loopback (its own process). Target 0: each
+    request refreshes."""
+    from adcp_stale_cache.demo.processes import free_port, wait_for_port
+
+    code = ("import sys, uvicorn; sys.path.insert(0, '.'); from bench.__main__ import validator_app;"
+            "uvicorn.run(validator_app(), host='127.0.0.1', port=int(sys.argv[1]),"
+            " log_level='error', access_log=False)")  # fmt: skip
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-c", code, str(port)])
+    try:
+        wait_for_port(port)
+        always = SurfacePolicy(name="get_products", freshness_target_seconds=0)
+        cache = UpstreamCache(surfaces=Surfaces.of(always), breaker=None)
+        transport = CachingTransport(cache, Upstream(name="inv"), surface="get_products")
+
+        async def measure() -> tuple[float, float]:
+            async with httpx.AsyncClient(
+                base_url=f"http://127.0.0.1:{port}", transport=transport
+            ) as client:
+                await client.get("/etag")
+                await client.get("/plain")
+                return await side_by_side(
+                    lambda: client.get("/etag"), lambda: client.get("/plain"), requests, rounds
+                )
+
+        t_304, t_full = asyncio.run(measure())
+    finally:
+        proc.terminate()
+        proc.wait()
+    return {"revalidate_304_vs_full_refresh": t_304 / t_full}
+
+
 async def inject(n: int, rounds: int) -> dict[str, float]:
     out = {}
     # Product counts giving bodies of about 1 KB, 100 KB and 1 MB (875 B, 100 KB, 1.0 MB).
@@ -518,6 +574,7 @@ TARGETS = {
     "passthrough_ratio": ">= 0.97", "passthrough_ratio_uvicorn": ">= 0.97",
     "inject_ratio_1k": "<= 1.5", "inject_ratio_100k": "<= 1.5", "inject_ratio_1m": "<= 1.5", "inject_ratio_mcp_sse_100k": "<= 1.5",
     "transport_hit_vs_floor": "<= 1.15", "hishel_vs_transport_hit": ">= 4",
+    "revalidate_304_vs_full_refresh": "<= 0.3",
     "wrapper_hit_us": "(us)", "cashews_vs_wrapper_hit": ">= 10", "wrapper_hit_shared_us": "(us)",
     "cashews_vs_wrapper_hit_shared": ">= 10", "aiocache_vs_wrapper_hit": "(info)",
     "outage_vs_hit_p50": "<= 1.5", "stampede_upstream_calls": "1", "stampede_cashews_calls": "(info)", "stampede_hishel_cold_calls": "(info)",
@@ -548,6 +605,7 @@ def main(argv: list[str] | None = None) -> int:
 
     asyncio.run(measure())
     figures.update(uvicorn_passthrough(400 if args.quick else 4000, rounds))
+    figures.update(revalidate_304(100 if args.quick else 1000, rounds))
     print(f"adcp-stale-cache benchmarks ({'quick' if args.quick else 'full'}) on {platform.machine()}, "
           f"Python {platform.python_version()}, {platform.processor() or 'cpu'}")  # fmt: skip
     print(f"{'figure':32} {'measured':>12}  target")

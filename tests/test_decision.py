@@ -57,11 +57,11 @@ def test_plan_without_entry_refreshes_with_no_fallback() -> None:
 @pytest.mark.parametrize(
     ("target", "max_stale", "age", "expected"),
     [
-        (10, 50, 10.0, ServeStale(ENTRY, 10)),
-        (10, 50, 10.7, ServeStale(ENTRY, 10)),  # whole seconds, floored
-        (10, 50, 60.0, ServeStale(ENTRY, 60)),
+        (10, 50, 10.0, ServeStale(ENTRY, 10, 10)),
+        (10, 50, 10.7, ServeStale(ENTRY, 10, 10)),  # whole seconds, floored
+        (10, 50, 60.0, ServeStale(ENTRY, 60, 10)),
         (10, 50, 60.5, Fail()),
-        (0, 5, 0.0, ServeStale(ENTRY, 0)),
+        (0, 5, 0.0, ServeStale(ENTRY, 0, 0)),
         (10, 50, 3.0, Fresh(ENTRY)),  # refreshed by a concurrent call meanwhile: plain hit
     ],
 )
@@ -75,7 +75,7 @@ def test_on_failure_without_entry_fails() -> None:
 
 def test_age_never_negative_and_whole() -> None:
     # A clock reading before the store time (another host, a reset) gives age 0, not -1.
-    assert on_failure(ENTRY, STORED - 5, policy(0, 10)) == ServeStale(ENTRY, 0)
+    assert on_failure(ENTRY, STORED - 5, policy(0, 10)) == ServeStale(ENTRY, 0, 0)
     assert whole_seconds(-3.2) == 0
     assert whole_seconds(2.999) == 2
     assert isinstance(whole_seconds(7.0), int)

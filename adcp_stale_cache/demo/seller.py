@@ -204,12 +204,15 @@ def create_seller_app(
     coordinate_refreshes: bool = False,
     schema_version: str | None = None,
     admin_token: str | None = None,
+    honor_cache_control: bool = False,
 ) -> FastAPI:
     """The seller app; ``creative_agents`` maps each agent's name to its MCP URL.
 
     ``test_controller`` enables the sandbox ``comply_test_controller`` tool (and the cache's
     test mode): never in production. ``admin_token`` mounts the operator app
     (:mod:`adcp_stale_cache.admin`) at ``/admin``; without one there is none.
+    ``honor_cache_control`` lets the inventory service's ``Cache-Control`` set its entries'
+    freshness within the policy (its ETags revalidate either way).
     """
     surfaces = seller_surfaces(freshness_target, max_stale, upstream_timeout)
     store = store if store is not None else MemoryStore()
@@ -223,7 +226,8 @@ def create_seller_app(
         metrics=PrometheusMetrics(registry, store=store),
     )
     inventory = Upstream(name="inventory-service")  # internal: its URL is never reported
-    transport = CachingTransport(cache, inventory, surface="get_products", validate=_has_products)
+    transport = CachingTransport(cache, inventory, surface="get_products", validate=_has_products,
+                                 honor_cache_control=honor_cache_control)  # fmt: skip
     client = httpx.AsyncClient(base_url=inventory_url, transport=transport)
     agents = [Upstream(name=name, url=url) for name, url in creative_agents.items()]
     tools = SellerTools(cache, agents, client, test_controller=test_controller)

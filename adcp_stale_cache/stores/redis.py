@@ -3,9 +3,9 @@
 Entry format (version 3), under ``{prefix}:v3:{key}``::
 
     b"\\x03" | stored_at (8 bytes, big-endian IEEE double, Unix seconds)
-          | CRC-32 of labels + data (4) | flags (1: soft-purged, 2: tombstone)
-          | labels length (2)
-          | labels (UTF-8, newline-separated) | data
+          | CRC-32 of terms + labels + data (4)
+          | flags (1: soft-purged, 2: tombstone, 4: terms follow) | labels length (2)
+          | terms (32, when flagged: see Entry.terms) | labels (UTF-8, newline-separated) | data
 
 An unreadable value (another format, truncated, foreign, a ``stored_at`` that is not a
 finite time) is no entry: the key is then refreshed from the upstream and overwritten.
@@ -41,13 +41,13 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from ..entry import Entry
+from ..entry import TERMS_SIZE, Entry, Terms
 
 logger = logging.getLogger("adcp_stale_cache.redis")
 
 FORMAT_VERSION = 3
 _HEADER = struct.Struct(">BdIBH")
-_REVALIDATE, _TOMBSTONE = 1, 2  # flags: soft-purged, hard-purged
+_REVALIDATE, _TOMBSTONE, _TERMS = 1, 2, 4  # flags: soft-purged, hard-purged, terms follow
 # Mark an entry for revalidation only if it is still the value that was read (a refresh that
 # landed meanwhile is not marked), keeping its expiry.
 _MARK = (
@@ -287,8 +287,13 @@ class RedisStore:
 def encode(entry: Entry) -> bytes:
     """The stored form of an entry."""
     labels = "\n".join(entry.labels).encode()
-    body = labels + entry.data
-    flags = (_REVALIDATE if entry.revalidate else 0) | (_TOMBSTONE if entry.tombstone else 0)
+    terms = entry.terms.pack() if entry.terms is not None else b""
+    body = terms + labels + entry.data
+    flags = (
+        (_REVALIDATE if entry.revalidate else 0)
+        | (_TOMBSTONE if entry.tombstone else 0)
+        | (_TERMS if terms else 0)
+    )
     header = _HEADER.pack(FORMAT_VERSION, entry.stored_at, zlib.crc32(body), flags, len(labels))
     return header + body
 
@@ -299,9 +304,18 @@ def decode(raw: bytes) -> Entry | None:
         return None
     _, stored_at, checksum, flags, size = _HEADER.unpack_from(raw)
     body = bytes(raw[_HEADER.size :])
-    if not math.isfinite(stored_at) or zlib.crc32(body) != checksum or size > len(body):
+    if not math.isfinite(stored_at) or zlib.crc32(body) != checksum:
         return None  # truncated, foreign, or a time that is no time: no entry
+    terms = None
+    if flags & _TERMS:
+        terms = Terms.unpack(body[:TERMS_SIZE])
+        if terms is None:
+            return None
+        body = body[TERMS_SIZE:]
+    if size > len(body):
+        return None
     labels = tuple(body[:size].decode().split("\n")) if size else ()
     return Entry(
-        body[size:], stored_at, labels, bool(flags & _REVALIDATE), bool(flags & _TOMBSTONE)
-    )
+        body[size:], stored_at, labels, bool(flags & _REVALIDATE), bool(flags & _TOMBSTONE),
+        terms,
+    )  # fmt: skip

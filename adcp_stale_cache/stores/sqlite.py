@@ -36,14 +36,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..entry import Entry
+from ..entry import Entry, Terms
 
 logger = logging.getLogger("adcp_stale_cache.sqlite")
 
 T = TypeVar("T")
 
 # The file's own format (PRAGMA user_version): a file of another format is emptied, not read.
-FILE_FORMAT = 2
+FILE_FORMAT = 3
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -54,6 +54,7 @@ CREATE TABLE IF NOT EXISTS entries (
     checksum INTEGER NOT NULL,
     labels TEXT NOT NULL,
     flags INTEGER NOT NULL,
+    terms BLOB,
     data BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS entries_by_age ON entries (stored_at);
@@ -75,11 +76,11 @@ END;
 """
 
 _UPSERT = (
-    "INSERT INTO entries (key, stored_at, expires_at, size, checksum, labels, flags, data) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET "
+    "INSERT INTO entries (key, stored_at, expires_at, size, checksum, labels, flags, terms, data) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET "
     "stored_at = excluded.stored_at, expires_at = excluded.expires_at, size = excluded.size, "
     "checksum = excluded.checksum, labels = excluded.labels, flags = excluded.flags, "
-    "data = excluded.data"
+    "terms = excluded.terms, data = excluded.data"
 )
 _DROP = (
     "DROP TABLE IF EXISTS entries; DROP TABLE IF EXISTS totals; DROP TABLE IF EXISTS generation;"
@@ -137,11 +138,12 @@ class SqliteStore:
             row = await self._run("get", self._get, key)
         if row is None:
             return None
-        stored_at, checksum, data, labels, flags = row
-        if zlib.crc32(data) != checksum:
+        stored_at, checksum, data, labels, flags, packed = row
+        terms = Terms.unpack(packed) if packed is not None else None
+        if zlib.crc32(data) != checksum or (packed is not None and terms is None):
             return None  # a torn or foreign row: no entry
         return Entry(data, stored_at, _split(labels), bool(flags & _REVALIDATE),
-                     bool(flags & _TOMBSTONE))  # fmt: skip
+                     bool(flags & _TOMBSTONE), terms)  # fmt: skip
 
     async def set(self, key: str, entry: Entry, ttl_seconds: float) -> None:
         """Keep ``entry`` until ``ttl_seconds`` from now, evicting the oldest past a bound."""
@@ -252,15 +254,18 @@ class SqliteStore:
             finally:
                 self._db = None
 
-    def _get(self, db: sqlite3.Connection, key: str) -> tuple[float, int, bytes, str, int] | None:
+    def _get(
+        self, db: sqlite3.Connection, key: str
+    ) -> tuple[float, int, bytes, str, int, bytes | None] | None:
         row = db.execute(
-            "SELECT stored_at, checksum, data, labels, flags FROM entries "
+            "SELECT stored_at, checksum, data, labels, flags, terms FROM entries "
             "WHERE key = ? AND expires_at > ?",
             (key, time.time()),
         ).fetchone()
         if row is None:
             return None
-        return float(row[0]), int(row[1]), bytes(row[2]), str(row[3]), int(row[4])
+        terms = bytes(row[5]) if row[5] is not None else None
+        return float(row[0]), int(row[1]), bytes(row[2]), str(row[3]), int(row[4]), terms
 
     def _set(self, db: sqlite3.Connection, key: str, entry: Entry, ttl: float) -> None:
         data = entry.data
@@ -273,7 +278,8 @@ class SqliteStore:
             db.execute(
                 _UPSERT,
                 (key, entry.stored_at, now + ttl, entry.size, zlib.crc32(data),
-                 "\n".join(entry.labels), _flags(entry), data),
+                 "\n".join(entry.labels), _flags(entry),
+                 entry.terms.pack() if entry.terms is not None else None, data),
             )  # fmt: skip
             count, size = db.execute("SELECT entries, bytes FROM totals WHERE id = 1").fetchone()
             if count > self.max_entries or size > self.max_bytes:

@@ -1,0 +1,70 @@
+"""HTTP's caching contract, read from response headers (no I/O): RFC 9111 and RFC 5861.
+
+:func:`parse` reads what an upstream says about its answer; the cache then clamps it into
+the surface policy (:func:`~adcp_stale_cache.decision.terms_for`): an upstream can only move
+values inside what the seller allows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Directives:
+    """What one response says about its own caching (None: it says nothing of it).
+
+    ``max_age`` is ``s-maxage`` when present (we are a shared cache), else ``max-age``;
+    ``age`` is the ``Age`` header, seconds the answer already spent in caches upstream.
+    """
+
+    max_age: float | None = None
+    no_cache: bool = False
+    no_store: bool = False
+    private: bool = False
+    stale_if_error: float | None = None
+    stale_while_revalidate: float | None = None
+    age: float = 0.0
+    vary: tuple[str, ...] = ()
+
+    @property
+    def vary_any(self) -> bool:
+        """``Vary: *``: the answer varies on more than the request's headers."""
+        return "*" in self.vary
+
+
+def parse(headers: Mapping[str, str]) -> Directives:
+    """The directives of a response's ``Cache-Control``, ``Age`` and ``Vary`` headers.
+
+    Unknown directives are ignored; a malformed number (``max-age=soon``) is as if absent
+    (RFC 9111 section 4.2.1: then the answer has no explicit freshness from it).
+    """
+    values: dict[str, str | None] = {}
+    for part in headers.get("cache-control", "").split(","):
+        name, _, value = part.strip().partition("=")
+        if name:
+            values.setdefault(name.lower(), value.strip().strip('"') if value else None)
+    max_age = _seconds(values.get("s-maxage")) if "s-maxage" in values else None
+    if max_age is None:
+        max_age = _seconds(values.get("max-age"))
+    vary = tuple(
+        name.strip().lower() for name in headers.get("vary", "").split(",") if name.strip()
+    )
+    return Directives(
+        max_age=max_age,
+        no_cache="no-cache" in values,
+        no_store="no-store" in values,
+        private="private" in values,
+        stale_if_error=_seconds(values.get("stale-if-error")),
+        stale_while_revalidate=_seconds(values.get("stale-while-revalidate")),
+        age=_seconds(headers.get("age")) or 0.0,
+        vary=vary,
+    )
+
+
+def _seconds(value: str | None) -> float | None:
+    """RFC 9111 delta-seconds: digits only (``inf``, ``-1``, ``1e9`` are not seconds)."""
+    if value is None or not value.isascii() or not value.isdigit():
+        return None
+    return float(min(int(value), 2**31))  # RFC 9111 1.2.2: cap at 2^31

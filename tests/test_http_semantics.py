@@ -1,0 +1,415 @@
+"""HTTP's caching contract in CachingTransport (issue 15): validators and 304s, directives
+clamped by the surface policy, errors that never replace a good entry, negative caching.
+One test (or more) per row of docs/http-caching.md's table, each run twice: against a respx
+route and against a real uvicorn upstream on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+import respx
+
+from adcp_stale_cache import (
+    CachingTransport,
+    MemoryStore,
+    SurfacePolicy,
+    Surfaces,
+    Upstream,
+    UpstreamCache,
+    UpstreamUnavailable,
+    collect_advisories,
+)
+from adcp_stale_cache.directives import parse
+
+from .conftest import FakeClock
+
+INVENTORY = Upstream(name="inventory-service")
+GOOD = {"products": [{"product_id": "p1"}]}
+NEWER = {"products": [{"product_id": "p2"}]}
+Answer = tuple[int, Any, dict[str, str]]  # status, JSON body (None: empty), headers
+
+
+class Scripted:
+    """An upstream whose answers a test scripts: a function of the request's headers. Runs
+    as a respx route or as a real uvicorn server on loopback (the ``upstream`` fixture)."""
+
+    url = ""
+
+    def __init__(self) -> None:
+        self.script: Any = lambda headers: (200, GOOD, {})
+        self.requests: list[dict[str, str]] = []
+
+    def answer(self, status: int = 200, body: Any = GOOD, **headers: str) -> None:
+        """Every request gets this answer from now on."""
+        self.script = lambda _: (status, body, headers)
+
+    @property
+    def call_count(self) -> int:
+        return len(self.requests)
+
+    @property
+    def last(self) -> dict[str, str]:
+        return self.requests[-1]
+
+    def respond(self, headers: dict[str, str]) -> Answer:
+        self.requests.append(headers)
+        answer: Answer = self.script(headers)
+        return answer
+
+
+@pytest.fixture(scope="module")
+def real_server() -> Iterator[Scripted]:
+    """One uvicorn server for the module's tests; each test gets it with a clean script."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    from .servers import serve
+
+    scripted = Scripted()
+
+    async def products(request: Request) -> Response:
+        status, body, headers = scripted.respond(dict(request.headers))
+        content = b"" if body is None else orjson.dumps(body)
+        kind = {"content-type": "application/json"} if body is not None else {}
+        return Response(content, status_code=status, headers=kind | headers)
+
+    with serve(Starlette(routes=[Route("/products", products)])) as base:
+        scripted.url = f"{base}/products"
+        yield scripted
+
+
+@pytest.fixture(params=["respx", "uvicorn"])
+def upstream(request: pytest.FixtureRequest) -> Iterator[Scripted]:
+    if request.param == "uvicorn":
+        scripted: Scripted = request.getfixturevalue("real_server")
+        scripted.requests.clear()
+        scripted.answer()
+        yield scripted
+        return
+    scripted = Scripted()
+    scripted.url = "http://inventory.internal:9000/products"
+
+    def mocked(req: httpx.Request) -> httpx.Response:
+        status, body, headers = scripted.respond(dict(req.headers))
+        if body is None:
+            return httpx.Response(status, headers=headers)
+        return httpx.Response(status, json=body, headers=headers)
+
+    with respx.mock(assert_all_called=False) as router:
+        router.get(scripted.url).mock(side_effect=mocked)
+        yield scripted
+
+
+def policy(**changes: Any) -> SurfacePolicy:
+    settings: dict[str, Any] = {"name": "get_products", "field": "products",
+                                "freshness_target_seconds": 60, "max_stale_seconds": 3600}  # fmt: skip
+    return SurfacePolicy(**(settings | changes))
+
+
+def client_for(clock: FakeClock, honor: bool | None = True, **options: Any) -> httpx.AsyncClient:
+    surface = options.pop("surface", policy())
+    breaker = options.pop("breaker", None)
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(surface), clock=clock,
+                          breaker=breaker)  # fmt: skip
+    transport = CachingTransport(cache, INVENTORY, surface=surface.name,
+                                 honor_cache_control=honor, **options)  # fmt: skip
+    client = httpx.AsyncClient(transport=transport)
+    client.cache = cache  # type: ignore[attr-defined]
+    return client
+
+
+def stale(advisories: Any) -> list[dict[str, Any]]:
+    return [e for e in advisories.errors() if e["code"] == "STALE_RESPONSE"]
+
+
+# Validators (always on)
+
+
+async def test_etag_revalidates_and_a_304_restamps_without_a_body(
+    clock: FakeClock, upstream: Scripted
+) -> None:
+    client, url = client_for(clock, honor=False), upstream.url
+    upstream.answer(ETag='"v1"', **{"X-Version": "1"})
+    await client.get(url)
+    clock.advance(61)  # past the target
+    upstream.answer(304, None, ETag='"v1"', **{"X-Version": "2"})
+    with collect_advisories() as advisories:
+        answer = await client.get(url)
+    assert upstream.last["if-none-match"] == '"v1"'
+    assert answer.status_code == 200 and answer.json() == GOOD  # the full answer
+    assert answer.headers["x-version"] == "2"  # headers updated from the 304 (RFC 9111 4.3.4)
+    assert int(answer.headers["content-length"]) == len(answer.content)
+    assert advisories.errors() == []  # a successful refresh: no advisory
+    clock.advance(30)
+    await client.get(url)
+    assert upstream.call_count == 2  # re-stamped: fresh again for 60 s, no call
+
+
+async def test_last_modified_revalidates_with_if_modified_since(
+    clock: FakeClock, upstream: Scripted
+) -> None:
+    client, url = client_for(clock, honor=False), upstream.url
+    stamp = "Wed, 21 Oct 2026 07:28:00 GMT"
+    upstream.answer(**{"Last-Modified": stamp})
+    await client.get(url)
+    clock.advance(61)
+    upstream.answer(304, None)
+    assert (await client.get(url)).json() == GOOD
+    assert upstream.last["if-modified-since"] == stamp
+
+
+async def test_a_304_counts_as_a_success_for_the_breaker(
+    clock: FakeClock, upstream: Scripted
+) -> None:
+    from adcp_stale_cache.breaker import BreakerPolicy
+
+    client = client_for(clock, honor=False, surface=policy(freshness_target_seconds=1),
+                        breaker=BreakerPolicy(failure_threshold=2))  # fmt: skip
+    upstream.answer(ETag='"v1"')
+    await client.get(upstream.url)
+    for status in (503, 304, 503):
+        clock.advance(2)
+        upstream.answer(status, None)
+        with collect_advisories():
+            await client.get(upstream.url)
+    assert not client.cache.breaker_open(INVENTORY)  # type: ignore[attr-defined]
+
+
+async def test_keep_holds_an_entry_for_revalidation_only(
+    clock: FakeClock, upstream: Scripted
+) -> None:
+    client = client_for(clock, honor=False,
+                        surface=policy(max_stale_seconds=100, keep_seconds=1000))  # fmt: skip
+    upstream.answer(ETag='"v1"')
+    await client.get(upstream.url)
+    clock.advance(500)  # past target + max-stale, within keep
+    upstream.answer(304, None)
+    assert (await client.get(upstream.url)).json() == GOOD  # revalidated: no body transferred
+    assert upstream.last["if-none-match"] == '"v1"'
+    clock.advance(500)
+    upstream.answer(503, None)
+    with pytest.raises(UpstreamUnavailable):  # kept, but never served past max-stale
+        await client.get(upstream.url)
+
+
+async def test_a_5xx_during_revalidation_leaves_the_entry(
+    clock: FakeClock, upstream: Scripted
+) -> None:
+    client = client_for(clock, honor=False)
+    upstream.answer(ETag='"v1"')
+    await client.get(upstream.url)
+    clock.advance(61)
+    upstream.answer(503, None)
+    with collect_advisories() as advisories:
+        assert (await client.get(upstream.url)).json() == GOOD
+    assert len(stale(advisories)) == 1
+    upstream.answer(304, None)
+    answer = await client.get(upstream.url)  # the entry is still there, with its validator
+    assert answer.json() == GOOD and upstream.last["if-none-match"] == '"v1"'
+
+
+# Directives (opt-in)
+
+
+@pytest.mark.parametrize(
+    ("cache_control", "changes", "fresh_for"),
+    [
+        ("max-age=5", {}, 5),  # shorter than the policy's target: taken
+        ("max-age=3600", {}, 60),  # longer: clamped to the policy's target
+        ("max-age=3600", {"max_freshness_seconds": 600}, 600),  # the seller allows up to 600
+        ("max-age=1", {"min_freshness_seconds": 10}, 10),  # the seller's floor
+        ("max-age=5, s-maxage=20", {}, 20),  # a shared cache takes s-maxage
+        ("no-cache", {}, 0),  # revalidate every time
+        ("max-age=soon", {}, 60),  # malformed: as if absent
+    ],
+)
+async def test_max_age_sets_freshness_within_the_policys_range(
+    clock: FakeClock,
+    upstream: Scripted,
+    cache_control: str,
+    changes: dict[str, Any],
+    fresh_for: int,
+) -> None:
+    client = client_for(clock, surface=policy(**changes))
+    upstream.answer(**{"Cache-Control": cache_control})
+    await client.get(upstream.url)
+    if fresh_for:
+        clock.advance(fresh_for - 0.5)
+        await client.get(upstream.url)
+        assert upstream.call_count == 1  # still fresh
+    clock.advance(1)
+    await client.get(upstream.url)
+    assert upstream.call_count == 2  # past the entry's own target: refreshed
+
+
+async def test_directives_are_ignored_unless_honoured(clock: FakeClock, upstream: Scripted) -> None:
+    client = client_for(clock, honor=None)  # the policy's default: not honoured
+    upstream.answer(**{"Cache-Control": "max-age=5"})
+    await client.get(upstream.url)
+    clock.advance(30)
+    await client.get(upstream.url)
+    assert upstream.call_count == 1
+    client = client_for(clock, honor=None, surface=policy(honor_cache_control=True))
+    await client.get(upstream.url)
+    clock.advance(30)
+    await client.get(upstream.url)
+    assert upstream.call_count == 3  # the surface honours it: 5 s
+
+
+async def test_stale_if_error_caps_max_stale(clock: FakeClock, upstream: Scripted) -> None:
+    client = client_for(clock)  # the policy allows 3600 s past the target
+    upstream.answer(**{"Cache-Control": "max-age=10, stale-if-error=5"})
+    await client.get(upstream.url)
+    upstream.answer(503, None)
+    clock.advance(14)
+    with collect_advisories() as advisories:
+        assert (await client.get(upstream.url)).json() == GOOD  # 4 s past the target: stale
+    [advisory] = stale(advisories)
+    assert advisory["details"]["freshness_target_seconds"] == 10  # the entry's own target
+    assert advisory["details"]["cache_age_seconds"] == 14
+    clock.advance(2)  # 6 s past the target: beyond stale-if-error
+    with pytest.raises(UpstreamUnavailable):
+        await client.get(upstream.url)
+
+
+async def test_stale_if_error_never_widens_the_policy(clock: FakeClock, upstream: Scripted) -> None:
+    client = client_for(clock, surface=policy(max_stale_seconds=5))
+    upstream.answer(**{"Cache-Control": "max-age=10, stale-if-error=600"})
+    await client.get(upstream.url)
+    upstream.answer(503, None)
+    clock.advance(16)
+    with pytest.raises(UpstreamUnavailable):
+        await client.get(upstream.url)
+
+
+async def test_stale_while_revalidate_serves_at_once_and_refreshes_behind(
+    clock: FakeClock, upstream: Scripted
+) -> None:
+    client = client_for(clock)
+    cc = {"Cache-Control": "max-age=10, stale-while-revalidate=30"}
+    upstream.answer(**cc)
+    await client.get(upstream.url)
+    clock.advance(20)  # in the window
+    upstream.answer(200, NEWER, **cc)
+    with collect_advisories() as advisories:
+        assert (await client.get(upstream.url)).json() == GOOD  # at once, the held answer
+    assert len(stale(advisories)) == 1  # past its target: said so
+    for _ in range(100):  # the refresh behind it lands
+        if upstream.call_count == 2:
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)
+    assert (await client.get(upstream.url)).json() == NEWER  # refreshed behind
+    clock.advance(50)  # past the window: refreshed before answering
+    upstream.answer(200, {"products": []}, **cc)
+    assert (await client.get(upstream.url)).json() == {"products": []}
+
+
+async def test_age_counts_into_the_entrys_age(clock: FakeClock, upstream: Scripted) -> None:
+    client = client_for(clock)
+    upstream.answer(**{"Cache-Control": "max-age=60", "Age": "50"})
+    await client.get(upstream.url)
+    clock.advance(9)
+    await client.get(upstream.url)
+    assert upstream.call_count == 1
+    clock.advance(2)  # 50 + 11 > 60
+    upstream.answer(503, None)
+    with collect_advisories() as advisories:
+        await client.get(upstream.url)
+    assert stale(advisories)[0]["details"]["cache_age_seconds"] == 61
+
+
+async def test_private_is_never_shared_across_callers(clock: FakeClock, upstream: Scripted) -> None:
+    shared = policy(shared_across_callers=True)
+    client = client_for(clock, surface=shared)
+    upstream.script = lambda headers: (
+        200, {"products": [headers.get("authorization", "")]},
+        {"Cache-Control": "private, max-age=60"},
+    )  # fmt: skip
+    with collect_advisories(surface=shared, partition="alice"):
+        alice = await client.get(upstream.url, headers={"Authorization": "Bearer alice"})
+    with collect_advisories(surface=shared, partition="bob"):
+        bob = await client.get(upstream.url, headers={"Authorization": "Bearer bob"})
+    assert alice.json() != bob.json() and upstream.call_count == 2
+    # On a surface keyed per caller, a private answer is that caller's own: kept.
+    client = client_for(clock, surface=policy())
+    with collect_advisories(partition="alice"):
+        await client.get(upstream.url, headers={"Authorization": "Bearer alice"})
+        await client.get(upstream.url, headers={"Authorization": "Bearer alice"})
+    assert upstream.call_count == 3
+
+
+async def test_vary_keeps_variants_side_by_side(clock: FakeClock, upstream: Scripted) -> None:
+    client = client_for(clock)
+    upstream.script = lambda headers: (
+        200, {"products": [headers.get("accept-language", "")]}, {"Vary": "Accept-Language"}
+    )  # fmt: skip
+    english, french = {"Accept-Language": "en"}, {"Accept-Language": "fr"}
+    assert (await client.get(upstream.url, headers=english)).json() == {"products": ["en"]}
+    assert (await client.get(upstream.url, headers=english)).json() == {"products": ["en"]}
+    assert (await client.get(upstream.url, headers=french)).json() == {"products": ["fr"]}
+    calls = upstream.call_count
+    assert (await client.get(upstream.url, headers=english)).json() == {"products": ["en"]}
+    assert (await client.get(upstream.url, headers=french)).json() == {"products": ["fr"]}
+    assert upstream.call_count == calls == 3  # both variants kept (the first answer learned)
+
+
+async def test_vary_star_and_no_store_are_never_stored(
+    clock: FakeClock, upstream: Scripted
+) -> None:
+    for headers in ({"Vary": "*"}, {"Cache-Control": "no-store"}):
+        client = client_for(clock)
+        upstream.requests.clear()
+        upstream.answer(**headers)
+        await client.get(upstream.url)
+        await client.get(upstream.url)
+        assert upstream.call_count == 2
+
+
+# Errors and negative caching
+
+
+async def test_negative_caching_is_brief_and_never_an_outage_fallback(
+    clock: FakeClock, upstream: Scripted
+) -> None:
+    client = client_for(clock, honor=False, negative_ttl_seconds=10)
+    upstream.answer(404, {"error": "gone"})
+    assert (await client.get(upstream.url)).status_code == 404
+    clock.advance(5)
+    assert (await client.get(upstream.url)).status_code == 404
+    assert upstream.call_count == 1  # kept for 10 s
+    clock.advance(6)
+    upstream.answer(503, None)
+    with pytest.raises(UpstreamUnavailable):  # never served stale for an outage
+        await client.get(upstream.url)
+
+
+async def test_a_404_never_replaces_a_good_entry(clock: FakeClock, upstream: Scripted) -> None:
+    client = client_for(clock, honor=False, negative_ttl_seconds=10)
+    await client.get(upstream.url)
+    clock.advance(61)
+    upstream.answer(410, None)
+    assert (await client.get(upstream.url)).status_code == 410  # passed through
+    upstream.answer(503, None)
+    with collect_advisories() as advisories:
+        assert (await client.get(upstream.url)).json() == GOOD  # still the fallback
+    assert len(stale(advisories)) == 1
+
+
+def test_parse_reads_rfc_9111_and_5861_directives() -> None:
+    said = parse({"cache-control": 'Max-Age=5, s-maxage="7", private, no-cache, '
+                  "stale-if-error=9, stale-while-revalidate=11, x-ext", "age": "3",
+                  "vary": "Accept-Language, accept-encoding"})  # fmt: skip
+    assert (said.max_age, said.private, said.no_cache, said.stale_if_error) == (7, True, True, 9)
+    assert said.stale_while_revalidate == 11 and said.age == 3
+    assert said.vary == ("accept-language", "accept-encoding")
+    for odd in ("max-age=-1", "max-age=1e9", "max-age=inf", "max-age="):
+        assert parse({"cache-control": odd}).max_age is None
+    assert parse({"cache-control": "max-age=99999999999"}).max_age == 2**31
