@@ -219,11 +219,13 @@ _NOT_UPDATED = _TRANSFER_HEADERS | {"content-type"}
 
 
 def _refreshed(held: httpx.Response, not_modified: httpx.Response) -> httpx.Response:
-    """The held answer, its headers updated by the 304 that validated it."""
+    """The held answer (decoded for this refresh alone), its headers updated in place by the
+    304 that validated it."""
     updates = [(k, v) for k, v in not_modified.headers.multi_items() if k not in _NOT_UPDATED]
     replaced = {name for name, _ in updates}
     kept = [(k, v) for k, v in held.headers.multi_items() if k not in replaced]
-    return httpx.Response(held.status_code, headers=kept + updates, content=held.content)
+    held.headers = httpx.Headers(kept + updates)
+    return held
 
 
 def _retry_after(response: httpx.Response) -> float | None:

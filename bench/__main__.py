@@ -166,23 +166,25 @@ def uvicorn_passthrough(requests: int, rounds: int) -> dict[str, float]:
 
 
 def validator_app() -> Any:
-    """An upstream answering about 100 KB of products: ``/etag`` with an ETag (and 304s for
-    a matching If-None-Match), ``/plain`` without validators (every refresh a full 200)."""
+    """An upstream answering about 100 KB of products as a Starlette service does, building
+    its JSON per answer: ``/etag`` tags answers with the data's version (and answers 304 to
+    a matching If-None-Match without building the body), ``/plain`` has no validators
+    (every refresh is a full 200)."""
     from starlette.applications import Starlette
     from starlette.requests import Request
-    from starlette.responses import Response
+    from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
-    body = orjson.dumps({"products": products(95)})  # about 100 KB
-    tag = '"v1"'
+    data = {"products": products(95)}  # about 100 KB as JSON
+    tag = '"v1"'  # the data's version, as a service stamps its rows
 
     async def etag(request: Request) -> Response:
         if request.headers.get("if-none-match") == tag:
             return Response(status_code=304, headers={"ETag": tag})
-        return Response(body, media_type="application/json", headers={"ETag": tag})
+        return JSONResponse(data, headers={"ETag": tag})
 
     async def plain(request: Request) -> Response:
-        return Response(body, media_type="application/json")
+        return JSONResponse(data)
 
     return Starlette(routes=[Route("/etag", etag), Route("/plain", plain)])
 
