@@ -110,6 +110,25 @@ def _parser() -> argparse.ArgumentParser:
         "--hard", action="store_true", help="forget the entries (default: soft, refresh next)"
     )
 
+    seller_check = commands.add_parser(
+        "check", help="check a running seller against the STALE_RESPONSE rules (conformance)"
+    )
+    seller_check.add_argument("url", help="the seller's MCP endpoint (…/mcp) or A2A agent URL")
+    seller_check.add_argument("--transport", choices=["mcp", "a2a"], required=True)
+    seller_check.add_argument("--tool", default="get_products")
+    seller_check.add_argument(
+        "--upstream", action="append", default=[], metavar="NAME",
+        help="the upstream to force down (repeat: each must get its own advisory); "
+        "default: the tool's default upstream",
+    )  # fmt: skip
+    seller_check.add_argument(
+        "--cache-age", type=int, default=120, metavar="S",
+        help="the forced cache_age_seconds (default 120: within most sellers' max-stale)",
+    )  # fmt: skip
+    seller_check.add_argument("--auth", metavar="TOKEN", help="a bearer token for every call")
+    seller_check.add_argument("--json", metavar="PATH", help="write the report as JSON")
+    seller_check.add_argument("--timeout", type=float, default=30.0, metavar="S")
+
     config = commands.add_parser("config", help="check a configuration, print its reference")
     actions = config.add_subparsers(dest="action", required=True)
     check = actions.add_parser("check", help="validate a file plus ADCP_STALE_CACHE_* variables")
@@ -131,7 +150,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _config(args)
     if args.command == "invalidate":
         return _invalidate(args)
+    if args.command == "check":
+        return _check(args)
     return _serve(args)
+
+
+def _check(args: argparse.Namespace) -> int:
+    """Run the conformance check; one line per rule, exit 0 only when every rule passed."""
+    import asyncio
+    import logging
+
+    from .conformance import check_seller
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    report = asyncio.run(
+        check_seller(
+            args.url,
+            transport=args.transport,
+            tool=args.tool,
+            upstreams=args.upstream,
+            cache_age=args.cache_age,
+            auth=args.auth,
+            timeout=args.timeout,
+        )
+    )
+    print(report.text())
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump(report.to_json(), out, indent=2)
+    return 0 if report.passed else 1
 
 
 def _invalidate(args: argparse.Namespace) -> int:

@@ -120,7 +120,7 @@ class SellerTools:
 
     async def list_creative_formats(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """Formats of every creative agent, asked concurrently; a dead agent's from cache."""
-        arguments = {k: v for k, v in params.items() if k not in ("context", "ext", "account")}
+        arguments = {k: v for k, v in params.items() if k not in _NOT_QUERY}
         results = await asyncio.gather(
             *(self._formats(a, arguments) for a in self.agents), return_exceptions=True
         )
@@ -298,6 +298,13 @@ class _RememberAuthorization:
             await self.app(scope, receive, send)
         finally:
             _authorization.reset(token)
+
+
+# Request members that say how to call, not what to answer: never part of a cache key (a fresh
+# idempotency_key per request would make every call a miss; a buyer's context is echoed only).
+_NOT_QUERY = frozenset(
+    {"context", "ext", "account", "idempotency_key", "adcp_major_version", "adcp_version"}
+)
 
 
 async def _json_body(request: Request) -> dict[str, Any]:

@@ -1,0 +1,200 @@
+"""The buyer's side: read ``STALE_RESPONSE`` advisories from whatever a client returned.
+
+    from adcp_stale_cache.buyer import stale_advisories, covered_items, summary
+
+    result = await client.get_products(...)        # an adcp TaskResult, an MCP result, ...
+    for advisory in stale_advisories(result):
+        stale = covered_items(payload_of(result), advisory)
+    print(summary(stale_advisories(result)))  # "served from cache: products from ..."
+
+Accepted: a payload dict; an MCP ``CallToolResult`` (``structuredContent``, else the JSON of
+its text content); an A2A task or message (0.3 or 1.0 JSON, or ``a2a-sdk`` protobuf objects):
+the last data part of the last artifact, or of the message; an ``adcp`` client ``TaskResult``
+(its ``data``, typed or not). The ``adcp`` client 9.2 over A2A marks a completed answer that
+carries advisories ``success=False`` and drops its payload from ``data``; built with
+``AgentConfig(..., debug=True)`` it keeps the wire answer in ``debug_info``, and the payload
+is recovered from there. A failed task, an ``isError`` result or an ``adcp_error`` envelope
+has no advisories (and no payload): failed stays failed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .advisory import STALE_RESPONSE
+
+
+@dataclass(frozen=True)
+class StaleAdvisory:
+    """One ``STALE_RESPONSE`` entry of ``errors[]``, read."""
+
+    upstream: str | None
+    upstream_url: str | None
+    age_seconds: int | None
+    freshness_target_seconds: int | None
+    field: str | None
+    original_error: str | None
+    message: str
+    raw: Mapping[str, Any]
+
+
+def payload_of(response: Any) -> dict[str, Any] | None:
+    """The AdCP payload of ``response`` (see the module text), or None when it has none."""
+    if response is None:
+        return None
+    data = _as_data(response)
+    if isinstance(data, Mapping) and "adcp_error" in data:
+        return None
+    return dict(data) if isinstance(data, Mapping) else None
+
+
+def stale_advisories(response: Any) -> list[StaleAdvisory]:
+    """The ``STALE_RESPONSE`` advisories of ``response``'s payload, in order."""
+    payload = payload_of(response)
+    errors = payload.get("errors") if payload else None
+    found = []
+    for error in errors if isinstance(errors, list) else []:
+        if isinstance(error, Mapping) and error.get("code") == STALE_RESPONSE:
+            found.append(_read(error))
+    return found
+
+
+def covered_items(payload: Mapping[str, Any] | None, advisory: StaleAdvisory) -> list[Any]:
+    """The items of ``payload`` the advisory covers: the entries of its ``field`` whose
+    ``format_id.agent_url`` (or ``agent_url``) is the stale upstream's URL when items say
+    where they come from; otherwise every item of ``field``."""
+    if payload is None or advisory.field is None:
+        return []
+    items = payload.get(advisory.field.split(".")[0].split("[")[0])
+    if not isinstance(items, list):
+        return [items] if items is not None else []
+    if advisory.upstream_url is None:
+        return list(items)
+    origins = [_origin(item) for item in items]
+    if not any(origin is not None for origin in origins):
+        return list(items)
+    target = advisory.upstream_url.rstrip("/")
+    return [item for item, origin in zip(items, origins, strict=True) if origin == target]
+
+
+def summary(advisories: list[StaleAdvisory]) -> str:
+    """One line for a human: what is stale, from which upstream, how old."""
+    if not advisories:
+        return "fresh: no stale data"
+    parts = []
+    for advisory in advisories:
+        age = f"{advisory.age_seconds} s old" if advisory.age_seconds is not None else "stale"
+        target = advisory.freshness_target_seconds
+        within = f" (target {target} s)" if target is not None else ""
+        why = f", {advisory.original_error}" if advisory.original_error else ""
+        parts.append(
+            f"{advisory.field or 'data'} from {advisory.upstream or 'an upstream'}: "
+            f"{age}{within}{why}"
+        )
+    return "served from cache: " + "; ".join(parts)
+
+
+def _read(error: Mapping[str, Any]) -> StaleAdvisory:
+    details: Mapping[str, Any] = error.get("details") or {}
+    details = details if isinstance(details, Mapping) else {}
+    upstream: Mapping[str, Any] = details.get("upstream") or {}
+    upstream = upstream if isinstance(upstream, Mapping) else {}
+    original = details.get("original_error")
+    return StaleAdvisory(
+        upstream=upstream.get("name"),
+        upstream_url=upstream.get("url"),
+        age_seconds=_whole(details.get("cache_age_seconds")),
+        freshness_target_seconds=_whole(details.get("freshness_target_seconds")),
+        field=error.get("field") if isinstance(error.get("field"), str) else None,
+        original_error=original.get("code") if isinstance(original, Mapping) else None,
+        message=str(error.get("message", "")),
+        raw=error,
+    )
+
+
+def _whole(value: Any) -> int | None:
+    # A2A clients decode numbers through protobuf's Struct (doubles): 75.0 is 75.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return int(value) if value == int(value) else None
+
+
+def _origin(item: Any) -> str | None:
+    if not isinstance(item, Mapping):
+        return None
+    format_id = item.get("format_id")
+    url = format_id.get("agent_url") if isinstance(format_id, Mapping) else item.get("agent_url")
+    return url.rstrip("/") if isinstance(url, str) else None
+
+
+def _as_data(response: Any) -> Any:
+    """Unwrap the shapes clients return down to a JSON-like payload."""
+    if hasattr(response, "DESCRIPTOR"):  # a2a-sdk protobuf (Task, Message, ...)
+        from google.protobuf.json_format import MessageToDict
+
+        response = MessageToDict(response)
+    elif hasattr(response, "model_dump") and not isinstance(response, Mapping):
+        if hasattr(response, "status") and hasattr(response, "data"):  # adcp TaskResult
+            if response.data is not None:
+                return _as_data(response.data)
+            debug = getattr(response, "debug_info", None)  # the wire answer, when debug is on
+            return _as_data(dict(debug.response)) if debug is not None else None
+        dumped = response.model_dump(mode="json", by_alias=True, exclude_none=True)
+        response = dumped
+    if not isinstance(response, Mapping):
+        return None
+    if "structuredContent" in response or "isError" in response or _mcp_content(response):
+        return _from_mcp(response)
+    if "artifacts" in response or response.get("kind") == "task" or _task_ids(response):
+        return _from_task(response)
+    if "parts" in response:
+        return _last_data(response["parts"])
+    if "result" in response and isinstance(response["result"], Mapping):  # JSON-RPC
+        return _as_data(response["result"])
+    if "task" in response and isinstance(response["task"], Mapping):  # A2A 1.0 SendMessage
+        return _as_data(response["task"])
+    return response
+
+
+def _mcp_content(response: Mapping[str, Any]) -> bool:
+    content = response.get("content")
+    return isinstance(content, list) and all(
+        isinstance(item, Mapping) and "type" in item for item in content
+    )
+
+
+def _task_ids(response: Mapping[str, Any]) -> bool:
+    return "status" in response and ("contextId" in response or "context_id" in response)
+
+
+def _from_mcp(result: Mapping[str, Any]) -> Any:
+    if result.get("isError"):
+        return None
+    if isinstance(result.get("structuredContent"), Mapping):
+        return result["structuredContent"]
+    for item in result.get("content") or []:
+        if isinstance(item, Mapping) and item.get("type") == "text":
+            try:
+                return json.loads(item.get("text", ""))
+            except ValueError:
+                continue
+    return None
+
+
+def _from_task(task: Mapping[str, Any]) -> Any:
+    state = str((task.get("status") or {}).get("state", "")).lower()
+    if state and not state.endswith("completed"):
+        return None
+    artifacts = task.get("artifacts") or []
+    return _last_data(artifacts[-1].get("parts", [])) if artifacts else None
+
+
+def _last_data(parts: Any) -> Any:
+    found = None
+    for part in parts if isinstance(parts, list) else []:
+        if isinstance(part, Mapping) and isinstance(part.get("data"), Mapping):
+            found = part["data"]
+    return found

@@ -1,0 +1,171 @@
+"""A conformance kit for sellers that serve stale: ``check_seller`` and ``adcp-stale-cache
+check`` hold a running seller (or an ASGI app in process) to the spec's ``STALE_RESPONSE``
+rules, over MCP or A2A, through its sandbox ``comply_test_controller``.
+
+    report = await check_seller("http://127.0.0.1:8000/mcp", transport="mcp")
+    report = await check_seller(app, transport="a2a")          # in process (httpx ASGITransport)
+    assert report.passed, report.text()
+
+The check: capabilities; a healthy call with no advisory; ``force_upstream_unavailable`` with
+``cache_age_seconds``; the stale call (transport success, a payload, exactly one
+``STALE_RESPONSE`` per forced upstream and never in ``adcp_error``, ``recovery: transient``,
+``field``, the exact age, ``details.upstream.name``, valid against the official schemas, no
+credential, hostname or stack trace in its text); and a healthy call after it, again with no
+advisory. A seller without the controller fails, never passes. Schemas come from the
+installed ``adcp`` package (``pip install 'adcp-stale-cache[check]'``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import uuid4
+
+import httpx
+
+from . import rules
+from .rules import Result
+from .wire import A2aWire, McpWire, Reply, lifespan
+
+__all__ = ["Report", "Result", "check_seller"]
+
+CONTROLLER = "comply_test_controller"
+
+
+@dataclass
+class Report:
+    """Every rule's result, in the order checked."""
+
+    target: str
+    transport: str
+    results: list[Result] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        """True when no rule failed and the forced stale call was checked."""
+        return bool(self.results) and all(r.passed is not False for r in self.results)
+
+    def failed(self) -> list[Result]:
+        """The rules that failed."""
+        return [r for r in self.results if r.passed is False]
+
+    def text(self) -> str:
+        """One line per rule, then the verdict."""
+        verdict = "conformant" if self.passed else f"NOT conformant: {len(self.failed())} failed"
+        lines = [r.line() for r in self.results]
+        return "\n".join([*lines, f"{self.target} over {self.transport}: {verdict}"])
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON-ready data."""
+        return {"target": self.target, "transport": self.transport, "passed": self.passed,
+                "results": [{"rule": r.rule, "passed": r.passed, "seen": r.seen}
+                            for r in self.results]}  # fmt: skip
+
+
+async def check_seller(
+    target: str | Any,
+    *,
+    transport: str = "mcp",
+    tool: str = "get_products",
+    upstreams: Iterable[str] = (),
+    cache_age: int = 120,
+    auth: str | None = None,
+    arguments: dict[str, Any] | None = None,
+    path: str | None = None,
+    timeout: float = 30.0,
+) -> Report:
+    """Check the seller at ``target`` (a URL, or an ASGI app served in process at ``path``:
+    ``/mcp`` for MCP, ``/`` for A2A) against the ``STALE_RESPONSE`` rules.
+
+    ``upstreams`` are forced down together (one advisory each is expected; none named: the
+    tool's default upstream); ``cache_age`` is the forced ``cache_age_seconds``; ``auth`` a
+    bearer token sent with every call (and looked for in advisories' text).
+    """
+    if transport not in ("mcp", "a2a"):
+        raise ValueError("transport is 'mcp' or 'a2a'")
+    upstream_names = list(upstreams)
+    shown = target if isinstance(target, str) else f"{type(target).__name__} (in process)"
+    report = Report(shown, transport)
+    async with _client(target, auth, timeout) as (http, base):
+        url = base if isinstance(target, str) else base + (path or _DEFAULT_PATHS[transport])
+        wire: McpWire | A2aWire = (McpWire if transport == "mcp" else A2aWire)(http, url)
+        try:
+            await _run(wire, report, tool, upstream_names, cache_age, auth, arguments or {})
+        except httpx.HTTPError as exc:
+            report.results.append(Result("reachable", False, f"{type(exc).__name__}: {exc}"))
+    return report
+
+
+_DEFAULT_PATHS = {"mcp": "/mcp", "a2a": "/"}
+
+
+async def _run(
+    wire: McpWire | A2aWire,
+    report: Report,
+    tool: str,
+    upstreams: list[str],
+    cache_age: int,
+    auth: str | None,
+    arguments: dict[str, Any],
+) -> None:
+    results = report.results
+    await wire.open()
+    tools = await wire.tools()
+
+    def call_args(step: str) -> dict[str, Any]:
+        return {**arguments, "context": {"correlation_id": f"adcp-stale-cache-check--{step}"}}
+
+    capabilities = await wire.call("get_adcp_capabilities", call_args("capabilities"))
+    payload = capabilities.payload or {}
+    results.append(Result("capabilities", capabilities.transport_ok and "adcp_error" not in
+                          payload and bool(payload), capabilities.transport))  # fmt: skip
+    results += rules.healthy(await wire.call(tool, call_args("healthy")), "before")
+    if CONTROLLER not in tools:
+        results.append(Result("controller", False,
+                              f"the seller lists no {CONTROLLER}: the stale path cannot be "
+                              "forced (run it with its sandbox test controller)"))  # fmt: skip
+        return
+    names: list[str | None] = [*upstreams] or [None]
+    for name in names:
+        params: dict[str, Any] = {"tool": tool, "cache_age_seconds": cache_age}
+        if name is not None:
+            params["upstream_name"] = name
+        forced = await wire.call(CONTROLLER, {
+            "scenario": "force_upstream_unavailable", "params": params,
+            "account": {"sandbox": True}, "context": {"correlation_id": str(uuid4())},
+        })  # fmt: skip
+        ok = forced.transport_ok and (forced.payload or {}).get("success") is True
+        seen = f"{forced.transport}, {json.dumps(forced.payload)[:200]}"
+        results.append(Result(f"controller ({name or 'default upstream'})", ok, seen))
+        if not ok:
+            return
+    reply: Reply = await wire.call(tool, call_args("stale"))
+    results += rules.stale(reply, tool=tool, upstreams=upstreams, cache_age=cache_age,
+                           secrets=[auth] if auth else [],
+                           validators=rules.official_validators())  # fmt: skip
+    results += rules.healthy(await wire.call(tool, call_args("after")), "after")
+    results.append(Result("nothing_when_nothing_cached", None,
+                          "not applicable: force_upstream_unavailable seeds a cold cache; "
+                          "no controller scenario empties it"))  # fmt: skip
+
+
+@contextlib.asynccontextmanager
+async def _client(
+    target: str | Any, auth: str | None, timeout: float
+) -> AsyncIterator[tuple[httpx.AsyncClient, str]]:
+    headers = {"authorization": f"Bearer {auth}"} if auth else {}
+    if isinstance(target, str):
+        async with httpx.AsyncClient(headers=headers, timeout=timeout) as http:
+            yield http, target
+        return
+    async with (
+        lifespan(target),
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(target), headers=headers, timeout=timeout
+        ) as http,
+    ):
+        # MCP servers refuse Host headers other than loopback with a port (DNS rebinding).
+        yield http, "http://127.0.0.1:8000"

@@ -1,0 +1,167 @@
+"""The spec's rules for ``STALE_RESPONSE``, as checks over what a seller answered (no I/O)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..advisory import STALE_RESPONSE
+from .wire import Reply
+
+#: The payload path each AdCP tool's advisory names, when the advisory names none.
+DEFAULT_FIELDS = {"get_products": "products", "list_creative_formats": "formats"}
+
+# What must never reach a buyer in an advisory's text (NOTES: credentials, internal hostnames,
+# stack traces).
+_LEAKS = [
+    ("a stack trace", re.compile(r"Traceback \(most recent call last\)|File \"[^\"]+\", line \d+")),
+    ("an IP address", re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}\b")),
+    ("an internal hostname", re.compile(
+        r"\b(?:localhost|[a-z0-9-]+(?:\.[a-z0-9-]+)*\.(?:internal|local|lan|corp|svc|cluster))\b",
+        re.IGNORECASE)),
+    ("a credential", re.compile(r"\b(?:bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}|"
+                                r"(?:api[_-]?key|token|password|secret)\s*[=:]", re.IGNORECASE)),
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Result:
+    """One rule's verdict: ``passed`` True, False, or None when it could not apply."""
+
+    rule: str
+    passed: bool | None
+    seen: str
+
+    def line(self) -> str:
+        """``PASS rule: what was seen`` (``FAIL``, ``SKIP``)."""
+        verdict = {True: "PASS", False: "FAIL", None: "SKIP"}[self.passed]
+        return f"{verdict} {self.rule}: {self.seen}"
+
+
+def stale_advisories(payload: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The ``STALE_RESPONSE`` entries of a payload's ``errors[]``."""
+    errors = (payload or {}).get("errors")
+    return [e for e in errors or [] if isinstance(e, dict) and e.get("code") == STALE_RESPONSE]
+
+
+def healthy(reply: Reply, when: str) -> list[Result]:
+    """A call with every upstream healthy: transport success, a payload, no advisory."""
+    advisories = stale_advisories(reply.payload)
+    return [
+        Result(f"healthy_call ({when})", reply.transport_ok and reply.payload is not None,
+               reply.transport + ("" if reply.payload is not None else ", no payload")),
+        Result(f"no_advisory_when_healthy ({when})", not advisories,
+               f"{len(advisories)} STALE_RESPONSE in errors[]"),
+    ]  # fmt: skip
+
+
+def stale(
+    reply: Reply,
+    *,
+    tool: str,
+    upstreams: list[str],
+    cache_age: int,
+    secrets: list[str],
+    validators: Any,
+) -> list[Result]:
+    """The answer served while ``upstreams`` were forced down with ``cache_age``."""
+    payload = reply.payload or {}
+    advisories = stale_advisories(payload)
+    results = [Result("transport_success", reply.transport_ok, reply.transport)]
+    field = next((a.get("field") for a in advisories if a.get("field")), None)
+    field = field or DEFAULT_FIELDS.get(tool)
+    items = payload.get(str(field).split(".")[0].split("[")[0]) if field else None
+    results.append(Result("payload_present", bool(items) and "adcp_error" not in payload,
+                          f"{field or 'payload'}: {_count(items)}"))  # fmt: skip
+    names = [str(((a.get("details") or {}).get("upstream") or {}).get("name")) for a in advisories]
+    counts = Counter(names)
+    expected = upstreams or None
+    if expected:
+        ok = all(counts.get(name) == 1 for name in expected) and len(advisories) == len(expected)
+        wanted = ", ".join(f"one for {name}" for name in expected)
+    else:
+        ok, wanted = len(advisories) == 1, "exactly one"
+    seen = f"{len(advisories)} STALE_RESPONSE ({dict(counts)}); wanted {wanted}"
+    results.append(Result("one_advisory_per_upstream", ok, seen))
+    envelope = payload.get("adcp_error")
+    seen = "no adcp_error" if envelope is None else f"adcp_error: {envelope}"
+    results.append(Result("not_in_adcp_error", envelope is None, seen))
+    if not advisories:
+        return [*results, Result("advisory_shape", False, "no STALE_RESPONSE to check")]
+    recoveries = [a.get("recovery") for a in advisories]
+    results.append(Result("recovery_transient", all(r == "transient" for r in recoveries),
+                          f"recovery: {recoveries}"))  # fmt: skip
+    fields = [a.get("field") for a in advisories]
+    results.append(Result("field_named", all(isinstance(f, str) and f for f in fields) and
+                          bool(items), f"field: {fields}"))  # fmt: skip
+    ages = [(a.get("details") or {}).get("cache_age_seconds") for a in advisories]
+    results.append(Result("exact_age", all(age == cache_age and isinstance(age, int)
+                                           for age in ages),
+                          f"cache_age_seconds: {ages}, forced {cache_age}"))  # fmt: skip
+    named = all(name not in ("None", "") for name in names)
+    if expected:
+        named = named and set(names) == set(expected)
+    results.append(Result("upstream_named", named, f"details.upstream.name: {names}"))
+    results.append(_schema(advisories, validators))
+    results.append(_leaks(advisories, secrets))
+    return results
+
+
+def official_validators() -> tuple[str, Any, Any] | str:
+    """Validators of ``core/error.json`` and ``error-details/stale-response.json`` from the
+    newest schema version the installed ``adcp`` package bundles; or why there are none."""
+    try:
+        import adcp
+        import jsonschema  # type: ignore[import-untyped]
+    except ImportError as exc:
+        return f"needs {exc.name}: pip install 'adcp-stale-cache[check]'"
+    root = Path(adcp.__file__).parent / "_schemas"
+    versions = [
+        d for d in root.glob("*") if (d / "error-details" / "stale-response.json").is_file()
+    ]
+    if not versions:
+        return f"the installed adcp package bundles no stale-response schema ({root})"
+    newest = max(versions, key=lambda d: tuple(int(p) for p in re.findall(r"\d+", d.name)))
+    checker = jsonschema.FormatChecker()
+
+    def load(path: str) -> Any:
+        schema = json.loads((newest / path).read_text())
+        return jsonschema.Draft7Validator(schema, format_checker=checker)
+
+    return (f"AdCP {newest.name} (adcp {getattr(adcp, '__version__', '?')})",
+            load("core/error.json"), load("error-details/stale-response.json"))  # fmt: skip
+
+
+def _schema(advisories: list[dict[str, Any]], validators: Any) -> Result:
+    if isinstance(validators, str):
+        return Result("schema_valid", False, f"cannot validate: {validators}")
+    source, error, details = validators
+    problems = []
+    for advisory in advisories:
+        problems += [e.message for e in error.iter_errors(advisory)]
+        problems += [e.message for e in details.iter_errors(advisory.get("details"))]
+    seen = f"valid against {source}" if not problems else f"{source}: {problems[:3]}"
+    return Result("schema_valid", not problems, seen)
+
+
+def _leaks(advisories: list[dict[str, Any]], secrets: list[str]) -> Result:
+    found = []
+    for advisory in advisories:
+        text = json.dumps({k: v for k, v in advisory.items() if k != "details"}) + json.dumps(
+            (advisory.get("details") or {}).get("original_error") or {}
+        )  # the upstream's own URL in details.upstream.url is public by design
+        found += [what for what, pattern in _LEAKS if pattern.search(text)]
+        found += ["the credential sent" for secret in secrets if secret and secret in text]
+    return Result("no_leaks", not found,
+                  "no credential, hostname or stack trace in the text" if not found
+                  else f"found {sorted(set(found))}")  # fmt: skip
+
+
+def _count(items: Any) -> str:
+    if isinstance(items, list):
+        return f"{len(items)} items"
+    return "missing" if items is None else "present"

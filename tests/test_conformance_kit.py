@@ -1,0 +1,222 @@
+"""The conformance kit (issue 16): ``check_seller`` and ``adcp-stale-cache check`` pass the
+example seller and fail deliberately broken sellers on the right rule; the buyer reader."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from adcp_stale_cache.conformance import check_seller
+from adcp_stale_cache.demo.processes import App, free_port
+from adcp_stale_cache.demo.seller import create_seller_app
+
+from .servers import serve
+
+pytestmark = pytest.mark.e2e
+pytest.importorskip("jsonschema", reason="the check extra is needed")
+
+
+@pytest.fixture(scope="module")
+def upstreams() -> Iterator[dict[str, App]]:
+    apps = {
+        "inventory": App("inventory-service", free_port(), quiet=True),
+        "a": App("creative-agent", free_port(), "--name", "a", quiet=True),
+        "b": App("creative-agent", free_port(), "--name", "b", quiet=True),
+    }
+    try:
+        for app in apps.values():
+            app.start()
+        for app in apps.values():
+            app.wait()
+        yield apps
+    finally:
+        for app in apps.values():
+            app.stop()
+
+
+def seller(upstreams: dict[str, App], *, test_controller: bool = True) -> Any:
+    agents = {name: f"{upstreams[name].url}/mcp" for name in ("a", "b")}
+    return create_seller_app(creative_agents=agents, inventory_url=upstreams["inventory"].url,
+                             test_controller=test_controller)  # fmt: skip
+
+
+def failed(report: Any) -> set[str]:
+    return {result.rule for result in report.failed()}
+
+
+@pytest.mark.parametrize("transport", ["mcp", "a2a"])
+async def test_the_example_seller_passes(upstreams: dict[str, App], transport: str) -> None:
+    report = await check_seller(seller(upstreams), transport=transport)
+    assert report.passed, report.text()
+    rules = {result.rule for result in report.results if result.passed}
+    assert {"exact_age", "recovery_transient", "schema_valid", "no_leaks",
+            "one_advisory_per_upstream", "not_in_adcp_error"} <= rules  # fmt: skip
+    two = await check_seller(seller(upstreams), transport=transport,
+                             tool="list_creative_formats", upstreams=["a", "b"])  # fmt: skip
+    assert two.passed, two.text()
+
+
+async def test_a_seller_without_the_controller_fails_never_passes(
+    upstreams: dict[str, App],
+) -> None:
+    report = await check_seller(seller(upstreams, test_controller=False), transport="a2a")
+    assert not report.passed and failed(report) == {"controller"}
+    assert "lists no comply_test_controller" in report.text()
+
+
+class Rewriting:
+    """A broken seller: the example seller with each A2A payload rewritten by ``change``."""
+
+    def __init__(self, app: Any, change: Callable[[dict[str, Any]], None]) -> None:
+        self.app, self.change = app, change
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != "/":
+            return await self.app(scope, receive, send)
+        messages: list[dict[str, Any]] = []
+
+        async def keep(message: dict[str, Any]) -> None:
+            messages.append(message)
+
+        await self.app(scope, receive, keep)
+        start, body = messages[0], b"".join(m.get("body", b"") for m in messages[1:])
+        answer = json.loads(body)
+        for artifact in (answer.get("result") or {}).get("artifacts") or []:
+            for part in artifact["parts"]:
+                data = part.get("data")
+                if isinstance(data, dict) and ("products" in data or "formats" in data):
+                    self.change(data)
+        body = json.dumps(answer).encode()
+        headers = [(k, v) for k, v in start["headers"] if k != b"content-length"]
+        await send({**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def stale_ones(payload: dict[str, Any]) -> list[dict[str, Any]]:
+    return [e for e in payload.get("errors", []) if e.get("code") == "STALE_RESPONSE"]
+
+
+def wrong_recovery(payload: dict[str, Any]) -> None:
+    for error in stale_ones(payload):
+        error["recovery"] = "correctable"
+
+
+def advisory_on_fresh_hits(payload: dict[str, Any]) -> None:
+    if not stale_ones(payload):
+        payload.setdefault("errors", []).append({
+            "code": "STALE_RESPONSE", "message": "cached", "recovery": "transient",
+            "field": "products", "details": {"served_from_cache": True, "cache_age_seconds": 1},
+        })  # fmt: skip
+
+
+def aggregated(payload: dict[str, Any]) -> None:
+    found = stale_ones(payload)
+    if len(found) > 1:
+        found[0]["details"]["upstream"] = {"name": "a, b"}
+        payload["errors"] = [e for e in payload["errors"] if e not in found[1:]]
+
+
+def promoted(payload: dict[str, Any]) -> None:
+    found = stale_ones(payload)
+    if found:
+        payload["adcp_error"] = found[0]
+        payload["errors"] = [e for e in payload["errors"] if e not in found]
+
+
+def wrong_age(payload: dict[str, Any]) -> None:
+    for error in stale_ones(payload):
+        error["details"]["cache_age_seconds"] += 1
+
+
+@pytest.mark.parametrize(
+    ("change", "options", "rule"),
+    [
+        (wrong_recovery, {}, "recovery_transient"),
+        (advisory_on_fresh_hits, {}, "no_advisory_when_healthy (before)"),
+        (aggregated, {"tool": "list_creative_formats", "upstreams": ["a", "b"]},
+         "one_advisory_per_upstream"),
+        (promoted, {}, "not_in_adcp_error"),
+        (wrong_age, {}, "exact_age"),
+    ],
+    ids=["wrong-recovery", "advisory-on-fresh-hit", "aggregated", "promoted", "wrong-age"],
+)  # fmt: skip
+async def test_broken_sellers_fail_on_the_right_rule(
+    upstreams: dict[str, App], change: Any, options: dict[str, Any], rule: str
+) -> None:
+    report = await check_seller(Rewriting(seller(upstreams), change), transport="a2a", **options)
+    assert not report.passed
+    assert rule in failed(report), report.text()
+
+
+def test_the_command_line_passes_the_example_seller_and_names_what_a_proxy_broke(
+    upstreams: dict[str, App],
+) -> None:
+    """Acceptance: real processes, the console script, a proxy rewriting ``recovery``."""
+    flags = ("--inventory-service", upstreams["inventory"].url, "--freshness-target", "60")
+    with_controller = App("seller", free_port(), *flags, "--test-controller", quiet=True)
+    without = App("seller", free_port(), *flags, quiet=True)
+
+    def check(url: str, transport: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "adcp_stale_cache", "check", url,
+                   "--transport", transport]  # fmt: skip
+        return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+    try:
+        for app in (with_controller, without):
+            app.start()
+        for app in (with_controller, without):
+            app.wait()
+        for transport, path in (("mcp", "/mcp"), ("a2a", "/")):
+            done = check(f"{with_controller.url}{path}", transport)
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert "FAIL" not in done.stdout and f"over {transport}: conformant" in done.stdout
+            refused = check(f"{without.url}{path}", transport)
+            assert refused.returncode != 0 and "FAIL controller:" in refused.stdout
+        with serve(recovery_rewriting_proxy(with_controller.url)) as proxy:
+            for transport, path in (("mcp", "/mcp"), ("a2a", "/")):
+                broken = check(f"{proxy}{path}", transport)
+                assert broken.returncode != 0
+                assert "FAIL recovery_transient: recovery: ['correctable']" in broken.stdout
+    finally:
+        for app in (with_controller, without):
+            app.stop()
+
+
+def recovery_rewriting_proxy(target: str) -> Any:
+    """A reverse proxy that rewrites ``"recovery": "transient"`` to ``"correctable"``."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    client = httpx.AsyncClient(base_url=target, timeout=30)
+    hop = {"content-length", "transfer-encoding", "connection", "host", "content-encoding"}
+
+    async def forward(request: Request) -> Response:
+        headers = {k: v for k, v in request.headers.items() if k not in hop}
+        upstream = await client.request(request.method, request.url.path,
+                                        content=await request.body(), headers=headers)  # fmt: skip
+        body = upstream.content.replace(b'\\"recovery\\": \\"transient\\"',
+                                        b'\\"recovery\\": \\"correctable\\"')  # fmt: skip
+        body = body.replace(b'"recovery": "transient"', b'"recovery": "correctable"')
+        body = body.replace(b'"recovery":"transient"', b'"recovery":"correctable"')
+        kept = {k: v for k, v in upstream.headers.items() if k not in hop}
+        return Response(body, status_code=upstream.status_code, headers=kept)
+
+    methods = ["GET", "POST", "DELETE"]
+    return Starlette(routes=[Route("/{path:path}", forward, methods=methods)])
+
+
+async def test_the_pytest_fixture_fails_a_test_with_the_report(upstreams: dict[str, App]) -> None:
+    from adcp_stale_cache.conformance.pytest_plugin import assert_conformant
+
+    report = await assert_conformant(seller(upstreams), transport="mcp")
+    assert report.passed
+    with pytest.raises(pytest.fail.Exception, match="FAIL exact_age"):
+        await assert_conformant(Rewriting(seller(upstreams), wrong_age), transport="a2a")
