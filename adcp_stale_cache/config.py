@@ -46,6 +46,7 @@ from .breaker import BreakerPolicy
 from .cache import UpstreamCache
 from .policy import SurfacePolicy, Surfaces, Upstream
 from .stores import MemoryStore, Store, TieredStore
+from .stores.redis_urls import SCHEMES
 
 ENV_PREFIX = "ADCP_STALE_CACHE_"
 ENV_FILE = "ADCP_STALE_CACHE_CONFIG"
@@ -69,7 +70,9 @@ class StoreSettings(BaseModel):
         default=64 * 1024 * 1024, ge=1, description="Memory store: bound on stored bytes."
     )
     redis_url: str = Field(
-        default="redis://127.0.0.1:6379/0", description="Redis store: server URL."
+        default="redis://127.0.0.1:6379/0",
+        description="Redis store: redis:// or rediss:// (TLS) for one server, "
+        "redis+cluster://host:port,... for a Cluster, redis+sentinel://host:port,.../service.",
     )
     redis_socket_timeout_seconds: float = Field(
         default=0.25,
@@ -108,8 +111,8 @@ class StoreSettings(BaseModel):
     @classmethod
     def _redis_url(cls, value: str) -> str:
         # What redis-py's from_url takes; checked here so that `config check` catches it.
-        if urlsplit(value).scheme not in ("redis", "rediss", "unix") or "://" not in value:
-            raise ValueError("must be a redis://, rediss:// or unix:// URL")
+        if urlsplit(value).scheme not in SCHEMES or "://" not in value:
+            raise ValueError(f"must be a Redis URL: {', '.join(s + '://' for s in SCHEMES)}")
         return value
 
 

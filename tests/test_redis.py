@@ -56,8 +56,8 @@ async def test_roundtrip_keys_and_expiry(store: RedisStore, redis_server: RedisS
     await store.set("k", entry, 0.3)
     assert await store.get("k") == entry
     raw = redis_asyncio.Redis.from_url(redis_server.url)
-    assert await raw.exists("adcp-stale-cache:v3:k") == 1
-    assert 0 < await raw.pttl("adcp-stale-cache:v3:k") <= 300
+    assert await raw.exists("adcp-stale-cache:v3:{k}") == 1
+    assert 0 < await raw.pttl("adcp-stale-cache:v3:{k}") <= 300
     await asyncio.sleep(0.4)
     assert await store.get("k") is None
     await raw.aclose()
@@ -132,7 +132,7 @@ async def test_redis_killed_mid_test_requests_keep_succeeding(redis_server: Redi
     up["down"] = False
     await cache.fetch(INVENTORY, "k2", call, surface="get_products")  # writes reach Redis again
     raw = redis_asyncio.Redis.from_url(redis_server.url)
-    assert len(await raw.keys("adcp-stale-cache:v3:adcp-stale-cache:*")) == 1  # the entry
+    assert len(await raw.keys("adcp-stale-cache:v3:{adcp-stale-cache:*")) == 1  # the entry
     await raw.aclose()
 
 
@@ -209,7 +209,7 @@ async def test_without_the_lease_each_process_calls(redis_server: RedisServer) -
 
 
 async def test_dead_lease_holder_never_blocks_past_the_lease(store: RedisStore) -> None:
-    raw_lock = f"{store.prefix}:lease:k"
+    raw_lock = f"{store.prefix}:lease:{{k}}"
     await store.client.set(raw_lock, "someone-who-died", px=300)
     async with store.lease("k", 1) as holder:
         assert holder is False

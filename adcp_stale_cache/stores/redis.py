@@ -1,6 +1,7 @@
 """A Redis store (``redis.asyncio``), shared by every worker and host of a seller.
 
-Entry format (version 3), under ``{prefix}:v3:{key}``::
+Entry format (version 3), under ``{prefix}:v3:{<key>}`` (the braces are a Cluster hash tag:
+an entry and its refresh lease, ``{prefix}:v3:lease:{<key>}``, share a slot)::
 
     b"\\x03" | stored_at (8 bytes, big-endian IEEE double, Unix seconds)
           | CRC-32 of terms + labels + data (4)
@@ -42,6 +43,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from ..entry import TERMS_SIZE, Entry, Terms
+from .redis_urls import client_from_url
 
 logger = logging.getLogger("adcp_stale_cache.redis")
 
@@ -82,15 +84,14 @@ class RedisStore:
     ) -> None:
         self._make_client: Callable[[], Any] | None = None
         if client is None:
-            import redis.asyncio as redis
 
             def make_client() -> Any:
-                return redis.Redis.from_url(
-                    url, socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout
-                )
+                return client_from_url(url, socket_timeout=socket_timeout)
 
             self._make_client, client = make_client, make_client()
         self.client = client
+        # A cluster spreads keys over slots: no command or script may span two of them.
+        self.cluster = type(client).__name__ == "RedisCluster"
         # The event loop the client's connections belong to (weakly: see _client_here).
         self._loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
         self._warned_loop = False
@@ -100,7 +101,11 @@ class RedisStore:
         self._down_until = 0.0
 
     def _key(self, key: str) -> str:
-        return f"{self.prefix}:{key}"
+        # The braces are a hash tag: an entry and its lease share a Cluster slot.
+        return f"{self.prefix}:{{{key}}}"
+
+    def _lease(self, key: str) -> str:
+        return f"{self.prefix}:lease:{{{key}}}"
 
     def _label(self, label: str) -> str:
         return f"{self.prefix}:label:{label}"
@@ -152,7 +157,14 @@ class RedisStore:
             return
         ttl = max(1, int(ttl_seconds * 1000))
         try:
-            if entry.labels:
+            if entry.labels and self.cluster:  # label sets live in other slots: one by one
+                async with self.client.pipeline(transaction=False) as pipe:
+                    pipe.set(self._key(key), encode(entry), px=ttl)
+                    for label in entry.labels:  # a set lives as long as its longest entry
+                        name = self._label(label)
+                        pipe.sadd(name, key).pexpire(name, ttl, nx=True).pexpire(name, ttl, gt=True)
+                    await pipe.execute()
+            elif entry.labels:
                 names = [self._key(key), *(self._label(label) for label in entry.labels)]
                 await self.client.eval(_SET, len(names), *names, encode(entry), ttl, key)
             else:
@@ -177,7 +189,7 @@ class RedisStore:
         others for longer. Yields True too when Redis is down (no coordination possible: each
         process refreshes for itself).
         """
-        lock, token = f"{self.prefix}:lease:{key}", uuid.uuid4().hex
+        lock, token = self._lease(key), uuid.uuid4().hex
         acquired = True
         if self.available:
             try:
@@ -200,7 +212,7 @@ class RedisStore:
         if not self.available:
             return False
         try:
-            return bool(await self.client.exists(f"{self.prefix}:lease:{key}"))
+            return bool(await self.client.exists(self._lease(key)))
         except Exception as exc:
             self._failed("lease_active", exc)
             return False
@@ -219,7 +231,8 @@ class RedisStore:
         count = 0
         try:
             async for batch in self._candidates(client, match):
-                values = await client.mget([self._key(key) for key in batch])
+                names = [self._key(key) for key in batch]
+                values = await (client.mget_nonatomic if self.cluster else client.mget)(names)
                 for key, raw in zip(batch, values, strict=True):
                     entry = decode(raw) if raw else None
                     if entry is None or entry.tombstone or not match(key, entry):
@@ -249,15 +262,17 @@ class RedisStore:
         if store_key is not None:
             yield [store_key]
             return
-        if labels:
+        if labels and self.cluster:  # the sets live in several slots: intersect here
+            sets = [set(await client.smembers(self._label(label))) for label in labels]
+            keys = sorted(member.decode() for member in set.intersection(*sets))
+        elif labels:
             members = await client.sinter([self._label(label) for label in labels])
             keys = sorted(member.decode() for member in members)
         else:
-            reserved = tuple(f"{self.prefix}:{kind}:".encode() for kind in ("lease", "label"))
+            entries = f"{self.prefix}:{{"
             keys = [
-                name.decode()[len(self.prefix) + 1 :]
-                async for name in client.scan_iter(match=f"{self.prefix}:*", count=500)
-                if not name.startswith(reserved) and name != f"{self.prefix}:generation".encode()
+                name.decode()[len(entries) : -1]
+                async for name in client.scan_iter(match=f"{entries}*", count=500)
             ]
         for start in range(0, len(keys), 500):
             yield keys[start : start + 500]

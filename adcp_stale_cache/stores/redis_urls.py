@@ -1,0 +1,86 @@
+"""Redis clients from URLs: one server, a Cluster, or a master found through Sentinel.
+
+- ``redis://[user:password@]host:port/db``, ``rediss://`` (TLS), ``unix:///path``: one server;
+- ``redis+cluster://[user:password@]host:port[,host:port...]`` (``rediss+cluster://``): a
+  Redis Cluster (or Valkey) from any of its nodes; MOVED and ASK are the client's business;
+- ``redis+sentinel://[user:password@]host:port[,host:port...]/service[/db]``
+  (``rediss+sentinel://``): the master Sentinel names ``service``, followed across failovers.
+
+TLS options ride in the query as redis-py takes them (``?ssl_ca_certs=/path/ca.pem``,
+``ssl_cert_reqs=none``, ``ssl_certfile=``, ``ssl_keyfile=``). Passwords never reach a log
+line: :func:`redacted` is how a URL is shown.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
+
+SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster", "redis+sentinel",
+           "rediss+sentinel")  # fmt: skip
+_TLS_OPTIONS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs",
+                "ssl_check_hostname")  # fmt: skip
+
+
+def redacted(url: str) -> str:
+    """``url`` with its password replaced by ``***`` (for logs and errors)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
+
+
+def is_cluster(url: str) -> bool:
+    """True for ``redis+cluster://`` and ``rediss+cluster://`` URLs."""
+    return urlsplit(url).scheme.endswith("+cluster")
+
+
+def client_from_url(url: str, *, socket_timeout: float) -> Any:
+    """A ``redis.asyncio`` client (``Redis`` or ``RedisCluster``) for ``url``."""
+    import redis.asyncio as redis
+
+    parts = urlsplit(url)
+    if parts.scheme not in SCHEMES:
+        raise ValueError(f"not a Redis URL ({', '.join(s + '://' for s in SCHEMES)}): "
+                         f"{redacted(url)}")  # fmt: skip
+    timeouts: dict[str, Any] = {
+        "socket_timeout": socket_timeout, "socket_connect_timeout": socket_timeout
+    }  # fmt: skip
+    if "+" not in parts.scheme:
+        return redis.Redis.from_url(url, **timeouts)
+    tls = parts.scheme.startswith("rediss")
+    options = _tls_options(parts.query) if tls else {}
+    auth: dict[str, Any] = {"username": unquote(parts.username) if parts.username else None,
+            "password": unquote(parts.password) if parts.password else None}  # fmt: skip
+    nodes = _nodes(parts.netloc.rsplit("@", 1)[-1])
+    if parts.scheme.endswith("+cluster"):
+        from redis.asyncio.cluster import ClusterNode, RedisCluster
+
+        return RedisCluster(startup_nodes=[ClusterNode(host, port) for host, port in nodes],
+                            ssl=tls, **auth, **timeouts, **options)  # fmt: skip
+    from redis.asyncio.sentinel import Sentinel
+
+    path = [p for p in parts.path.split("/") if p]
+    if not path:
+        raise ValueError(f"a Sentinel URL names its service: {redacted(url)}")
+    db = int(path[1]) if len(path) > 1 else 0
+    sentinel = Sentinel(nodes, **timeouts)  # type: ignore[no-untyped-call]
+    return sentinel.master_for(path[0], db=db, ssl=tls, **auth, **timeouts, **options)
+
+
+def _nodes(hosts: str) -> list[tuple[str, int]]:
+    found = []
+    for host in hosts.split(","):
+        name, _, port = host.strip().rpartition(":")
+        found.append((name.strip("[]"), int(port)) if name else (host.strip(), 6379))
+    return found
+
+
+def _tls_options(query: str) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for name, value in parse_qsl(query):
+        if name in _TLS_OPTIONS:
+            options[name] = value if name != "ssl_check_hostname" else value.lower() == "true"
+    return options

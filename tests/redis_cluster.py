@@ -1,0 +1,94 @@
+"""A real 6-node Redis Cluster (3 masters, 3 replicas) on loopback, for the tests."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from adcp_stale_cache.demo.processes import wait_for_port
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports free on 127.0.0.1 (held open together while chosen)."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+
+
+class RedisCluster:
+    """Six redis-server processes joined by ``redis-cli --cluster create``; kill a master at
+    will and wait for its replica to take over."""
+
+    def __init__(self, nodes: int = 6) -> None:
+        if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
+            pytest.skip("redis-server and redis-cli are not installed (CI installs them)")
+        self.dir = Path(tempfile.mkdtemp(prefix="adcp-cluster-"))
+        ports = free_ports(nodes * 2)  # each node's port and its cluster bus port
+        self.ports, self.bus_ports = ports[:nodes], ports[nodes:]
+        self.processes: dict[int, subprocess.Popen[bytes]] = {}
+        self.url = "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in self.ports[:3])
+
+    def start(self) -> RedisCluster:
+        for port, bus in zip(self.ports, self.bus_ports, strict=True):
+            command = ["redis-server", "--port", str(port), "--cluster-port", str(bus),
+                       "--bind", "127.0.0.1", "--cluster-enabled", "yes",
+                       "--cluster-config-file", f"nodes-{port}.conf", "--cluster-node-timeout",
+                       "1000", "--save", "", "--appendonly", "no", "--dir", str(self.dir)]  # fmt: skip
+            self.processes[port] = subprocess.Popen(
+                command, stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL
+            )
+        for port in self.ports:
+            wait_for_port(port)
+        subprocess.run(
+            ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{p}" for p in self.ports),
+             "--cluster-replicas", "1", "--cluster-yes"],
+            check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+        self.wait_ok()
+        return self
+
+    def cli(self, port: int, *args: str) -> str:
+        done = subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True,
+                              text=True, timeout=10)  # fmt: skip
+        return done.stdout
+
+    def masters(self) -> list[int]:
+        """The ports of the live masters."""
+        alive = [p for p in self.ports if self.processes[p].poll() is None]
+        return [p for p in alive if "role:master" in self.cli(p, "info", "replication")]
+
+    def wait_ok(self, timeout: float = 30) -> float:
+        """Wait until every live node says the cluster is ok, with three masters; seconds."""
+        started = time.monotonic()
+        while time.monotonic() - started < timeout:
+            alive = [p for p in self.ports if self.processes[p].poll() is None]
+            states = [self.cli(p, "cluster", "info") for p in alive]
+            if all("cluster_state:ok" in s for s in states) and len(self.masters()) == 3:
+                return time.monotonic() - started
+            time.sleep(0.1)
+        raise TimeoutError("the cluster did not become ok")
+
+    def wait_replicated(self) -> None:
+        """Each master's writes reached its replica (WAIT 1)."""
+        for port in self.masters():
+            self.cli(port, "wait", "1", "2000")
+
+    def kill(self, port: int) -> None:
+        self.processes[port].kill()
+        self.processes[port].wait()
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
