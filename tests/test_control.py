@@ -402,3 +402,35 @@ async def test_refresh_reruns_the_selected_calls_now_in_one_flight_each(caplog: 
     with collect_advisories() as advisories:
         assert await cache.fetch(INVENTORY, "a", acme, surface="get_products") == a
     assert len(advisories.errors()) == 1  # marked for refresh, refresh failed: stale, honestly
+
+
+async def test_a_memory_copy_the_shared_store_never_got_is_revalidated_after_a_purge() -> None:
+    """Written while the shared store was unreachable, the copy carries no mark there: a purge
+    heard of afterwards may have selected it, so it is revalidated, never served fresh."""
+
+    class Shared(MemoryStore):
+        writable, purges = True, 0
+
+        async def set(self, key: str, entry: Any, ttl_seconds: float) -> None:
+            if not self.writable:
+                raise ConnectionError("unreachable")
+            await super().set(key, entry, ttl_seconds)
+
+        async def generation(self) -> int:
+            return self.purges
+
+    far = Shared(clock=time.time)
+    cache = make_cache(TieredStore(far, MemoryStore(clock=time.time), near_max_age_seconds=0.05,
+                                   check_seconds=0.01))  # fmt: skip
+    up = CountingUpstream()
+    far.writable = False
+    await cache.fetch(INVENTORY, "k", up, surface="get_products")  # memory only
+    far.writable = True
+    await asyncio.sleep(0.06)
+    assert await cache.fetch(INVENTORY, "k", up, surface="get_products") == {"products": [1]}
+    far.purges += 1  # another process purged through the shared store
+    await asyncio.sleep(0.06)
+    up.down = True
+    with collect_advisories() as advisories:
+        assert await cache.fetch(INVENTORY, "k", up, surface="get_products") == {"products": [1]}
+    assert len(advisories.errors()) == 1  # revalidated (the upstream is down): stale, honestly

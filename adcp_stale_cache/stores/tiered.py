@@ -75,7 +75,7 @@ class TieredStore:
         far = await self.far.get(key)
         # The newer copy wins; on a tie the shared one when it carries another process's purge.
         if far is None or (near is not None and near.stored_at > far.stored_at):
-            return self._unheard(near, now)
+            return self._unheard(self._beyond_purge(near), now)
         if near is not None and near.stored_at == far.stored_at and _same_marks(near, far):
             return self._unheard(near, now)  # the same entry: no rewrite of the memory copy
         if far.tombstone:  # hard-purged by some process: drop this process's copy too
@@ -103,6 +103,14 @@ class TieredStore:
                 self._purged_at = now  # copies stored before: read through once more
             self._generation = current
         self._heard_at = now
+
+    def _beyond_purge(self, near: Entry | None) -> Entry | None:
+        """A memory copy the shared store does not hold (written while it was unreachable)
+        and stored before a purge this process heard of: the purge may have selected it, and
+        only the shared copies carry marks, so it is due for revalidation."""
+        if near is not None and not near.revalidate and near.stored_at <= self._purged_at:
+            return dataclasses.replace(near, revalidate=True)
+        return near
 
     def _unheard(self, near: Entry | None, now: float) -> Entry | None:
         """``near``, due for revalidation if purges could not be heard of for a while."""
