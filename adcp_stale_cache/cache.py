@@ -38,6 +38,7 @@ from .keys import cache_key
 from .labels import entry_labels
 from .metrics import CacheMetrics
 from .policy import SurfacePolicy, Surfaces, Upstream
+from .shared_breakers import SharedBreakers
 from .singleflight import SingleFlight, call_with_deadline
 from .stores import MemoryStore, Store
 from .testing import FORCED_FAILURE, ForcedOutage, ForcedOutages
@@ -125,6 +126,10 @@ class UpstreamCache:
     :class:`~adcp_stale_cache.Failure`): they then count as outages (see
     :func:`~adcp_stale_cache.classify`).
 
+    ``share_breakers`` publishes this process's open breakers through the store (Redis) so
+    that other processes answer from cache at once instead of timing out on the same dead
+    upstream (see :mod:`~adcp_stale_cache.shared_breakers`).
+
     ``schema_version`` names the shape of what you cache (bump it when your models change):
     an entry written under another version is never read, so it is a miss (refreshed, and
     left to expire) in every store: memory, file and Redis alike.
@@ -148,6 +153,7 @@ class UpstreamCache:
         strict_advisories: bool = False,
         failure_types: FailureTypes | None = None,
         schema_version: str | None = None,
+        share_breakers: bool = False,
     ) -> None:
         self.store: Store = (
             store if store is not None else MemoryStore(clock=clock or time.monotonic)
@@ -169,6 +175,8 @@ class UpstreamCache:
         self._flights: SingleFlight[_Refreshed[Any]] = SingleFlight()
         self._forced = ForcedOutages() if test_mode else None
         self.breaker_policy = breaker
+        # Open breakers published through the shared store (see shared_breakers).
+        self._shared = SharedBreakers(self.store) if share_breakers and breaker else None
         self._breakers: dict[tuple[str, str | None], Breaker] = {}  # by Upstream.identity
         self._tasks: set[asyncio.Future[object]] = set()
         self._warned_default = False
@@ -274,6 +282,10 @@ class UpstreamCache:
         if admission is Admission.REJECT:  # open: answer from cache at once
             failure = breaker.last_failure if breaker and breaker.last_failure else CIRCUIT_OPEN
             return self._after_failure(upstream, policy, step.fallback, failure, None, codec)
+        if admission is Admission.CALL and self._shared is not None:
+            elsewhere = await self._shared.open_elsewhere(upstream)  # another process's breaker
+            if elsewhere is not None:
+                return self._after_failure(upstream, policy, step.fallback, elsewhere, None, codec)
 
         labels = entry_labels(upstream, policy.name, partition, tags)
         if revalidate is not None and step.previous is not None:
@@ -345,11 +357,17 @@ class UpstreamCache:
                     else:
                         breaker.on_success()  # it answered: what failed was not an outage
                     self.metrics.breaker(upstream.name, breaker.is_open)
+                    if self._shared is not None and breaker.is_open and not breaker.probing:
+                        await self._shared.opened(
+                            upstream, failure, breaker.policy.cooldown_seconds
+                        )
                 raise
             self.metrics.refresh(policy.name, upstream.name, time.monotonic() - started, True)
             if breaker is not None:
                 breaker.on_success()
                 self.metrics.breaker(upstream.name, False)
+                if self._shared is not None:
+                    await self._shared.closed(upstream)
             return refreshed
 
         async def fill() -> _Refreshed[T]:

@@ -142,6 +142,11 @@ class StaleCacheConfig(BaseModel):
     coordinate_refreshes: bool = Field(
         default=False, description="Processes sharing Redis refresh an expired key once."
     )
+    share_breakers: bool = Field(
+        default=False,
+        description="Processes sharing Redis publish open breakers: the others answer from "
+        "cache at once instead of timing out on the same dead upstream.",
+    )
     tracing: bool | None = Field(
         default=None, description="OpenTelemetry span events (unset: when the API is installed)."
     )
@@ -257,6 +262,7 @@ class StaleCacheConfig(BaseModel):
             "namespace": self.namespace,
             "breaker": self.breaker.policy(),
             "coordinate_refreshes": self.coordinate_refreshes,
+            "share_breakers": self.share_breakers,
             "tracing": self.tracing,
             "schema_version": self.schema_version,
         }

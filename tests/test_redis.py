@@ -316,3 +316,59 @@ async def test_the_file_answers_while_redis_is_down_even_after_a_restart(
     with collect_advisories() as advisories:
         value = await restarted.fetch(INVENTORY, "k", inventory, surface="get_products")
     assert value == {"products": [1]} and len(advisories.errors()) == 1
+
+
+@pytest.mark.parametrize("share", [True, False], ids=["shared", "each-its-own"])
+async def test_shared_breakers_spare_other_processes_their_first_timeouts(
+    redis_server: RedisServer, share: bool
+) -> None:
+    from adcp_stale_cache.breaker import BreakerPolicy
+    from adcp_stale_cache.stores import TieredStore
+
+    surface = SurfacePolicy(name="get_products", field="products", freshness_target_seconds=0,
+                            max_stale_seconds=600, upstream_timeout_seconds=0.3)  # fmt: skip
+
+    def process() -> UpstreamCache:
+        store = TieredStore(RedisStore(url=redis_server.url))
+        return UpstreamCache(store, surfaces=Surfaces.of(surface), share_breakers=share,
+                             breaker=BreakerPolicy(failure_threshold=2, cooldown_seconds=1))  # fmt: skip
+
+    state = {"hang": False}
+
+    async def call() -> dict[str, Any]:
+        if state["hang"]:
+            await asyncio.sleep(5)
+        return {"products": ["p1"]}
+
+    a, b = process(), process()
+    await a.fetch(INVENTORY, "k", call, surface="get_products")
+    await b.fetch(INVENTORY, "k", call, surface="get_products")
+    state["hang"] = True
+    for _ in range(2):  # a times out twice: its breaker opens
+        with collect_advisories():
+            await a.fetch(INVENTORY, "k", call, surface="get_products")
+    assert a.breaker_open(INVENTORY)
+    started = time.monotonic()
+    with collect_advisories() as advisories:
+        assert await b.fetch(INVENTORY, "k", call, surface="get_products") == {"products": ["p1"]}
+    took = time.monotonic() - started
+    [advisory] = advisories.errors()
+    assert advisory["details"]["original_error"]["code"] == "TIMEOUT"
+    if share:
+        assert took < 0.2  # at once: a's breaker said the upstream is down
+    else:
+        assert took >= 0.3  # b spends its own timeout
+    if not share:
+        return
+    state["hang"] = False
+    await asyncio.sleep(1.05)  # a's cooldown: its next request probes (behind a stale answer)
+    with collect_advisories():
+        await a.fetch(INVENTORY, "k", call, surface="get_products")
+    await asyncio.sleep(0.05)
+    assert not a.breaker_open(INVENTORY)
+    raw = redis_asyncio.Redis.from_url(redis_server.url)
+    assert await raw.keys("*:breaker:*") == []  # withdrawn by the process that recovered
+    await raw.aclose()
+    with collect_advisories() as advisories:
+        await b.fetch(INVENTORY, "k", call, surface="get_products")
+    assert advisories.errors() == []  # b calls again, and the upstream answers

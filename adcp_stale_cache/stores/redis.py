@@ -277,6 +277,36 @@ class RedisStore:
         for start in range(0, len(keys), 500):
             yield keys[start : start + 500]
 
+    async def breaker_state(self, name: str) -> bytes | None:
+        """What another process published about its open breaker on ``name`` (None: closed,
+        or Redis down)."""
+        client = self._client_here()
+        if client is None or not self.available:
+            return None
+        try:
+            state: bytes | None = await client.get(f"{self.prefix}:breaker:{name}")
+        except Exception as exc:
+            self._failed("breaker_state", exc)
+            return None
+        return state
+
+    async def breaker_opened(self, name: str, state: str, seconds: float) -> None:
+        """Publish this process's open breaker on ``name`` for ``seconds``."""
+        if self.available:
+            try:
+                await self.client.set(f"{self.prefix}:breaker:{name}", state,
+                                      px=max(1, int(seconds * 1000)))  # fmt: skip
+            except Exception as exc:
+                self._failed("breaker_opened", exc)
+
+    async def breaker_closed(self, name: str) -> None:
+        """Withdraw the open breaker published on ``name``."""
+        if self.available:
+            try:
+                await self.client.delete(f"{self.prefix}:breaker:{name}")
+            except Exception as exc:
+                self._failed("breaker_closed", exc)
+
     async def generation(self) -> int | None:
         """How many purges found entries in this Redis so far (None when it is down):
         processes' memory tiers watch it to hear of other processes' invalidations."""

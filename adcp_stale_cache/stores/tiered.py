@@ -151,6 +151,23 @@ class TieredStore:
         async with lease(key, seconds) as holder:
             yield holder
 
+    async def breaker_state(self, name: str) -> bytes | None:
+        """The shared store's breaker state (see ``shared_breakers``), if it keeps one."""
+        read: Any = getattr(self.far, "breaker_state", None)
+        return await read(name) if read is not None else None
+
+    async def breaker_opened(self, name: str, state: str, seconds: float) -> None:
+        """Publish an open breaker in the shared store, if it keeps them."""
+        write: Any = getattr(self.far, "breaker_opened", None)
+        if write is not None:
+            await write(name, state, seconds)
+
+    async def breaker_closed(self, name: str) -> None:
+        """Withdraw a published open breaker, if the shared store keeps them."""
+        withdraw: Any = getattr(self.far, "breaker_closed", None)
+        if withdraw is not None:
+            await withdraw(name)
+
     async def lease_active(self, key: str) -> bool:
         """Whether another process holds the refresh lease of ``key``."""
         active: Any = getattr(self.far, "lease_active", None)

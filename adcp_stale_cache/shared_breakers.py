@@ -1,0 +1,61 @@
+"""Breaker state shared by the processes of a seller through their shared store (opt-in:
+``UpstreamCache(share_breakers=True)`` on a Redis store).
+
+When one process's breaker opens on an upstream, it publishes the last failure for the
+breaker's cooldown; every other process then answers from cache at once instead of spending
+its own first timeouts on the same dead upstream. A process whose call succeeds withdraws it.
+Each process keeps its own breaker (and probes after the cooldown): the shared state only
+adds "someone saw it down", never holds a process back longer than the cooldown.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .failures import Failure
+from .policy import FailureKind, Upstream
+
+
+class SharedBreakers:
+    """The open breakers other processes published, through ``store`` (a store without
+    breaker support, or one that fails, shares nothing)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self._published: set[tuple[str, str | None]] = set()  # open here, or seen open
+
+    async def open_elsewhere(self, upstream: Upstream) -> Failure | None:
+        """The failure another process saw, while its breaker on ``upstream`` is open."""
+        read = getattr(self.store, "breaker_state", None)
+        raw = await read(_name(upstream)) if read is not None else None
+        if raw is None:
+            return None
+        self._published.add(upstream.identity)
+        try:
+            state = json.loads(raw)
+            return Failure(FailureKind(state["kind"]), str(state["code"]), str(state["message"]))
+        except (ValueError, KeyError, TypeError):
+            return None  # not ours to read: share nothing
+
+    async def opened(self, upstream: Upstream, failure: Failure, seconds: float) -> None:
+        """This process's breaker opened: tell the others for ``seconds``."""
+        write = getattr(self.store, "breaker_opened", None)
+        if write is None:
+            return
+        state = {"kind": failure.kind.value, "code": failure.code, "message": failure.message}
+        await write(_name(upstream), json.dumps(state), seconds)
+        self._published.add(upstream.identity)
+
+    async def closed(self, upstream: Upstream) -> None:
+        """A call succeeded: withdraw what was shared (one write, only when there was)."""
+        if upstream.identity not in self._published:
+            return
+        self._published.discard(upstream.identity)
+        withdraw = getattr(self.store, "breaker_closed", None)
+        if withdraw is not None:
+            await withdraw(_name(upstream))
+
+
+def _name(upstream: Upstream) -> str:
+    return upstream.name if upstream.url is None else f"{upstream.name} {upstream.url}"
