@@ -135,3 +135,17 @@ async def test_a_cold_seller_survives_a_master_killed_under_load(cluster: RedisC
         f"failover: cluster ok again {seconds:.1f} s after the kill; "
         f"{answered} answers under load, slowest {slowest * 1000:.0f} ms"
     )
+
+
+async def test_an_invalidation_reaches_every_process_on_the_cluster(cluster: RedisCluster) -> None:
+    from adcp_stale_cache import UpstreamUnavailable
+
+    inventory = Inventory()
+    x, y = seller(cluster), seller(cluster)
+    await ask(x, inventory, "shared-key")
+    await ask(y, inventory, "shared-key")  # from the cluster: y's memory copy is young
+    assert await CacheControl(x).invalidate(tags=["tenant:shared-key"], soft=False) == 1
+    await asyncio.sleep(0.1)  # y hears of the purge within 100 ms
+    inventory.down = True
+    with pytest.raises(UpstreamUnavailable):  # hard-purged everywhere: never stale data
+        await ask(y, inventory, "shared-key")
