@@ -24,7 +24,7 @@ from .breaker import DEFAULT_BREAKER, Admission, Breaker, BreakerPolicy
 from .collector import AdvisoryCollector, AdvisoryLost, _flight, current_collector
 from .decision import Fail, Fresh, Refresh, ServeStale, on_failure, plan, whole_seconds
 from .directives import Directives
-from .entry import Entry, Terms
+from .entry import Entry
 from .failures import (
     BUDGET_SPENT,
     CIRCUIT_OPEN,
@@ -73,32 +73,6 @@ async def _releasing(breaker: Breaker, flight: Awaitable[T]) -> T:
         return await flight
     finally:
         breaker.release_probe()
-
-
-class _Storing(Generic[T]):
-    """How a flight keeps what the upstream said of its answer's caching."""
-
-    __slots__ = ("directives", "shared")
-
-    def __init__(self, directives: Callable[[T], Directives | None] | None, shared: bool) -> None:
-        self.directives = directives
-        self.shared = shared
-
-    def storable(self, said: Directives) -> bool:
-        """False for ``no-store``, ``Vary: *``, and ``private`` on an entry shared across
-        callers (a shared cache must not store it: RFC 9111 section 3.5)."""
-        return not (said.no_store or said.vary_any or (said.private and self.shared))
-
-
-def _terms(said: Directives | None) -> Terms | None:
-    """An entry's terms from what its answer said (None when it said nothing of them)."""
-    if said is None:
-        return None
-    max_age = 0.0 if said.no_cache else said.max_age
-    values = (max_age, said.stale_if_error, said.stale_while_revalidate)
-    if all(v is None for v in values) and not said.age:
-        return None
-    return Terms(max_age, said.stale_if_error, said.stale_while_revalidate, said.age)
 
 
 def _forget(store_key: str, labels: tuple[str, ...], refresh: object) -> None:
@@ -292,7 +266,7 @@ class UpstreamCache:
             call = self._conditional(step.previous, upstream, codec, call, revalidate)
         refresh = self._refresher(
             upstream, policy, store_key, call, codec, timeout, cacheable, validate, labels,
-            _Storing(directives, shared),
+            directives, shared,
         )  # fmt: skip
         self.refreshers(store_key, labels, refresh)
         flight: Awaitable[_Refreshed[T]] = self._flights.run(store_key, refresh)
@@ -332,7 +306,8 @@ class UpstreamCache:
         cacheable: Callable[[T], bool] | None,
         validate: Callable[[T], object] | None,
         labels: tuple[str, ...] = (),
-        storing: _Storing[T] | None = None,
+        directives: Callable[[T], Directives | None] | None = None,
+        shared: bool = False,
     ) -> Callable[[], Awaitable[_Refreshed[T]]]:
         """The one upstream call a flight makes: store what may be kept, tell the breaker.
 
@@ -395,12 +370,10 @@ class UpstreamCache:
                 return _Refreshed(value, None, tuple(inner.recorded()))
             if cacheable is not None and not cacheable(value):
                 return _Refreshed(value, None)
-            terms = None
-            if storing is not None:
-                said = storing.directives(value) if storing.directives else None
-                if said is not None and not storing.storable(said):
-                    return _Refreshed(value, None)
-                terms = _terms(said)
+            said = directives(value) if directives is not None else None
+            if said is not None and not said.storable(shared):
+                return _Refreshed(value, None)
+            terms = said.terms() if said is not None else None
             data = encode(codec, value, upstream)
             if data is None:
                 return _Refreshed(value, None)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .entry import Terms
+
 
 @dataclass(frozen=True, slots=True)
 class Directives:
@@ -32,6 +34,19 @@ class Directives:
     def vary_any(self) -> bool:
         """``Vary: *``: the answer varies on more than the request's headers."""
         return "*" in self.vary
+
+    def storable(self, shared: bool) -> bool:
+        """False for ``no-store``, ``Vary: *``, and ``private`` on an entry ``shared`` across
+        callers (a shared cache must not store it: RFC 9111 section 3.5)."""
+        return not (self.no_store or self.vary_any or (self.private and shared))
+
+    def terms(self) -> Terms | None:
+        """The entry's terms from these directives (None when they say nothing of them)."""
+        max_age = 0.0 if self.no_cache else self.max_age
+        said = (max_age, self.stale_if_error, self.stale_while_revalidate)
+        if all(value is None for value in said) and not self.age:
+            return None
+        return Terms(max_age, self.stale_if_error, self.stale_while_revalidate, self.age)
 
 
 def parse(headers: Mapping[str, str]) -> Directives:
