@@ -175,7 +175,11 @@ class UpstreamCache:
         return any(b.is_open for (name, _), b in list(self._breakers.items()) if name == upstream)
 
     def force_upstream_unavailable(
-        self, tool: str, upstream_name: str | None = None, cache_age_seconds: int | None = None
+        self,
+        tool: str,
+        upstream_name: str | None = None,
+        cache_age_seconds: int | None = None,
+        empty_cache: bool = False,
     ) -> ForcedOutage:
         """Compliance testing only: fail ``upstream_name`` for the next response of ``tool``.
 
@@ -186,7 +190,7 @@ class UpstreamCache:
             raise RuntimeError("force_upstream_unavailable needs UpstreamCache(test_mode=True)")
         if tool != "*":
             self.surfaces.get(tool)  # a clear error for an unknown tool
-        return self._forced.force(tool, upstream_name, cache_age_seconds)
+        return self._forced.force(tool, upstream_name, cache_age_seconds, empty_cache)
 
     async def fetch(
         self,
@@ -544,6 +548,9 @@ class UpstreamCache:
         timeout: float,
     ) -> T:
         """A forced outage: serve the entry aged as asked (seeding a cold cache for real)."""
+        if outage.empty_cache:  # as if nothing were cached: the failure stays a failure
+            self.metrics.unavailable(policy.name, upstream.name, FORCED_FAILURE.code)
+            raise UpstreamUnavailable(upstream, FORCED_FAILURE)
         entry = await self._get(store_key)
         now = self.clock()
         if entry is None:

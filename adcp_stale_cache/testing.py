@@ -10,6 +10,10 @@ upstream healthy again. The spec's ``cache_age_seconds`` parameter "MUST appear 
 affected response", and the compliance storyboard checks that a healthy call after the forced
 one carries no advisory without ever resetting: a one-shot outage honours both. When the
 cache is cold, the upstream is called once for real to seed the entry (test mode only).
+
+``empty_cache=True`` (an extension of this library's controller, not the spec's) answers the
+next affected response as if nothing were cached: the failure stays a failure, with no
+``STALE_RESPONSE``, so a conformance check can hold that rule too.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ class ForcedOutage:
     tool: str
     upstream_name: str | None = None
     cache_age_seconds: int | None = None
+    empty_cache: bool = False
     claimed_by: object | None = field(default=None, repr=False)
 
     def matches(self, policy: SurfacePolicy, upstream: Upstream) -> bool:
@@ -53,14 +58,18 @@ class ForcedOutages:
         self._outages: list[ForcedOutage] = []
 
     def force(
-        self, tool: str, upstream_name: str | None = None, cache_age_seconds: int | None = None
+        self,
+        tool: str,
+        upstream_name: str | None = None,
+        cache_age_seconds: int | None = None,
+        empty_cache: bool = False,
     ) -> ForcedOutage:
         """Record an outage; a later force of the same tool and upstream replaces it."""
         if not tool:
             raise ValueError("tool is required ('*' for every tool)")
         if cache_age_seconds is not None and cache_age_seconds < 0:
             raise ValueError("cache_age_seconds must be >= 0")
-        outage = ForcedOutage(tool, upstream_name, cache_age_seconds)
+        outage = ForcedOutage(tool, upstream_name, cache_age_seconds, empty_cache)
         self._outages = [
             o for o in self._outages if (o.tool, o.upstream_name) != (tool, upstream_name)
         ]

@@ -56,7 +56,8 @@ async def test_the_example_seller_passes(upstreams: dict[str, App], transport: s
     assert report.passed, report.text()
     rules = {result.rule for result in report.results if result.passed}
     assert {"exact_age", "recovery_transient", "schema_valid", "no_leaks",
-            "one_advisory_per_upstream", "not_in_adcp_error"} <= rules  # fmt: skip
+            "one_advisory_per_upstream", "not_in_adcp_error",
+            "nothing_when_nothing_cached"} <= rules  # fmt: skip
     two = await check_seller(seller(upstreams), transport=transport,
                              tool="list_creative_formats", upstreams=["a", "b"])  # fmt: skip
     assert two.passed, two.text()
@@ -89,9 +90,8 @@ class Rewriting:
         answer = json.loads(body)
         for artifact in (answer.get("result") or {}).get("artifacts") or []:
             for part in artifact["parts"]:
-                data = part.get("data")
-                if isinstance(data, dict) and ("products" in data or "formats" in data):
-                    self.change(data)
+                if isinstance(part.get("data"), dict):
+                    self.change(part["data"])
         body = json.dumps(answer).encode()
         headers = [(k, v) for k, v in start["headers"] if k != b"content-length"]
         await send({**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
@@ -108,7 +108,7 @@ def wrong_recovery(payload: dict[str, Any]) -> None:
 
 
 def advisory_on_fresh_hits(payload: dict[str, Any]) -> None:
-    if not stale_ones(payload):
+    if "products" in payload and not stale_ones(payload):
         payload.setdefault("errors", []).append({
             "code": "STALE_RESPONSE", "message": "cached", "recovery": "transient",
             "field": "products", "details": {"served_from_cache": True, "cache_age_seconds": 1},
@@ -120,6 +120,14 @@ def aggregated(payload: dict[str, Any]) -> None:
     if len(found) > 1:
         found[0]["details"]["upstream"] = {"name": "a, b"}
         payload["errors"] = [e for e in payload["errors"] if e not in found[1:]]
+
+
+def advisory_with_nothing_cached(payload: dict[str, Any]) -> None:
+    if "adcp_error" in payload:  # the failure, dressed as a stale answer
+        payload.setdefault("errors", []).append({
+            "code": "STALE_RESPONSE", "message": "cached", "recovery": "transient",
+            "field": "products", "details": {"served_from_cache": True, "cache_age_seconds": 1},
+        })  # fmt: skip
 
 
 def promoted(payload: dict[str, Any]) -> None:
@@ -143,8 +151,10 @@ def wrong_age(payload: dict[str, Any]) -> None:
          "one_advisory_per_upstream"),
         (promoted, {}, "not_in_adcp_error"),
         (wrong_age, {}, "exact_age"),
+        (advisory_with_nothing_cached, {}, "nothing_when_nothing_cached"),
     ],
-    ids=["wrong-recovery", "advisory-on-fresh-hit", "aggregated", "promoted", "wrong-age"],
+    ids=["wrong-recovery", "advisory-on-fresh-hit", "aggregated", "promoted", "wrong-age",
+         "advisory-with-nothing-cached"],
 )  # fmt: skip
 async def test_broken_sellers_fail_on_the_right_rule(
     upstreams: dict[str, App], change: Any, options: dict[str, Any], rule: str

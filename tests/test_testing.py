@@ -100,3 +100,19 @@ async def test_cold_cache_with_upstream_really_down_fails(cache: UpstreamCache) 
     cache.force_upstream_unavailable("get_products")
     with pytest.raises(UpstreamUnavailable):
         await cache.fetch(INVENTORY, "k", upstream, surface="get_products")
+
+
+async def test_empty_cache_answers_as_if_nothing_were_cached(clock: FakeClock) -> None:
+    """This library's extension: the failure stays a failure, even with a warm entry."""
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock,
+                          test_mode=True)  # fmt: skip
+    up = Counting()
+    await cache.fetch(INVENTORY, "k", up, surface="get_products")
+    cache.force_upstream_unavailable("get_products", empty_cache=True)
+    with collect_advisories() as advisories, pytest.raises(UpstreamUnavailable) as raised:
+        await cache.fetch(INVENTORY, "k", up, surface="get_products")
+    assert raised.value.failure.code == "SERVICE_UNAVAILABLE" and advisories.errors() == []
+    assert up.calls == 1  # the upstream was not called
+    with collect_advisories() as advisories:  # one response only: healthy again
+        await cache.fetch(INVENTORY, "k", up, surface="get_products")
+    assert advisories.errors() == []

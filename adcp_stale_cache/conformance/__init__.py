@@ -11,7 +11,9 @@ The check: capabilities; a healthy call with no advisory; ``force_upstream_unava
 ``STALE_RESPONSE`` per forced upstream and never in ``adcp_error``, ``recovery: transient``,
 ``field``, the exact age, ``details.upstream.name``, valid against the official schemas, no
 credential, hostname or stack trace in its text); and a healthy call after it, again with no
-advisory. A seller without the controller fails, never passes. Schemas come from the
+advisory; with a controller that acknowledges ``empty_cache``, a forced outage with nothing
+cached must stay a failure with no advisory. A seller without the controller fails, never
+passes. Schemas come from the
 installed ``adcp`` package (``pip install 'adcp-stale-cache[check]'``).
 """
 
@@ -147,9 +149,33 @@ async def _run(
                            secrets=[auth] if auth else [],
                            validators=rules.official_validators())  # fmt: skip
     results += rules.healthy(await wire.call(tool, call_args("after")), "after")
-    results.append(Result("nothing_when_nothing_cached", None,
-                          "not applicable: force_upstream_unavailable seeds a cold cache; "
-                          "no controller scenario empties it"))  # fmt: skip
+    results.append(await _nothing_cached(wire, tool, names, call_args("empty")))
+
+
+async def _nothing_cached(
+    wire: McpWire | A2aWire, tool: str, names: list[str | None], arguments: dict[str, Any]
+) -> Result:
+    """With nothing cached the failure stays a failure: no ``STALE_RESPONSE``. The spec's
+    scenario seeds a cold cache, so this needs a controller that acknowledges
+    ``empty_cache`` (this library's extension); others are skipped, never failed."""
+    rule = "nothing_when_nothing_cached"
+    for name in names:
+        params: dict[str, Any] = {"tool": tool, "empty_cache": True}
+        if name is not None:
+            params["upstream_name"] = name
+        forced = await wire.call(CONTROLLER, {
+            "scenario": "force_upstream_unavailable", "params": params,
+            "account": {"sandbox": True}, "context": {"correlation_id": str(uuid4())},
+        })  # fmt: skip
+        if not (forced.transport_ok and (forced.payload or {}).get("empty_cache") is True):
+            return Result(rule, None, "not applicable: the controller does not acknowledge "
+                          "empty_cache (the spec's scenario seeds a cold cache)")  # fmt: skip
+    reply = await wire.call(tool, arguments)
+    advisories = rules.stale_advisories(reply.payload)
+    envelope = (reply.payload or {}).get("adcp_error") or {}
+    seen = (f"{reply.transport}, adcp_error: {envelope.get('code')}, "
+            f"{len(advisories)} STALE_RESPONSE")  # fmt: skip
+    return Result(rule, not advisories, seen)
 
 
 @contextlib.asynccontextmanager

@@ -163,19 +163,20 @@ class SellerTools:
                 str(args.get("tool") or ""),
                 args.get("upstream_name"),
                 args.get("cache_age_seconds"),
+                args.get("empty_cache") is True,  # this library's extension (testing.py)
             )
         except (KeyError, ValueError) as exc:
             return _echo(_controller_error("INVALID_PARAMS", str(exc).strip("'\"")), params)
         upstream = outage.upstream_name or "the default upstream"
-        return _echo(
-            {
-                "success": True,
-                "previous_state": "available",
-                "current_state": "unavailable",
-                "message": f"{upstream} of {outage.tool} is down for the next affected response",
-            },
-            params,
-        )
+        answer: dict[str, Any] = {
+            "success": True,
+            "previous_state": "available",
+            "current_state": "unavailable",
+            "message": f"{upstream} of {outage.tool} is down for the next affected response",
+        }
+        if outage.empty_cache:
+            answer["empty_cache"] = True  # acknowledged: a checker may rely on it
+        return _echo(answer, params)
 
     async def _formats(self, agent: Upstream, arguments: dict[str, Any]) -> list[Any]:
         assert agent.url is not None
