@@ -63,9 +63,6 @@ def parse(headers: Mapping[str, str]) -> Directives:
     max_age = _seconds(values.get("s-maxage")) if "s-maxage" in values else None
     if max_age is None:
         max_age = _seconds(values.get("max-age"))
-    vary = tuple(
-        name.strip().lower() for name in headers.get("vary", "").split(",") if name.strip()
-    )
     return Directives(
         max_age=max_age,
         no_cache="no-cache" in values,
@@ -74,7 +71,14 @@ def parse(headers: Mapping[str, str]) -> Directives:
         stale_if_error=_seconds(values.get("stale-if-error")),
         stale_while_revalidate=_seconds(values.get("stale-while-revalidate")),
         age=_seconds(headers.get("age")) or 0.0,
-        vary=vary,
+        vary=vary_of(headers),
+    )
+
+
+def vary_of(headers: Mapping[str, str]) -> tuple[str, ...]:
+    """The request headers a response's ``Vary`` names, lower-cased (``*`` as it is)."""
+    return tuple(
+        name.strip().lower() for name in headers.get("vary", "").split(",") if name.strip()
     )
 
 

@@ -45,7 +45,7 @@ import orjson
 from cachetools import LRUCache
 
 from .cache import UpstreamCache
-from .directives import Directives, parse
+from .directives import Directives, parse, vary_of
 from .failures import InvalidPayload, UpstreamError, UpstreamHTTPError
 from .keys import CREDENTIAL_HEADERS
 from .policy import SurfacePolicy, Upstream
@@ -101,16 +101,14 @@ class CachingTransport(httpx.AsyncBaseTransport):
         """Answer from cache or upstream, as the surface's policy decides."""
         if request.method not in self.methods:
             return await self._transport.handle_async_request(request)
-        body = await request.aread()
-        key: tuple[object, ...] = (
-            "http", request.method, str(request.url), body, *self._varying(request)
-        )  # fmt: skip
+        body, url = await request.aread(), str(request.url)
+        key: tuple[object, ...] = ("http", request.method, url, body, *self._varying(request))
         honor = self._honor
         if honor is None:  # as the surface's policy says: a named one is looked up once
             honor = self.cache.policy_for(self.surface).honor_cache_control
             if self.surface is not None:
                 self._honor = honor
-        varies = self._vary.get((request.method, str(request.url)), ()) if honor else ()
+        varies = self._vary.get((request.method, url), ()) if honor else ()
         if varies:  # the variant's key: the values of the headers its answers vary on
             key = (*key, tuple(request.headers.get_list(name) for name in varies))
 
@@ -136,9 +134,9 @@ class CachingTransport(httpx.AsyncBaseTransport):
             if "no-store" in response.headers.get("cache-control", "").lower():
                 return False
             if honor:  # an answer that varies on headers not in this key is not kept under it
-                said = parse(response.headers).vary
+                said = vary_of(response.headers)
                 if not set(said) <= set(varies):
-                    self._vary[(request.method, str(request.url))] = tuple(sorted(said))
+                    self._vary[(request.method, url)] = tuple(sorted(said))
                     return False
             return True
 

@@ -132,13 +132,7 @@ async def _run(
         return
     names: list[str | None] = [*upstreams] or [None]
     for name in names:
-        params: dict[str, Any] = {"tool": tool, "cache_age_seconds": cache_age}
-        if name is not None:
-            params["upstream_name"] = name
-        forced = await wire.call(CONTROLLER, {
-            "scenario": "force_upstream_unavailable", "params": params,
-            "account": {"sandbox": True}, "context": {"correlation_id": str(uuid4())},
-        })  # fmt: skip
+        forced = await _force(wire, tool, name, cache_age_seconds=cache_age)
         ok = forced.transport_ok and (forced.payload or {}).get("success") is True
         seen = f"{forced.transport}, {json.dumps(forced.payload)[:200]}"
         results.append(Result(f"controller ({name or 'default upstream'})", ok, seen))
@@ -160,13 +154,7 @@ async def _nothing_cached(
     ``empty_cache`` (this library's extension); others are skipped, never failed."""
     rule = "nothing_when_nothing_cached"
     for name in names:
-        params: dict[str, Any] = {"tool": tool, "empty_cache": True}
-        if name is not None:
-            params["upstream_name"] = name
-        forced = await wire.call(CONTROLLER, {
-            "scenario": "force_upstream_unavailable", "params": params,
-            "account": {"sandbox": True}, "context": {"correlation_id": str(uuid4())},
-        })  # fmt: skip
+        forced = await _force(wire, tool, name, empty_cache=True)
         if not (forced.transport_ok and (forced.payload or {}).get("empty_cache") is True):
             return Result(rule, None, "not applicable: the controller does not acknowledge "
                           "empty_cache (the spec's scenario seeds a cold cache)")  # fmt: skip
@@ -176,6 +164,17 @@ async def _nothing_cached(
     seen = (f"{reply.transport}, adcp_error: {envelope.get('code')}, "
             f"{len(advisories)} STALE_RESPONSE")  # fmt: skip
     return Result(rule, not advisories, seen)
+
+
+async def _force(wire: McpWire | A2aWire, tool: str, upstream: str | None, **params: Any) -> Reply:
+    """``force_upstream_unavailable`` for ``tool`` (and ``upstream``, else its default)."""
+    params["tool"] = tool
+    if upstream is not None:
+        params["upstream_name"] = upstream
+    return await wire.call(CONTROLLER, {
+        "scenario": "force_upstream_unavailable", "params": params,
+        "account": {"sandbox": True}, "context": {"correlation_id": str(uuid4())},
+    })  # fmt: skip
 
 
 @contextlib.asynccontextmanager

@@ -20,14 +20,14 @@ def free_port() -> int:
         return port
 
 
-def wait_for_port(port: int, timeout: float = 20.0) -> None:
-    """Block until something accepts connections on ``port``."""
+def wait_for_port(port: int, timeout: float = 20.0, host: str = "127.0.0.1") -> None:
+    """Block until something accepts connections on ``host:port``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+        with contextlib.suppress(OSError), socket.create_connection((host, port), 0.2):
             return
         time.sleep(0.05)
-    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout:g}s")
+    raise TimeoutError(f"nothing listens on {host}:{port} after {timeout:g}s")
 
 
 class App:

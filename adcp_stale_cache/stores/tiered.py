@@ -75,9 +75,9 @@ class TieredStore:
         far = await self.far.get(key)
         # The newer copy wins; on a tie the shared one when it carries another process's purge.
         if far is None or (near is not None and near.stored_at > far.stored_at):
-            return self._unheard(self._beyond_purge(near), now)
+            return self._due(near, now, shared=False)
         if near is not None and near.stored_at == far.stored_at and _same_marks(near, far):
-            return self._unheard(near, now)  # the same entry: no rewrite of the memory copy
+            return self._due(near, now, shared=True)  # the same entry: no rewrite of memory
         if far.tombstone:  # hard-purged by some process: drop this process's copy too
             await self.near.delete(key)
             return far
@@ -104,25 +104,20 @@ class TieredStore:
             self._generation = current
         self._heard_at = now
 
-    def _beyond_purge(self, near: Entry | None) -> Entry | None:
-        """A memory copy the shared store does not hold (written while it was unreachable)
-        and stored before a purge this process heard of: the purge may have selected it, and
-        only the shared copies carry marks, so it is due for revalidation."""
-        if near is not None and not near.revalidate and near.stored_at <= self._purged_at:
-            return dataclasses.replace(near, revalidate=True)
-        return near
+    def _due(self, near: Entry | None, now: float, *, shared: bool) -> Entry | None:
+        """``near``, due for revalidation when a purge may have missed it:
 
-    def _unheard(self, near: Entry | None, now: float) -> Entry | None:
-        """``near``, due for revalidation if purges could not be heard of for a while."""
+        - purges could not be heard of for ``unheard_fresh_seconds`` and the copy is older;
+        - the shared store does not hold this copy (``shared`` False: it was written while the
+          store was unreachable) and it was stored before a purge heard of: the purge may have
+          selected it, and only shared copies carry marks.
+        """
+        if near is None or near.revalidate:
+            return near
         bound = self.unheard_fresh_seconds
-        if (
-            near is not None
-            and not near.revalidate
-            and now - self._heard_at > bound
-            and now - near.stored_at > bound
-        ):
-            return dataclasses.replace(near, revalidate=True)
-        return near
+        unheard = now - self._heard_at > bound and now - near.stored_at > bound
+        missed = not shared and near.stored_at <= self._purged_at
+        return dataclasses.replace(near, revalidate=True) if unheard or missed else near
 
     async def set(self, key: str, entry: Entry, ttl_seconds: float) -> None:
         """Write both tiers."""
