@@ -14,6 +14,8 @@ import pytest
 
 from adcp_stale_cache.demo.processes import wait_for_port
 
+from .redis_server import redis_cli
+
 
 def free_ports(count: int) -> list[int]:
     """``count`` distinct TCP ports free on 127.0.0.1 (held open together while chosen)."""
@@ -56,22 +58,17 @@ class RedisCluster:
         self.wait_ok()
         return self
 
-    def cli(self, port: int, *args: str) -> str:
-        done = subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True,
-                              text=True, timeout=10)  # fmt: skip
-        return done.stdout
-
     def masters(self) -> list[int]:
         """The ports of the live masters."""
         alive = [p for p in self.ports if self.processes[p].poll() is None]
-        return [p for p in alive if "role:master" in self.cli(p, "info", "replication")]
+        return [p for p in alive if "role:master" in redis_cli(p, "info", "replication")]
 
     def wait_ok(self, timeout: float = 30) -> float:
         """Wait until every live node says the cluster is ok, with three masters; seconds."""
         started = time.monotonic()
         while time.monotonic() - started < timeout:
             alive = [p for p in self.ports if self.processes[p].poll() is None]
-            states = [self.cli(p, "cluster", "info") for p in alive]
+            states = [redis_cli(p, "cluster", "info") for p in alive]
             if all("cluster_state:ok" in s for s in states) and len(self.masters()) == 3:
                 return time.monotonic() - started
             time.sleep(0.1)
@@ -80,7 +77,7 @@ class RedisCluster:
     def wait_replicated(self) -> None:
         """Each master's writes reached its replica (WAIT 1)."""
         for port in self.masters():
-            self.cli(port, "wait", "1", "2000")
+            redis_cli(port, "wait", "1", "2000")
 
     def kill(self, port: int) -> None:
         self.processes[port].kill()

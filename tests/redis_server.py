@@ -44,3 +44,10 @@ class RedisServer:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.wait()
+
+
+def redis_cli(port: int, *args: str) -> str:
+    """What ``redis-cli -p PORT ARGS...`` prints (bounded to 10 s)."""
+    done = subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True,
+                          text=True, timeout=10)  # fmt: skip
+    return done.stdout

@@ -98,6 +98,15 @@ class Rewriting:
         await send({"type": "http.response.body", "body": body})
 
 
+FAKE_ADVISORY = {
+    "code": "STALE_RESPONSE",
+    "message": "cached",
+    "recovery": "transient",
+    "field": "products",
+    "details": {"served_from_cache": True, "cache_age_seconds": 1},
+}
+
+
 def stale_ones(payload: dict[str, Any]) -> list[dict[str, Any]]:
     return [e for e in payload.get("errors", []) if e.get("code") == "STALE_RESPONSE"]
 
@@ -109,10 +118,7 @@ def wrong_recovery(payload: dict[str, Any]) -> None:
 
 def advisory_on_fresh_hits(payload: dict[str, Any]) -> None:
     if "products" in payload and not stale_ones(payload):
-        payload.setdefault("errors", []).append({
-            "code": "STALE_RESPONSE", "message": "cached", "recovery": "transient",
-            "field": "products", "details": {"served_from_cache": True, "cache_age_seconds": 1},
-        })  # fmt: skip
+        payload.setdefault("errors", []).append(dict(FAKE_ADVISORY))
 
 
 def aggregated(payload: dict[str, Any]) -> None:
@@ -124,10 +130,7 @@ def aggregated(payload: dict[str, Any]) -> None:
 
 def advisory_with_nothing_cached(payload: dict[str, Any]) -> None:
     if "adcp_error" in payload:  # the failure, dressed as a stale answer
-        payload.setdefault("errors", []).append({
-            "code": "STALE_RESPONSE", "message": "cached", "recovery": "transient",
-            "field": "products", "details": {"served_from_cache": True, "cache_age_seconds": 1},
-        })  # fmt: skip
+        payload.setdefault("errors", []).append(dict(FAKE_ADVISORY))
 
 
 def promoted(payload: dict[str, Any]) -> None:

@@ -5,8 +5,6 @@ healed, both converge. Needs root (CI); skipped with the reason elsewhere."""
 
 from __future__ import annotations
 
-import contextlib
-import socket
 import subprocess
 import sys
 import time
@@ -16,20 +14,13 @@ from typing import Any
 import httpx
 import pytest
 
+from adcp_stale_cache.demo.processes import wait_for_port
+
 from .netns import Network
 
 pytestmark = pytest.mark.e2e
 pytest.importorskip("redis", reason="the redis extra is needed")
 TOKEN = "netns-operator-token-0123"
-
-
-def wait_for(host: str, port: int, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError), socket.create_connection((host, port), 0.2):
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"nothing listens on {host}:{port}")
 
 
 @pytest.fixture
@@ -57,7 +48,7 @@ class Hosts:
         self.spawn("inventory", [sys.executable, "-m", "adcp_stale_cache", "example",
                                  "inventory-service", "--host", self.net.root, "--port", "18080",
                                  "--products", str(products)])  # fmt: skip
-        wait_for(self.net.root, 18080)
+        wait_for_port(18080, 30, self.net.root)
 
     def stop(self, name: str) -> None:
         process = self.processes.pop(name)
@@ -79,7 +70,7 @@ class Hosts:
                 "--upstream-timeout", "2", "--admin-token", TOKEN,
             ]))  # fmt: skip
         for host in ("h1", "h2"):
-            wait_for(net.addresses[(host, "front")], 8000)
+            wait_for_port(8000, 30, net.addresses[(host, "front")])
         return self
 
     def url(self, host: str) -> str:

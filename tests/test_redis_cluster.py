@@ -123,7 +123,11 @@ async def test_a_cold_seller_survives_a_master_killed_under_load(cluster: RedisC
     colder = seller(cluster)  # after the failover, a cold seller finds every entry again
     settle = time.monotonic() + 10  # clients learn the new slot map on their first MOVED
     while await colder.store.get(colder.store_key(INVENTORY, KEYS[0])) is None:
-        assert time.monotonic() < settle, "the cluster did not answer after the failover"
+        shared = colder.store.far  # type: ignore[attr-defined]
+        assert time.monotonic() < settle, (
+            f"the cluster did not answer after the failover: {shared.failures} store failures; "
+            f"masters {cluster.masters()}, killed {victim}"
+        )
         await asyncio.sleep(0.2)
     for key in KEYS:
         value, errors = await ask(colder, inventory, key)

@@ -18,6 +18,8 @@ from adcp_stale_cache.demo.processes import free_port, wait_for_port
 from adcp_stale_cache.entry import Entry
 from adcp_stale_cache.stores.redis_urls import client_from_url, redacted
 
+from .redis_server import redis_cli
+
 pytest.importorskip("redis.asyncio", reason="the redis extra is needed")
 needs_redis = pytest.mark.skipif(shutil.which("redis-server") is None,
                                  reason="redis-server is not installed (CI installs it)")  # fmt: skip
@@ -46,12 +48,6 @@ def test_urls_name_their_topology_and_never_show_a_password() -> None:
 
 def _spawn(*command: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-
-
-def _cli(port: int, *args: str) -> str:
-    done = subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True,
-                          text=True, timeout=10)  # fmt: skip
-    return done.stdout
 
 
 def _healthy_replica(listing: str, port: int) -> bool:
@@ -134,7 +130,7 @@ async def test_sentinel_follows_a_failover() -> None:
             wait_for_port(port)
         deadline = time.monotonic() + 30
         while "master_link_status:up" not in await asyncio.to_thread(
-            _cli, replica, "info", "replication"
+            redis_cli, replica, "info", "replication"
         ):
             assert time.monotonic() < deadline, "the replica never synced"
             await asyncio.sleep(0.1)
@@ -143,11 +139,11 @@ async def test_sentinel_follows_a_failover() -> None:
         entry = Entry(b"before", time.time())
         await store.set("k", entry, 600)
         assert await store.get("k") == entry
-        assert (await asyncio.to_thread(_cli, master, "wait", "1", "5000")).strip() == "1"
+        assert (await asyncio.to_thread(redis_cli, master, "wait", "1", "5000")).strip() == "1"
         # Sentinel learns of replicas from the master every 10 s: a failover needs a healthy one.
         deadline = time.monotonic() + 30
         while not _healthy_replica(await asyncio.to_thread(
-                _cli, sentinel, "sentinel", "replicas", "seller"), replica):  # fmt: skip
+                redis_cli, sentinel, "sentinel", "replicas", "seller"), replica):  # fmt: skip
             assert time.monotonic() < deadline, "Sentinel never saw the replica"
             await asyncio.sleep(0.5)
         processes[0].kill()  # the master dies; Sentinel promotes the replica
