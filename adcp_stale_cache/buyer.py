@@ -46,7 +46,7 @@ def payload_of(response: Any) -> dict[str, Any] | None:
     if response is None:
         return None
     data = _as_data(response)
-    if isinstance(data, Mapping) and "adcp_error" in data:
+    if isinstance(data, Mapping) and data.get("adcp_error") is not None:  # null: a success
         return None
     return dict(data) if isinstance(data, Mapping) else None
 
@@ -167,7 +167,11 @@ def _mcp_content(response: Mapping[str, Any]) -> bool:
 
 
 def _task_ids(response: Mapping[str, Any]) -> bool:
-    return "status" in response and ("contextId" in response or "context_id" in response)
+    # An A2A task's status is an object; an AdCP payload's is a string beside its own
+    # context_id (null when unset, as fastmcp writes a model): that is a payload, not a task.
+    return isinstance(response.get("status"), Mapping) and (
+        response.get("contextId") is not None or response.get("context_id") is not None
+    )
 
 
 def _from_mcp(result: Mapping[str, Any]) -> Any:
@@ -185,7 +189,8 @@ def _from_mcp(result: Mapping[str, Any]) -> Any:
 
 
 def _from_task(task: Mapping[str, Any]) -> Any:
-    state = str((task.get("status") or {}).get("state", "")).lower()
+    status = task.get("status")
+    state = str(status.get("state", "")).lower() if isinstance(status, Mapping) else ""
     if state and not state.endswith("completed"):
         return None
     artifacts = task.get("artifacts") or []

@@ -21,6 +21,7 @@ from typing import Any, Generic, TypeVar
 
 from .advisory import AdcpError, stale_response
 from .breaker import DEFAULT_BREAKER, Admission, Breaker, BreakerPolicy
+from .call_loop import CALLS
 from .collector import AdvisoryCollector, AdvisoryLost, _flight, current_collector
 from .decision import Fail, Fresh, Refresh, ServeStale, on_failure, plan, whole_seconds
 from .directives import Directives
@@ -30,9 +31,10 @@ from .failures import (
     CIRCUIT_OPEN,
     UNKNOWN_FAILURE,
     Failure,
-    FailureTypes,
+    FailureTypesLike,
     UpstreamUnavailable,
     classify,
+    failure_types_of,
 )
 from .keys import cache_key
 from .labels import entry_labels
@@ -96,8 +98,10 @@ class UpstreamCache:
     advisory lost across a thread hop then fails loudly).
 
     ``failure_types`` maps your own exception types to what they mean
-    (``{AdCPServiceUnavailableError: "SERVICE_UNAVAILABLE"}``, or a
-    :class:`~adcp_stale_cache.Failure`): they then count as outages (see
+    (``{AdCPServiceUnavailableError: "SERVICE_UNAVAILABLE"}``, a
+    :class:`~adcp_stale_cache.Failure`, or a function of the exception returning either, or
+    None when it says nothing of that exception; a lone function reads every exception):
+    they then count as outages, with the most specific code the exception's causes give (see
     :func:`~adcp_stale_cache.classify`).
 
     ``share_breakers`` publishes this process's open breakers through the store (Redis) so
@@ -109,7 +113,12 @@ class UpstreamCache:
     left to expire) in every store: memory, file and Redis alike.
 
     One cache may be shared by threads and event loops (a loop per request in a worker
-    thread): upstream calls coalesce per loop, the memory store is thread-safe.
+    thread): upstream calls coalesce per loop, the memory store is thread-safe. There,
+    ``detach_calls=True`` runs every upstream call on the library's own event loop (see
+    :mod:`~adcp_stale_cache.call_loop`): a call abandoned at its deadline then never holds
+    the request's ``asyncio.run`` (or its worker thread) while it winds down. The call must
+    then use nothing bound to the request's loop (a client it opens itself is fine), and
+    must not block: that loop is shared by every detached call of the process.
     """
 
     def __init__(
@@ -125,9 +134,10 @@ class UpstreamCache:
         tracing: bool | None = None,
         test_mode: bool = False,
         strict_advisories: bool = False,
-        failure_types: FailureTypes | None = None,
+        failure_types: FailureTypesLike | None = None,
         schema_version: str | None = None,
         share_breakers: bool = False,
+        detach_calls: bool = False,
     ) -> None:
         self.store: Store = (
             store if store is not None else MemoryStore(clock=clock or time.monotonic)
@@ -140,7 +150,7 @@ class UpstreamCache:
         self._breaker_clock = clock or time.monotonic
         self.coordinate_refreshes = coordinate_refreshes
         self.strict_advisories = strict_advisories
-        self.failure_types = dict(failure_types or {})
+        self.failure_types = failure_types_of(failure_types)
         self.metrics = with_tracing(metrics, tracing)
         self.namespace = namespace
         self.schema_version = schema_version
@@ -148,6 +158,7 @@ class UpstreamCache:
         self._keyspace = namespace if schema_version is None else f"{namespace}@{schema_version}"
         self._flights: SingleFlight[_Refreshed[Any]] = SingleFlight()
         self._forced = ForcedOutages() if test_mode else None
+        self._call_loop = CALLS if detach_calls else None
         self.breaker_policy = breaker
         # Open breakers published through the shared store (see shared_breakers).
         self._shared = SharedBreakers(self.store) if share_breakers and breaker else None
@@ -365,7 +376,7 @@ class UpstreamCache:
             inner = AdvisoryCollector.within(current_collector())
             token = _flight.set(inner)
             try:
-                value = await call_with_deadline(call, timeout)
+                value = await call_with_deadline(call, timeout, self._call_loop)
             finally:
                 _flight.reset(token)
             if validate is not None:
@@ -438,8 +449,12 @@ class UpstreamCache:
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     def store_key(self, upstream: Upstream, key: object, partition: str | None = None) -> str:
-        """The store key of ``key`` for ``upstream`` (and the caller partition, if any)."""
-        return cache_key(self._keyspace, upstream.name, (upstream.url, partition, key))
+        """The store key of ``key`` for ``upstream`` (and the caller partition, if any; and
+        the upstream's own credentials, when it has some: never shared across them)."""
+        parts: tuple[object, ...] = (upstream.url, partition, key)
+        if upstream.credentials is not None:
+            parts = (*parts, ("credentials", upstream.credentials.get_secret_value()))
+        return cache_key(self._keyspace, upstream.name, parts)
 
     def cached(
         self,
@@ -555,12 +570,15 @@ class UpstreamCache:
         now = self.clock()
         if entry is None:
             try:
-                value = await call_with_deadline(call, timeout)
+                value = await call_with_deadline(call, timeout, self._call_loop)
             except Exception as exc:
                 raise UpstreamUnavailable(
                     upstream, classify(exc, timeout, self.failure_types)
                 ) from exc
-            entry = Entry(codec.dumps(value), now)
+            data = encode(codec, value, upstream)
+            if data is None:  # nothing to age: the forced outage stays a failure
+                raise UpstreamUnavailable(upstream, FORCED_FAILURE)
+            entry = Entry(data, now)
             await self._set(store_key, entry, self._ttl(upstream, policy))
         age = outage.cache_age_seconds
         if age is None:

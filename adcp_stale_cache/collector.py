@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import inspect
 import sys
 import time
 from collections.abc import Callable, Hashable, Iterator
@@ -148,11 +149,58 @@ def _from_mcp_v1_request() -> AdvisoryCollector | None:
     return collector if isinstance(collector, AdvisoryCollector) else None
 
 
-@contextmanager
+class Collecting:
+    """The block :func:`collect_advisories` opens: a ``with`` or an ``async with`` alike."""
+
+    __slots__ = ("_partition", "_surface", "_token", "collector")
+
+    def __init__(self, surface: SurfacePolicy | None, partition: str | None) -> None:
+        self._surface, self._partition = surface, partition
+        self.collector = AdvisoryCollector(surface, partition)
+        self._token: contextvars.Token[AdvisoryCollector | None] | None = None
+
+    def __call__(self, fn: Callable[P, R]) -> Callable[P, R]:
+        """Decorate ``fn`` (sync or async): each call gets a collector of its own."""
+        surface, partition = self._surface, self._partition
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def run_async(*args: Any, **kwargs: Any) -> Any:
+                async with Collecting(surface, partition):
+                    return await fn(*args, **kwargs)
+
+            return run_async  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def run(*args: P.args, **kwargs: P.kwargs) -> R:
+            with Collecting(surface, partition):
+                return fn(*args, **kwargs)
+
+        return run
+
+    def __enter__(self) -> AdvisoryCollector:
+        if self._token is not None:
+            raise RuntimeError("collect_advisories() blocks are entered once")
+        self._token = _current.set(self.collector)
+        return self.collector
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._token is not None:
+            _current.reset(self._token)
+
+    async def __aenter__(self) -> AdvisoryCollector:
+        # Awaited in the caller's own task: the context variable is set in its context.
+        return self.__enter__()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.__exit__()
+
+
 def collect_advisories(
     surface: SurfacePolicy | None = None, partition: str | None = None
-) -> Iterator[AdvisoryCollector]:
-    """Open a collector for the code inside the ``with`` block (and the tasks it starts).
+) -> Collecting:
+    """Open a collector for the code inside the block (and the tasks it starts), with
+    ``with`` or ``async with``.
 
     Use it where no ASGI middleware runs: a worker, a test, an SDK hook::
 
@@ -160,12 +208,7 @@ def collect_advisories(
             products = await cache.fetch(inventory, "all", load_products)
         payload["errors"] = advisories.errors()
     """
-    collector = AdvisoryCollector(surface, partition)
-    token = _current.set(collector)
-    try:
-        yield collector
-    finally:
-        _current.reset(token)
+    return Collecting(surface, partition)
 
 
 @contextmanager

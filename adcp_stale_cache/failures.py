@@ -22,13 +22,16 @@ file paths, so it is logged by the seller, never sent to a buyer.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import socket
 import ssl
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from .policy import FailureKind, Upstream
+
+logger = logging.getLogger("adcp_stale_cache")
 
 _ADCP_CODE = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
 
@@ -109,9 +112,31 @@ def for_http_status(status_code: int, retry_after: float | None = None) -> Failu
     return None
 
 
-#: An adopter's own exception types and what they stand for: a :class:`Failure`, or an AdCP
-#: code (``"SERVICE_UNAVAILABLE"``), which counts as the upstream's error (``upstream_error``).
-FailureTypes = Mapping[type[BaseException], "Failure | str"]
+#: What one of an adopter's exception types means: a :class:`Failure`, an AdCP code
+#: (``"SERVICE_UNAVAILABLE"``, which counts as the upstream's error, ``upstream_error``), or a
+#: function of the exception returning either, or None when it says nothing of this one (a
+#: type the seller also raises for permanent errors, say): the usual rules then apply.
+FailureMeaning = Failure | str | Callable[[BaseException], Failure | str | None]
+
+#: An adopter's own exception types and what they mean (see :data:`FailureMeaning`).
+FailureTypes = Mapping[type[BaseException], FailureMeaning]
+
+#: What ``UpstreamCache(failure_types=...)`` takes: a mapping, or one function reading every
+#: exception.
+FailureTypesLike = FailureTypes | Callable[[BaseException], Failure | str | None]
+
+
+def failure_types_of(given: FailureTypesLike | None) -> dict[type[BaseException], FailureMeaning]:
+    """A mapping of exception types to meanings; a lone function reads every exception."""
+    if given is None:
+        return {}
+    if callable(given) and not isinstance(given, Mapping):
+        return {BaseException: given}
+    return dict(given)
+
+
+# Codes that say only "it failed": a meaning the adopter gave is more specific than these.
+_GENERIC_CODES = frozenset({"CONNECTION_ERROR", "UPSTREAM_ERROR"})
 
 
 def classify(
@@ -121,17 +146,30 @@ def classify(
 ) -> Failure:
     """Classify an exception raised by an upstream call (ExceptionGroups and chains included).
 
-    ``failure_types`` maps an adopter's own exception types first (see
-    ``UpstreamCache(failure_types=...)``); then come this library's exceptions, HTTP status
-    errors, the ``adcp`` client's exceptions (by type: ``ADCPTimeoutError``,
-    ``ADCPConnectionError``, ``ADCPTaskError`` with an AdCP code) and transport errors.
+    The chain speaks first: this library's exceptions, HTTP status errors, the ``adcp``
+    client's exceptions (by type: ``ADCPTimeoutError``, ``ADCPConnectionError``,
+    ``ADCPTaskError`` with an AdCP code) and transport errors, most specific first. An
+    adopter's ``failure_types`` (see ``UpstreamCache(failure_types=...)``) say what their own
+    exceptions mean, unless that exception's own causes say something more specific: a
+    seller's ``ServiceUnavailable`` raised from a refused connection keeps
+    ``CONNECTION_REFUSED``, one with no cause becomes what the mapping says (its name or
+    message are never read once mapped).
     """
     found = list(_causes(exc))
     if failure_types:
-        for candidate in found:
-            for exc_type, meant in failure_types.items():
-                if isinstance(candidate, exc_type):
-                    return meant if isinstance(meant, Failure) else _upstream_code(meant, None)
+        mapped = _mapped(found, failure_types)
+        if mapped is not None:
+            meant, matched = mapped
+            # What the matched exception's own causes say, when it says more; the matched
+            # exception itself is not read by the heuristics (its name or message would
+            # override what the adopter said of it).
+            causes = list(_causes(matched))[1:]
+            own = _from_chain(causes, timeout_seconds)
+            return meant if own.code in _GENERIC_CODES else own
+    return _from_chain(found, timeout_seconds)
+
+
+def _from_chain(found: list[BaseException], timeout_seconds: float | None) -> Failure:
     for candidate in found:
         failure = _explicit(candidate)
         if failure is not None:
@@ -147,6 +185,40 @@ def classify(
                 )
             return failure
     return UNKNOWN_FAILURE
+
+
+def _mapped(
+    found: list[BaseException], failure_types: FailureTypes
+) -> tuple[Failure, BaseException] | None:
+    """The first meaning an adopter's mapping gives an exception of the chain, and that
+    exception. A meaning function that raises says nothing (logged once)."""
+    for candidate in found:
+        for exc_type, meaning in failure_types.items():
+            if not isinstance(candidate, exc_type):
+                continue
+            try:
+                meant = meaning(candidate) if callable(meaning) else meaning
+            except Exception as error:  # the adopter's bug must not turn outages into crashes
+                _warn_once(meaning, error)
+                continue
+            if isinstance(meant, Failure):
+                return meant, candidate
+            if isinstance(meant, str):
+                return _upstream_code(meant, None), candidate
+    return None
+
+
+_warned_meanings: set[int] = set()
+
+
+def _warn_once(meaning: object, error: Exception) -> None:
+    if id(meaning) not in _warned_meanings and len(_warned_meanings) < 256:
+        _warned_meanings.add(id(meaning))
+        logger.warning(
+            "failure_types_error meaning=%s error=%s: ignored for this exception",
+            getattr(meaning, "__qualname__", type(meaning).__name__),
+            type(error).__name__,
+        )
 
 
 def _upstream_code(code: str, retry_after: float | None) -> Failure:

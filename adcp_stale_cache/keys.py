@@ -73,9 +73,15 @@ def _encode_object(value: object, out: bytearray) -> None:
     dump = getattr(value, "model_dump", None)
     if callable(reveal):  # pydantic SecretStr / SecretBytes
         _encode(reveal(), _tagged(out, b"x"))
-    elif callable(dump) and hasattr(type(value), "model_fields"):  # a pydantic model
-        # Python mode keeps SecretStr fields as they are: revealed above, never masked.
-        _encode((type(value).__qualname__, dump(mode="python")), _tagged(out, b"o"))
+    elif callable(dump) and isinstance(
+        model_fields := getattr(type(value), "model_fields", None), dict
+    ):
+        # Every field, those excluded from dumps too (model_dump drops them: two values
+        # told apart only by an excluded field, a tenant's credentials, would share a key),
+        # and the extras; SecretStr values are revealed above, never masked.
+        fields = {name: getattr(value, name) for name in model_fields}
+        fields.update(getattr(value, "__pydantic_extra__", None) or {})
+        _encode((type(value).__qualname__, fields), _tagged(out, b"o"))
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
         _encode((type(value).__qualname__, fields), _tagged(out, b"o"))

@@ -308,8 +308,9 @@ class _Response:
         names = [
             (a.details or {}).get("upstream", {}).get("name") for a in self.collector.advisories()
         ]
-        # A response that cannot carry advisories by its nature (an error, a failed task) is
-        # routine; anything else means stale data reached a buyer unannounced.
+        # A transport-level failure (an error status, a JSON-RPC error, a tool or task that
+        # failed) carried no data to the buyer: routine. Anything else, a payload that says
+        # adcp_error included, may have put stale data before a buyer unannounced: loud.
         routine = reason.startswith(_ROUTINE)
         logger.log(
             logging.INFO if routine else logging.WARNING,
@@ -325,7 +326,6 @@ _ROUTINE = (
     "HEAD request",
     "JSON-RPC error reply",
     "tool result has isError",
-    "payload carries adcp_error",
     "A2A task is not completed",
 )
 _JSON = frozenset({b"application/json", b"application/json-rpc"})

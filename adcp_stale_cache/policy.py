@@ -11,7 +11,7 @@ import enum
 import functools
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 
 class FailureKind(str, enum.Enum):
@@ -118,9 +118,16 @@ class Upstream(BaseModel):
     buyers may know (a creative agent), leave it out for an internal service. Userinfo, path
     parameters (``;jsessionid=...``), query and fragment are stripped so that a credential in
     a URL never reaches a buyer.
+
+    ``credentials`` are what the seller calls the upstream with when they are not the same
+    for every caller (a tenant's token for a private creative agent): they join every cache
+    key of the upstream, hashed, so two tenants calling one URL with their own credentials
+    never share an entry, even on a surface ``shared_across_callers``. They are never shown:
+    not in advisories, logs, ``repr`` or dumps. (``CachingTransport`` keys on the credential
+    headers of each outgoing request by itself.)
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
     name: str = Field(min_length=1, max_length=200, description="Name buyers and logs see.")
     url: str | None = Field(
@@ -132,6 +139,13 @@ class Upstream(BaseModel):
         le=MAX_SECONDS,
         allow_inf_nan=False,
         description="Deadline of one call (unset: the surface's).",
+    )
+    credentials: SecretStr | None = Field(
+        default=None,
+        exclude=True,
+        repr=False,
+        description="The caller's own credentials for this upstream (a tenant's token): they "
+        "join its cache keys, hashed, so calls made with different ones never share an entry.",
     )
 
     @property

@@ -6,7 +6,9 @@ import asyncio
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Hashable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
+
+from .call_loop import CallLoop
 
 T = TypeVar("T")
 
@@ -59,13 +61,19 @@ def _land(flights: dict[Hashable, asyncio.Task[T]], key: Hashable, task: asyncio
         task.exception()  # retrieved: no "never retrieved" warning when all callers left
 
 
-async def call_with_deadline(call: Callable[[], Awaitable[T]], timeout: float) -> T:
+async def call_with_deadline(
+    call: Callable[[], Awaitable[T]], timeout: float, on: CallLoop | None = None
+) -> T:
     """Await ``call()`` for at most ``timeout`` seconds, then raise :class:`TimeoutError`.
 
     On timeout the call is cancelled but not awaited: a client whose cleanup talks to the
-    frozen upstream (an MCP session's closing DELETE) must not hold the answer hostage.
+    frozen upstream (an MCP session's closing DELETE) must not hold the answer hostage. With
+    ``on``, the call runs on that loop instead of the caller's, so that not even the end of
+    the caller's loop waits for it (see :mod:`~adcp_stale_cache.call_loop`).
     """
-    task = asyncio.ensure_future(call())
+    task: asyncio.Future[T] = (
+        asyncio.wrap_future(on.submit(call)) if on is not None else asyncio.ensure_future(call())
+    )
     try:
         done, _ = await asyncio.wait({task}, timeout=timeout)
     except asyncio.CancelledError:
@@ -82,14 +90,14 @@ async def call_with_deadline(call: Callable[[], Awaitable[T]], timeout: float) -
     return task.result()
 
 
-_abandoned: set[asyncio.Task[object]] = set()
+_abandoned: set[asyncio.Future[Any]] = set()
 
 
-def _abandon(task: asyncio.Task[T]) -> None:
+def _abandon(task: asyncio.Future[T]) -> None:
     task.cancel()
     _abandoned.add(task)  # keep a reference until it winds down
 
-    def _forget(done: asyncio.Task[T]) -> None:
+    def _forget(done: asyncio.Future[T]) -> None:
         _abandoned.discard(done)
         if not done.cancelled():
             done.exception()

@@ -1,12 +1,14 @@
 """Value codecs: how a cached value becomes the bytes a store keeps, and back.
 
-A codec that refuses a value (raises in ``dumps``) makes it "served, not cached"; a stored
-entry it cannot read (raises in ``loads``) counts as no entry. Both are logged by the helpers
-here, which the cache calls.
+A codec that refuses a value (raises in ``dumps``), or whose bytes it cannot read back, makes
+it "served, not cached": the upstream answered, so its value reaches the caller whatever the
+codec does with it. A stored entry it cannot read (raises in ``loads``) counts as no entry.
+Both are logged by the helpers here, which the cache calls.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import threading
@@ -14,6 +16,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import orjson
 
+from .codecs.json import has_long_number
 from .entry import Entry
 from .policy import Upstream
 
@@ -121,18 +124,44 @@ def decode(codec: Codec[T], entry: Entry, upstream: Upstream) -> T:
 
 
 def encode(codec: Codec[T], value: T, upstream: Upstream) -> bytes | None:
-    """The stored form of ``value``, or None when the codec refuses it: the upstream answered,
-    so the answer is served; it is only not cached."""
+    """The stored form of ``value``, or None when the codec refuses it or cannot read its own
+    bytes back: the upstream answered, so the answer is served; it is only not cached.
+
+    Reading back costs one decode per store (never per hit): a codec that writes what it
+    cannot load (a model whose members do not round-trip) would otherwise fail every later
+    hit, or the very call that stored it.
+    """
     try:
-        return codec.dumps(value)
+        data = codec.dumps(value)
     except Exception as exc:
-        logger.warning(  # the type only: a message may quote the value
-            "not_cacheable upstream=%s codec=%s error=%s",
-            upstream.name,
-            type(codec).__name__,
-            type(exc).__name__,
-        )
+        _not_cacheable(codec, upstream, "refused", exc)
         return None
+    try:
+        codec.loads(data)
+    except Exception as exc:
+        _not_cacheable(codec, upstream, "does not round-trip", exc)
+        return None
+    return data
+
+
+_warned: set[tuple[str, str, str]] = set()
+
+
+def _not_cacheable(codec: Codec[Any], upstream: Upstream, reason: str, exc: Exception) -> None:
+    """Log a value served but not kept: a WARNING the first time for an upstream, codec and
+    error (a misfit codec fails the same way on every answer), DEBUG after that."""
+    seen = (upstream.name, type(codec).__name__, f"{reason}:{type(exc).__name__}")
+    first = seen not in _warned
+    if first and len(_warned) < 1024:
+        _warned.add(seen)
+    logger.log(
+        logging.WARNING if first else logging.DEBUG,
+        "not_cacheable upstream=%s codec=%s reason=%s error=%s",  # the type only: a message
+        upstream.name,  # may quote the value
+        type(codec).__name__,
+        reason,
+        type(exc).__name__,
+    )
 
 
 class PydanticCodec(Generic[T]):
@@ -159,17 +188,28 @@ class PydanticCodec(Generic[T]):
         """The value's state as JSON (raises on a value not of the type)."""
         self._adapter.validate_python(value, strict=False)  # a value of another type: refused
         state = {"value": _state(value), "private": _privates(value)}
-        return orjson.dumps(state, default=_jsonable)
+        try:
+            data = orjson.dumps(state, default=_jsonable)
+        except TypeError:  # an integer past 64 bits, say: the stdlib holds it exactly
+            data = json.dumps(state, default=_jsonable, separators=(",", ":")).encode()
+        # What JSON changes on the way (integer dict keys become strings, NaN in an optional
+        # float becomes None) still validates: only an equal value read back may be kept.
+        if self.loads(data) != value:
+            raise ValueError("the value does not read back equal")
+        return data
 
     def loads(self, data: bytes) -> T:
         """A new value of the type (private attributes of top-level models restored)."""
-        state = orjson.loads(data)
+        # orjson reads an integer past 64 bits as a float: the stdlib reads those exactly.
+        state = json.loads(data) if has_long_number(data) else orjson.loads(data)
         value: T = self._adapter.validate_python(state["value"])
         _restore_privates(value, state["private"])
         return value
 
 
 def _state(value: Any) -> Any:
+    if getattr(type(value), "__pydantic_root_model__", False):  # a RootModel is its root
+        return _state(value.root)
     fields = getattr(type(value), "model_fields", None)
     if isinstance(fields, dict) and hasattr(value, "model_fields_set"):
         state = {

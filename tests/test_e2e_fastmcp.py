@@ -1,10 +1,13 @@
 """A fastmcp 3.2 seller shaped like the reference seller (examples/fastmcp_seller.py), end to end.
 
-Sync tool implementations run their async work on a new event loop per call in a pool of 4
-worker threads, with one cache per process; creative agents are real fastmcp servers on
-loopback, called with ``call_mcp_tool`` on ``mcp`` 1.x; the buyer is the ``mcp`` 1.x client.
-This file runs in CI's fastmcp environment (``fastmcp>=3.2,<3.3``, ``mcp`` 1.x, ``adcp``
-6.6); elsewhere it is skipped, saying so.
+The seller answers the ``adcp`` package's own ``ListCreativeFormatsResponse`` through
+``ToolResult(structured_content=model)`` (so every answer carries ``"adcp_error": null``),
+caches ``list[Format]`` with ``PydanticCodec``, and runs its async work on a new event loop per
+call in a pool of 4 worker threads. Creative agents are fastmcp servers in processes of their
+own (``tests/fastmcp_agent.py``, answering the 50 reference formats the ``adcp`` package
+ships), killed and frozen (SIGSTOP) for real; the buyer is the ``mcp`` 1.x client. This file
+runs in CI's fastmcp environment (``fastmcp>=3.2,<3.3``, ``mcp`` 1.x, ``adcp`` 6.6);
+elsewhere it is skipped, saying so.
 """
 
 from __future__ import annotations
@@ -25,21 +28,28 @@ from .servers import serve
 if importlib.util.find_spec("fastmcp") is None or not version("fastmcp").startswith("3."):
     pytest.skip("fastmcp 3.x only: CI runs it in its fastmcp environment", allow_module_level=True)
 
-from fastmcp import FastMCP
 from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
 
 from adcp_stale_cache import SurfacePolicy, Surfaces
 
+from .fastmcp_agent import agents
+
 pytestmark = pytest.mark.e2e
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "fastmcp_seller.py"
-SURFACES = Surfaces.of(
-    SurfacePolicy(
-        name="list_creative_formats", field="formats", freshness_target_seconds=1,
-        max_stale_seconds=3600, upstream_timeout_seconds=3, shared_across_callers=True,
-    )
-)  # fmt: skip
+HERE = Path(__file__).resolve().parent
+EXAMPLE = HERE.parent / "examples" / "fastmcp_seller.py"
+REFERENCE_FORMATS = 50  # per agent: what tests/fastmcp_agent.py serves
+
+
+def surfaces(timeout: float = 3, budget: float | None = None) -> Surfaces:
+    return Surfaces.of(
+        SurfacePolicy(
+            name="list_creative_formats", field="formats", freshness_target_seconds=1,
+            max_stale_seconds=3600, upstream_timeout_seconds=timeout, shared_across_callers=True,
+            request_budget_seconds=budget,
+        )
+    )  # fmt: skip
 
 
 def load_example() -> Any:
@@ -50,61 +60,125 @@ def load_example() -> Any:
     return module
 
 
-def creative_agent(name: str) -> Any:
-    agent = FastMCP(name)
-
-    @agent.tool
-    def list_creative_formats() -> dict[str, Any]:
-        return {"formats": [{"format_id": {"id": f"{name}-display", "agent_url": name}}]}
-
-    return agent.http_app(path="/mcp")
-
-
-async def call(url: str, principal: str, calls: int) -> list[dict[str, Any]]:
-    """``calls`` concurrent tools/call on one stateful session of ``principal``."""
+async def call(url: str, principal: str, calls: int) -> list[tuple[dict[str, Any], float]]:
+    """``calls`` concurrent tools/call on one stateful session of ``principal``, each with
+    its own time to answer."""
     headers = {"authorization": f"Bearer {principal}"}
+
+    async def timed(session: ClientSession) -> tuple[Any, float]:
+        started = time.monotonic()
+        result = await session.call_tool("list_creative_formats", {})
+        return result, time.monotonic() - started
+
     async with (
         streamablehttp_client(url, headers=headers) as (read, write, _),
         ClientSession(read, write) as session,
     ):
         await session.initialize()
-        results = await asyncio.gather(
-            *(session.call_tool("list_creative_formats", {}) for _ in range(calls))
-        )
+        results = await asyncio.gather(*(timed(session) for _ in range(calls)))
     answers = []
-    for result in results:
+    for result, took in results:
         assert result.isError is False
         assert "creative formats" in result.content[0].text  # the summary, left alone
-        answers.append(result.structuredContent)
+        answers.append((result.structuredContent, took))
     return answers
 
 
-async def round_of(url: str) -> list[dict[str, Any]]:
-    rounds = [call(url, f"principal-{i}", 5) for i in range(4)]
+async def round_of(url: str, principals: list[str]) -> list[tuple[dict[str, Any], float]]:
+    rounds = [call(url, principal, 5) for principal in principals]
     return [answer for answers in await asyncio.gather(*rounds) for answer in answers]
 
 
-def test_threaded_fastmcp_seller_keeps_every_advisory_on_its_own_answer() -> None:
+PRINCIPALS = [f"principal-{i}" for i in range(4)]
+FROZEN_SLICE = "18:24"
+
+
+def stale_of(answer: dict[str, Any]) -> list[dict[str, Any]]:
+    return [e for e in answer.get("errors") or [] if e.get("code") == "STALE_RESPONSE"]
+
+
+def test_killed_agent_every_answer_carries_one_advisory(assert_valid_advisory: Any) -> None:
     seller_module = load_example()
-    with contextlib.ExitStack() as running, contextlib.ExitStack() as agent_b:
-        a = running.enter_context(serve(creative_agent("agent-a")))
-        b = agent_b.enter_context(serve(creative_agent("agent-b")))
-        agent_urls = {"agent-a": f"{a}/mcp", "agent-b": f"{b}/mcp"}
-        seller = running.enter_context(serve(seller_module.build_app(agent_urls, SURFACES)))
-        cold = asyncio.run(round_of(f"{seller}/mcp"))  # 20 calls on a cold cache
+    with agents("agent-a", "agent-b") as running, contextlib.ExitStack() as stack:
+        urls = {name: agent.url for name, agent in running.items()}
+        seller = stack.enter_context(serve(seller_module.build_app(urls, surfaces())))
+        cold = asyncio.run(round_of(f"{seller}/mcp", PRINCIPALS))  # 20 calls, cold cache
         time.sleep(1.2)  # past the 1 s freshness target
-        agent_b.close()  # agent-b's server stops: its connections are refused
-        stale = asyncio.run(round_of(f"{seller}/mcp"))
+        running["agent-b"].kill()  # connections refused from now on
+        stale = asyncio.run(round_of(f"{seller}/mcp", PRINCIPALS))
     assert len(cold) == 20
-    for answer in cold:
-        agents = sorted(f["format_id"]["agent_url"] for f in answer["formats"])
-        assert agents == ["agent-a", "agent-b"] and "errors" not in answer
+    for answer, _ in cold:
+        assert answer["adcp_error"] is None  # the model's unset field, as fastmcp writes it
+        assert len(answer["formats"]) == 2 * REFERENCE_FORMATS and not answer["errors"]
     assert len(stale) == 20
-    for answer in stale:
-        assert len(answer["formats"]) == 2  # agent-b's formats, from cache
+    for answer, _ in stale:
+        assert len(answer["formats"]) == 2 * REFERENCE_FORMATS  # agent-b's, from cache
         [advisory] = answer["errors"]  # exactly one, this answer's own
-        assert advisory["code"] == "STALE_RESPONSE" and advisory["recovery"] == "transient"
+        assert_valid_advisory(advisory)
         details = advisory["details"]
-        assert details["upstream"] == {"name": "agent-b", "url": agent_urls["agent-b"]}
+        assert details["upstream"] == {"name": "agent-b", "url": urls["agent-b"]}
+        assert details["original_error"]["code"] == "CONNECTION_REFUSED"
         assert details["cache_age_seconds"] >= 1
         assert json.dumps(answer).count("STALE_RESPONSE") == 1
+
+
+def test_frozen_agent_answers_within_the_deadline_and_frees_the_worker() -> None:
+    seller_module = load_example()
+    # 6 formats per agent (the RootModel members among them): 20 answers of 100 formats
+    # each take 3 s of this 2-core machine's CPU by themselves, which is not what is timed.
+    with (
+        agents("agent-a", "agent-b", formats=FROZEN_SLICE) as running,
+        contextlib.ExitStack() as stack,
+    ):
+        urls = {name: agent.url for name, agent in running.items()}
+        # The budget bounds each request from its arrival: one that waited for a worker
+        # while the first ones waited out the frozen agent calls nothing it has no time for.
+        app = seller_module.build_app(urls, surfaces(timeout=2, budget=2))
+        seller = stack.enter_context(serve(app))
+        asyncio.run(round_of(f"{seller}/mcp", PRINCIPALS))
+        time.sleep(1.2)
+        running["agent-b"].freeze()  # accepts connections, never answers
+        started = time.monotonic()
+        frozen = asyncio.run(round_of(f"{seller}/mcp", PRINCIPALS))
+        took = time.monotonic() - started
+        # The worker threads are free again: none is held by an asyncio.run waiting on the
+        # abandoned calls to the frozen agent.
+        free = time.monotonic()
+        done = [seller_module.WORKERS.submit(time.sleep, 0) for _ in range(8)]
+        for future in done:
+            future.result(timeout=1)
+        freed_in = time.monotonic() - free
+    assert len(frozen) == 20
+    assert max(each for _, each in frozen) < 2 + 1, [round(t, 2) for _, t in frozen]
+    assert took < 2 + 1 + 1  # the round, 20 calls over 4 sessions and their set-up
+    assert freed_in < 0.5
+    for answer, _ in frozen:
+        advisories = {a["details"]["upstream"]["name"]: a for a in stale_of(answer)}
+        assert advisories["agent-b"]["details"]["original_error"]["code"] == "TIMEOUT"
+        # agent-a too, past its target, for a request whose budget a worker queue spent.
+        assert set(advisories) <= {"agent-a", "agent-b"}
+        assert len(answer["formats"]) == 2 * 6
+
+
+def test_tenants_with_their_own_credentials_never_share_entries() -> None:
+    seller_module = load_example()
+    tokens = {"tenant-a": {"agent-a": "token-a"}, "tenant-b": {"agent-a": "token-b"}}
+    with agents("agent-a") as running, contextlib.ExitStack() as stack:
+        urls = {"agent-a": running["agent-a"].url}
+        app = seller_module.build_app(urls, surfaces(), credentials=tokens)
+        seller = stack.enter_context(serve(app))
+        fresh = asyncio.run(round_of(f"{seller}/mcp", ["tenant-a", "tenant-b", "tenant-a"]))
+        time.sleep(1.2)
+        running["agent-a"].kill()
+        stale = asyncio.run(round_of(f"{seller}/mcp", ["tenant-b", "tenant-a"]))
+    for answers in (fresh, stale):
+        for answer, _ in answers:
+            names = {f["name"].rsplit("[", 1)[1] for f in answer["formats"]}
+            assert len(names) == 1  # one tenant's entry, never a mix
+    # Each session's 5 answers, in order: fresh a, b, a; stale b, a.
+    owners = [next(iter({f["name"].rsplit("/", 1)[1] for f in a["formats"]})) for a, _ in fresh]
+    assert owners == ["token-a]"] * 5 + ["token-b]"] * 5 + ["token-a]"] * 5
+    owners = [next(iter({f["name"].rsplit("/", 1)[1] for f in a["formats"]})) for a, _ in stale]
+    assert owners == ["token-b]"] * 5 + ["token-a]"] * 5
+    for answer, _ in stale:
+        assert len(stale_of(answer)) == 1

@@ -6,7 +6,7 @@ and tool answers streamed as events (``stream``). Each either returns the new bo
 :class:`Untouched` with the reason the body must go out as it came.
 """
 
-from .json import Untouched, inject_json, inject_payload
+from .json import Untouched, inject_json, inject_payload, present
 from .jsonrpc import RpcCall, inject_body, parse_calls
 from .stream import RpcEventStream
 
@@ -18,4 +18,5 @@ __all__ = [
     "inject_json",
     "inject_payload",
     "parse_calls",
+    "present",
 ]

@@ -86,7 +86,7 @@ def inject_parts(parts: Any, errors: list[dict[str, Any]]) -> None:
         if (
             isinstance(part, dict)
             and isinstance(part.get("data"), dict)
-            and part.get("kind", "data") == "data"
+            and part.get("kind") in (None, "data")  # 1.0 parts have no kind; null is none
         ):
             inject_payload(part["data"], errors)
             return

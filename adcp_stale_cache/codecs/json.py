@@ -33,6 +33,16 @@ class Untouched(Exception):
     """The body must pass through unchanged; the message says why."""
 
 
+def present(obj: Any, key: str) -> bool:
+    """True when the object ``obj`` holds ``key`` with a value other than null.
+
+    A null member is an absent member: fastmcp serialises a pydantic model's unset fields as
+    ``null`` (``"adcp_error": null`` on every successful answer), so presence tests read
+    through this, never through ``in``.
+    """
+    return isinstance(obj, dict) and obj.get(key) is not None
+
+
 def inject_payload(payload: Any, errors: list[dict[str, Any]]) -> None:
     """Append ``errors`` to an AdCP payload's ``errors[]`` in place (creating it).
 
@@ -51,7 +61,7 @@ def inject_payload(payload: Any, errors: list[dict[str, Any]]) -> None:
 def _check(payload: Any) -> None:
     if not isinstance(payload, dict):
         raise Untouched("payload is not a JSON object")
-    if "adcp_error" in payload:
+    if present(payload, "adcp_error"):
         raise Untouched("payload carries adcp_error (a failed task)")
     existing = payload.get("errors")
     if existing is not None and not isinstance(existing, list):
@@ -138,10 +148,10 @@ def inject_json(
     was not read (not a payload): leave it untouched rather than write beside ``result``.
     """
     payload = loads(body)  # the splice below keeps every byte: no exact parse needed for it
-    if rpc_is_envelope and isinstance(payload, dict) and "jsonrpc" in payload:
+    if rpc_is_envelope and present(payload, "jsonrpc"):
         raise Untouched("a JSON-RPC message, not a payload: its call was not read")
     _check(payload)
-    if "errors" not in payload:
+    if "errors" not in payload:  # absent (not null): splice, keeping every byte
         head = body.rstrip()
         separator = b"," if payload else b""
         return (

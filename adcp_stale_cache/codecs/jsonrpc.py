@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import orjson
 
-from .json import Untouched, dumps, parse
+from .json import Untouched, dumps, parse, present
 
 MCP_TOOL_CALL = "tools/call"
 A2A_SEND = frozenset({"message/send", "SendMessage"})
@@ -66,7 +66,7 @@ def inject_response(message: Any, call: RpcCall, errors: list[dict[str, Any]]) -
 
     if not isinstance(message, dict) or message.get("id") != call.id:
         raise Untouched("not the answer to the tool call")
-    if "error" in message:
+    if present(message, "error"):
         raise Untouched("JSON-RPC error reply")
     if call.protocol == "mcp":
         mcp.inject_tool_result(message.get("result"), errors)

@@ -46,9 +46,16 @@ def _payload_texts(result: dict[str, Any], structured: Any) -> list[tuple[dict[s
             payload = json.loads(text)
         except ValueError:
             continue
-        if structured is None or payload == structured:
+        if structured is None or _without_nulls(payload) == _without_nulls(structured):
             # Rewritten: parsed again exactly (Untouched for what a re-encoding would change).
             found.append((block, parse(text)))
     if structured is None and len(found) > 1:
         raise Untouched("several JSON text blocks and no structuredContent: which is the payload?")
     return found
+
+
+def _without_nulls(payload: Any) -> Any:
+    """A payload less its null members: a mirror may be written with or without them."""
+    if isinstance(payload, dict):
+        return {key: value for key, value in payload.items() if value is not None}
+    return payload

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import a2a
-from .json import Untouched, dumps, parse, read
+from .json import Untouched, dumps, parse, present, read
 from .jsonrpc import RpcCall, inject_response
 from .sse import EventSplitter, event_data, rewrite_data
 
@@ -46,7 +46,7 @@ class RpcEventStream:
         if answer is None:
             return self._after_held(event)
         message, data, exact = answer
-        if self.call.protocol == "mcp" or "error" in message:
+        if self.call.protocol == "mcp" or present(message, "error"):
             return self._release(inject=False) + self._rewritten(event, message, data, exact)
         found = a2a.kind_of(message.get("result"))
         kind, obj = found if found else ("", {})

@@ -75,7 +75,7 @@ def stale(
     field = next((a.get("field") for a in advisories if a.get("field")), None)
     field = field or DEFAULT_FIELDS.get(tool)
     items = payload.get(str(field).split(".")[0].split("[")[0]) if field else None
-    results.append(Result("payload_present", bool(items) and "adcp_error" not in payload,
+    results.append(Result("payload_present", bool(items) and payload.get("adcp_error") is None,
                           f"{field or 'payload'}: {_count(items)}"))  # fmt: skip
     names = [str(((a.get("details") or {}).get("upstream") or {}).get("name")) for a in advisories]
     counts = Counter(names)

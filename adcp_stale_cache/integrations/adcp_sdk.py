@@ -60,7 +60,8 @@ def skill_middleware(surfaces: Surfaces) -> SkillMiddleware:
         try:
             inject_payload(payload, collector.errors())
         except Untouched as exc:
-            logger.info("advisories_not_delivered skill=%s reason=%s", skill_name, exc)
+            # Stale data was served to this skill: its buyer is not told, which is never routine.
+            logger.warning("advisories_not_delivered skill=%s reason=%s", skill_name, exc)
             return result
         return payload
 

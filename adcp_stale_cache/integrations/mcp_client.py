@@ -18,6 +18,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from ..codecs import present
 from ..failures import InvalidPayload, UpstreamError
 
 try:  # mcp 2.x
@@ -63,8 +64,9 @@ async def call_mcp_tool(
             result = await session.call_tool(tool, dict(arguments or {}))
     payload = _payload(result)
     is_error = getattr(result, "is_error", None) or getattr(result, "isError", None)
-    if is_error or (isinstance(payload, dict) and "adcp_error" in payload):
-        code = (payload or {}).get("adcp_error", {}).get("code") if payload else None
+    if is_error or present(payload, "adcp_error"):  # "adcp_error": null is a success
+        failed = payload.get("adcp_error") if isinstance(payload, dict) else None
+        code = failed.get("code") if isinstance(failed, dict) else None
         raise UpstreamError(code if isinstance(code, str) else "UPSTREAM_ERROR")
     if not isinstance(payload, dict):
         raise InvalidPayload(f"tool {tool!r} returned no JSON object")

@@ -1,0 +1,72 @@
+"""An event loop of the library's own, in a daemon thread, for upstream calls.
+
+A seller that runs each request on a new loop (``asyncio.run`` in a worker thread) owns every
+task that loop starts: when the loop ends, ``asyncio.run`` cancels them and waits for them. A
+call abandoned at its deadline whose client ignores cancellation (the ``mcp`` 1.x client
+cleaning up against a frozen agent) then holds the request, and the worker thread, for as long
+as it likes. Calls made on this loop instead belong to no request: the request stops waiting
+at its deadline and its loop ends at once, while the abandoned call winds down here.
+
+The call runs in a copy of the caller's context (``run_coroutine_threadsafe`` captures it), so
+the request's collector and other context variables follow it. One loop serves every cache of
+the process (:data:`CALLS`): calls must not block it (a synchronous sleep, sync I/O, heavy
+parsing in the call itself), or every other detached call waits too and may miss its
+deadline; run such work in a thread (``asyncio.to_thread``) inside the call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import threading
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+class CallLoop:
+    """One daemon thread running an event loop, started on first use (again after a fork)."""
+
+    def __init__(self, name: str = "adcp-stale-cache-calls") -> None:
+        self.name = name
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pid = 0
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def _running(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            alive = self._thread is not None and self._thread.is_alive()
+            if self._loop is None or self._pid != os.getpid() or not alive:  # (a fork's child)
+                loop = asyncio.new_event_loop()
+                ready = threading.Event()
+
+                def run() -> None:
+                    asyncio.set_event_loop(loop)
+                    loop.call_soon(ready.set)
+                    while True:
+                        try:
+                            loop.run_forever()  # returns only if stopped: never, here
+                            return
+                        except BaseException:  # a call's SystemExit or KeyboardInterrupt:
+                            continue  # it reached that call's caller; the loop goes on
+
+                self._thread = threading.Thread(target=run, name=self.name, daemon=True)
+                self._thread.start()
+                ready.wait()
+                self._loop, self._pid = loop, os.getpid()
+            return self._loop
+
+    def submit(self, call: Callable[[], Awaitable[T]]) -> concurrent.futures.Future[T]:
+        """Run ``call()`` on this loop, in a copy of the current context."""
+
+        async def run() -> T:
+            return await call()  # called here: whatever it creates belongs to this loop
+
+        return asyncio.run_coroutine_threadsafe(run(), self._running())
+
+
+#: The process's one loop for detached calls (every ``UpstreamCache(detach_calls=True)``).
+CALLS = CallLoop()

@@ -1,0 +1,114 @@
+"""A creative agent in the reference seller's style, for the fastmcp tests: a fastmcp 3.2
+server whose ``list_creative_formats`` answers the ``adcp`` package's own
+``ListCreativeFormatsResponse`` (the 50 reference formats the package ships) through
+``ToolResult(structured_content=model)``, so its answers carry ``"adcp_error": null`` and
+the rest of the model's unset fields. A tenant's token (``x-adcp-auth``) is echoed in every
+format's name, so a test can tell whose entry it was served.
+
+Run in a process of its own (the tests freeze and kill it)::
+
+    python tests/fastmcp_agent.py --port 9001 --name agent-a [--formats 16:28]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from importlib.resources import files
+from typing import Any
+
+from adcp.types import Format, ListCreativeFormatsResponse
+from fastmcp import FastMCP
+from fastmcp.server.dependencies import get_http_headers
+from fastmcp.tools import ToolResult
+
+from adcp_stale_cache.demo.processes import free_port, wait_for_port
+
+
+def reference_formats() -> list[dict[str, Any]]:
+    """The v1 reference formats the ``adcp`` package ships (real data, not ours)."""
+    fixture = files("adcp.canonical_formats") / "_fixtures" / "v1-reference-formats.json"
+    formats: list[dict[str, Any]] = json.loads(fixture.read_text(encoding="utf-8"))
+    return formats
+
+
+def build_agent(name: str, public_url: str, formats: slice = slice(None)) -> Any:
+    agent = FastMCP(name)
+    catalogue = reference_formats()[formats]
+
+    @agent.tool
+    def list_creative_formats() -> ToolResult:
+        token = get_http_headers(include={"x-adcp-auth"}).get("x-adcp-auth", "public")
+        formats = []
+        for item in catalogue:
+            item = {**item, "format_id": {**item["format_id"], "agent_url": public_url}}
+            item["name"] = f"{item['name']} [{name}/{token}]"
+            formats.append(Format.model_validate(item))
+        response = ListCreativeFormatsResponse(formats=formats)
+        return ToolResult(content=f"{len(formats)} formats", structured_content=response)
+
+    return agent.http_app(path="/mcp")
+
+
+class Agent:
+    """A creative agent in a process of its own (started from the tests)."""
+
+    def __init__(self, name: str, formats: str = ":") -> None:
+        self.name = name
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.process = subprocess.Popen(
+            [sys.executable, __file__, "--port", str(self.port),
+             "--name", name, "--formats", formats],
+            stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+    def freeze(self) -> None:
+        os.kill(self.process.pid, signal.SIGSTOP)
+
+    def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.process.pid, signal.SIGCONT)
+        self.process.kill()
+        self.process.wait()
+
+
+@contextlib.contextmanager
+def agents(*names: str, formats: str = ":") -> Iterator[dict[str, Agent]]:
+    started = {name: Agent(name, formats) for name in names}
+    try:
+        for agent in started.values():
+            wait_for_port(agent.port)
+        yield started
+    finally:
+        for agent in started.values():
+            agent.stop()
+
+
+def main() -> None:
+    import uvicorn
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--formats", default=":", help="which reference formats: START:STOP")
+    args = parser.parse_args()
+    url = f"http://127.0.0.1:{args.port}/mcp"
+    start, _, stop = args.formats.partition(":")
+    formats = slice(int(start) if start else None, int(stop) if stop else None)
+    app = build_agent(args.name, url, formats)
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()
