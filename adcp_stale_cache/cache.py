@@ -81,6 +81,24 @@ def _forget(store_key: str, labels: tuple[str, ...], refresh: object) -> None:
     """Remember no refresh (no control attached)."""
 
 
+def _as_made(
+    origin: AdvisoryCollector | None, refresh: Callable[[], Awaitable[T]]
+) -> Callable[[], Awaitable[T]]:
+    """``refresh``, to be re-run later (by the control plane) as the request that made it:
+    with its surface and caller partition, never those of whoever asks for the refresh (an
+    operator's request is every tenant's partition at once)."""
+
+    async def again() -> T:
+        made_by = AdvisoryCollector(origin.surface, origin.partition) if origin else None
+        token = _flight.set(made_by if made_by is not None else AdvisoryCollector())
+        try:
+            return await refresh()
+        finally:
+            _flight.reset(token)
+
+    return again
+
+
 class UpstreamCache:
     """A freshness-aware cache in front of upstream calls, serving stale on outages.
 
@@ -283,7 +301,7 @@ class UpstreamCache:
             upstream, policy, store_key, call, codec, timeout, cacheable, validate, labels,
             directives, shared,
         )  # fmt: skip
-        self.refreshers(store_key, labels, refresh)
+        self.refreshers(store_key, labels, _as_made(collector, refresh))
         flight: Awaitable[_Refreshed[T]] = self._flights.run(store_key, refresh)
         if breaker is not None and admission is Admission.PROBE:
             flight = _releasing(breaker, flight)

@@ -118,7 +118,13 @@ class CachingTransport(httpx.AsyncBaseTransport):
             await response.aread()
             await response.aclose()
             if response.status_code == 304 and held is not None and outgoing is not request:
-                return _refreshed(held, response)  # validated: the held body, updated headers
+                if _validates(response, held):
+                    return _refreshed(held, response)  # the held body, updated headers
+                # RFC 9111 4.3.4: a 304 naming another representation updates nothing; the
+                # held body is not that one, so ask for the current one whole.
+                response = await self._transport.handle_async_request(request)
+                await response.aread()
+                await response.aclose()
             _raise_for_outage(response, self.expect_json)
             if self._validate is not None and response.is_success:
                 self._validate(response)
@@ -214,6 +220,17 @@ _KEEP_HELD = "adcp_stale_cache.keep_held"
 # Never taken from a 304 into the stored answer (RFC 9111 section 3.2): they describe the
 # 304's own (empty) transfer, not the stored content.
 _NOT_UPDATED = _TRANSFER_HEADERS | {"content-type"}
+
+
+def _validates(not_modified: httpx.Response, held: httpx.Response) -> bool:
+    """True when a 304 names the held answer (RFC 9111 4.3.4): its ETag, when it has one, is
+    the held one (the weak comparison: ``W/"x"`` matches ``"x"``); without one, the held answer
+    was the only one asked about."""
+    said = not_modified.headers.get("etag")
+    if said is None:
+        return True
+    kept = held.headers.get("etag")
+    return kept is not None and said.strip().removeprefix("W/") == kept.strip().removeprefix("W/")
 
 
 def _refreshed(held: httpx.Response, not_modified: httpx.Response) -> httpx.Response:

@@ -79,7 +79,10 @@ def _encode_object(value: object, out: bytearray) -> None:
         # Every field, those excluded from dumps too (model_dump drops them: two values
         # told apart only by an excluded field, a tenant's credentials, would share a key),
         # and the extras; SecretStr values are revealed above, never masked.
-        fields = {name: getattr(value, name) for name in model_fields}
+        held = vars(value)  # read without a deprecated field's warning
+        fields = {
+            name: held[name] if name in held else getattr(value, name) for name in model_fields
+        }
         fields.update(getattr(value, "__pydantic_extra__", None) or {})
         _encode((type(value).__qualname__, fields), _tagged(out, b"o"))
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):

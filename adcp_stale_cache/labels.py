@@ -19,11 +19,15 @@ def labels(
     entries asks for (one spelling for both)."""
     facts = (("upstream", upstream), ("surface", surface), ("url", url), ("partition", partition))
     found = [f"{name}={value}" for name, value in facts if value is not None]
-    for tag in tags:
-        if not tag or "\n" in tag:
-            raise ValueError(f"a tag is a non-empty line of text: {tag!r}")
-        found.append(f"tag={tag}")
+    # A tag may be anyone's text (a buyer's account id): data, never an error. Line breaks
+    # and backslashes are escaped, so that every store keeps a label on one line, and a
+    # selection spells a tag as its entries do.
+    found.extend(f"tag={_escaped(str(tag))}" for tag in tags)
     return tuple(found)
+
+
+def _escaped(tag: str) -> str:
+    return tag.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
 
 
 def entry_labels(

@@ -212,8 +212,11 @@ def _state(value: Any) -> Any:
         return _state(value.root)
     fields = getattr(type(value), "model_fields", None)
     if isinstance(fields, dict) and hasattr(value, "model_fields_set"):
+        held = vars(value)  # the field values, read without a deprecated field's warning
         state = {
-            _input_name(name, fields[name]): _state(getattr(value, name))
+            _input_name(name, fields[name]): _state(
+                held[name] if name in held else getattr(value, name)
+            )
             for name in value.model_fields_set
             if name in fields
         }

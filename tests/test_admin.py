@@ -149,3 +149,36 @@ async def test_a_purge_redis_did_not_take_answers_503_not_a_quiet_zero() -> None
                                    json={"upstream": "inventory-service"})  # fmt: skip
         assert answer.status_code == 503
         assert "RedisStore failed during the purge" in answer.json()["error"]
+
+
+async def test_odd_tags_are_data_never_a_500() -> None:
+    """Issue 22, item 5: tags with a line break, or empty, select like any other."""
+    _, client, _ = await filled()
+    for tags in (["a\nb"], [""]):
+        answer = await client.post("/ops/admin/api/invalidate", headers=BEARER,
+                                   json={"tags": tags})  # fmt: skip
+        assert answer.status_code == 200 and answer.json() == {"invalidated": 0}
+
+
+@pytest.mark.parametrize(
+    "cookie", ["9" * 5000 + ".x", "-1.x", "", "." * 10, "1" * 13 + ".x", "1e9.x"]
+)
+async def test_an_odd_cookie_is_no_session_never_a_500(cookie: str) -> None:
+    """Issue 22, item 6: int() refuses 4,300 digits and more; any cookie is a 401 at worst."""
+    _, client, _ = await filled()
+    client.cookies.set(COOKIE, cookie)
+    assert (await client.get("/ops/admin/api/status")).status_code == 401
+    assert (await client.get("/ops/admin/")).status_code == 200  # the sign-in page
+
+
+async def test_the_sign_in_form_is_bounded() -> None:
+    """Issue 22, item 7: an anonymous upload is never spooled nor read past a few KiB."""
+    _, client, _ = await filled()
+    files = {"upload": ("big.bin", b"\0" * (1 << 20))}
+    spooled = await client.post("/ops/admin/login", files=files, data={"token": TOKEN})
+    assert spooled.status_code == 415 and COOKIE not in spooled.cookies
+    big = await client.post("/ops/admin/login", content=b"token=" + b"x" * 100_000,
+                            headers={"content-type": "application/x-www-form-urlencoded"})  # fmt: skip
+    assert big.status_code == 413
+    fine = await client.post("/ops/admin/login", data={"token": TOKEN})
+    assert fine.status_code == 303 and COOKIE in fine.cookies

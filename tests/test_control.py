@@ -125,8 +125,27 @@ async def test_tags_from_the_decorator_and_the_transport() -> None:
     control = CacheControl(cache)
     assert await control.invalidate(tags=["principal:2"]) == 1
     assert await control.invalidate(tags=["inventory"]) == 1
-    with pytest.raises(ValueError, match="line of text"):
-        await cache.fetch(INVENTORY, "x", CountingUpstream(), tags=["bad\ntag"])
+
+
+@pytest.mark.parametrize("store", ["memory", "file"])
+async def test_buyer_text_in_a_tag_is_data(store: str, tmp_path: Path) -> None:
+    """Issue 22, item 13: a tag built from a buyer's value holding a line break (or nothing)
+    is kept and selected like any other, never a 500 before the upstream is called."""
+    backend = SqliteStore(str(tmp_path / "cache.db")) if store == "file" else None
+    cache = make_cache(backend)
+
+    @cache.cached(INVENTORY, surface="get_products", tags=lambda account: [f"account:{account}"])
+    async def products(account: str) -> dict[str, Any]:
+        return {"products": [account]}
+
+    odd = ["a\nb", "", "x\\ny", "a\\", "tab\there"]
+    for account in odd:
+        assert await products(account) == {"products": [account]}
+    control = CacheControl(cache)
+    assert await control.invalidate(tags=["account:a\nb"], soft=False) == 1
+    assert await control.invalidate(tags=["account:"], soft=False) == 1
+    assert await control.invalidate(tags=["account:x\\ny"], soft=False) == 1  # not a\nb's
+    assert await control.invalidate(tags=["account:a\nb"], soft=False) == 0
 
 
 async def test_a_purge_through_one_process_reaches_another_through_the_file(
@@ -434,3 +453,36 @@ async def test_a_memory_copy_the_shared_store_never_got_is_revalidated_after_a_p
     with collect_advisories() as advisories:
         assert await cache.fetch(INVENTORY, "k", up, surface="get_products") == {"products": [1]}
     assert len(advisories.errors()) == 1  # revalidated (the upstream is down): stale, honestly
+
+
+async def test_refresh_reruns_a_call_as_the_request_that_made_it() -> None:
+    """Issue 22, item 3: a remembered call making a nested cached fetch on a per-caller
+    surface runs, on refresh, with the partition of the tenant whose request made it, never
+    the operator's (which every tenant would then share)."""
+    from adcp_stale_cache.collector import AdvisoryCollector, use_collector
+
+    shared = FORMATS.model_copy(update={"shared_across_callers": True})
+    per_caller = PRODUCTS  # keyed per caller
+    cache = UpstreamCache(surfaces=Surfaces.of(per_caller, shared), breaker=None)
+    control = CacheControl(cache)
+    accounts = Upstream(name="accounts")
+    seen: dict[str, str] = {"who": "tenant-a"}
+
+    async def account_data() -> dict[str, Any]:
+        return {"account": seen["who"]}
+
+    async def outer() -> dict[str, Any]:  # a shared call that reads per-caller data inside
+        inner = await cache.fetch(accounts, "me", account_data, surface="get_products")
+        return {"formats": [inner["account"]]}
+
+    with use_collector(AdvisoryCollector(partition="tenant-a")):
+        await cache.fetch(INVENTORY, "all", outer, surface="list_creative_formats")
+    with use_collector(AdvisoryCollector(partition="operator")):
+        assert await control.refresh(surface="list_creative_formats") == 1
+        await asyncio.sleep(0.05)
+    seen["who"] = "tenant-b"
+    with use_collector(AdvisoryCollector(partition="tenant-b")):
+        mine = await cache.fetch(accounts, "me", account_data, surface="get_products")
+    assert mine == {"account": "tenant-b"}  # never tenant-a's, keyed under a shared partition
+    operator_key = cache.store_key(accounts, "me", "operator")
+    assert await cache.store.get(operator_key) is None

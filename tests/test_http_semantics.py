@@ -152,6 +152,43 @@ async def test_etag_revalidates_and_a_304_restamps_without_a_body(
     assert upstream.call_count == 2  # re-stamped: fresh again for 60 s, no call
 
 
+async def test_a_304_naming_another_etag_updates_nothing(
+    clock: FakeClock, upstream: Scripted
+) -> None:
+    """RFC 9111 4.3.4 (issue 22, item 4): an upstream judging If-Modified-Since alone answers
+    304 with the new representation's ETag; the held body is not that one, so it is fetched
+    whole, never re-stamped under the new ETag (which every later revalidation would match)."""
+    client, url = client_for(clock, honor=False), upstream.url
+    stamp = "Wed, 21 Oct 2026 07:28:00 GMT"
+    upstream.answer(ETag='"v1"', **{"Last-Modified": stamp})
+    await client.get(url)
+    clock.advance(61)
+
+    def script(headers: dict[str, str]) -> Answer:
+        if "if-modified-since" in headers:  # changed within Last-Modified's second
+            return 304, None, {"ETag": '"v2"', "Last-Modified": stamp}
+        return 200, NEWER, {"ETag": '"v2"', "Last-Modified": stamp}
+
+    upstream.script = script
+    answer = await client.get(url)
+    assert answer.json() == NEWER and answer.headers["etag"] == '"v2"'
+    assert upstream.call_count == 3  # the conditional request, then the whole one
+    clock.advance(61)
+    assert (await client.get(url)).json() == NEWER  # and so on: the old body is gone
+
+
+async def test_a_304_with_the_weak_form_of_the_held_etag_validates(
+    clock: FakeClock, upstream: Scripted
+) -> None:
+    client, url = client_for(clock, honor=False), upstream.url
+    upstream.answer(ETag='"v1"')
+    await client.get(url)
+    clock.advance(61)
+    upstream.answer(304, None, ETag='W/"v1"')
+    assert (await client.get(url)).json() == GOOD
+    assert upstream.call_count == 2
+
+
 async def test_last_modified_revalidates_with_if_modified_since(
     clock: FakeClock, upstream: Scripted
 ) -> None:

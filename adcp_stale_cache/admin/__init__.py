@@ -33,6 +33,7 @@ import html
 import time
 from importlib import resources
 from typing import Any
+from urllib.parse import parse_qs
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
@@ -88,7 +89,11 @@ def admin_app(control: CacheControl, *, token: str) -> Starlette:
         if scheme.lower() == "bearer" and given:
             return hmac.compare_digest(given.encode(), token.encode())
         expires, _, _ = request.cookies.get(COOKIE, "").partition(".")
-        if not expires.isdigit() or int(expires) < time.time():
+        # ASCII digits of a plausible time only: int() refuses 4,300 digits and more, and
+        # reads digits of other scripts; an unauthenticated cookie is never an error.
+        if not (expires.isascii() and expires.isdigit() and len(expires) <= 12):
+            return False
+        if int(expires) < time.time():
             return False
         return hmac.compare_digest(request.cookies[COOKIE].encode(), session(int(expires)).encode())
 
@@ -100,8 +105,10 @@ def admin_app(control: CacheControl, *, token: str) -> Starlette:
         return Response(text, media_type="text/html", headers=HEADERS)
 
     async def login(request: Request) -> Response:
-        form = await request.form()
-        given = str(form.get("token", ""))
+        form = await _login_form(request)
+        if isinstance(form, Response):
+            return form
+        given = form.get("token", "")
         if not hmac.compare_digest(given.encode(), token.encode()):
             failed = _read("login.html").replace("{{error}}", "Wrong token.")
             return Response(failed, status_code=401, media_type="text/html", headers=HEADERS)
@@ -177,6 +184,28 @@ def _read(name: str) -> str:
 def _unauthorized() -> Response:
     return JSONResponse({"error": "unauthorized"}, 401,
                         headers={**HEADERS, "WWW-Authenticate": "Bearer"})  # fmt: skip
+
+
+#: The largest sign-in form read (a token and a little more): anyone may post one.
+MAX_LOGIN_BYTES = 4096
+
+
+async def _login_form(request: Request) -> dict[str, str] | Response:
+    """The sign-in form's fields, read up to :data:`MAX_LOGIN_BYTES` and never spooled: an
+    anonymous client cannot make the app buffer or store an upload."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/x-www-form-urlencoded":
+        return Response("send the sign-in form", 415, headers=HEADERS)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_LOGIN_BYTES:
+            return Response("sign-in form too large", 413, headers=HEADERS)
+    try:
+        fields = parse_qs(body.decode(), max_num_fields=8)
+    except (UnicodeDecodeError, ValueError):
+        return Response("unreadable sign-in form", 400, headers=HEADERS)
+    return {name: values[0] for name, values in fields.items()}
 
 
 async def _body(request: Request, model: type[Selectors]) -> Any:
