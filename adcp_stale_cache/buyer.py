@@ -97,6 +97,10 @@ def summary(advisories: list[StaleAdvisory]) -> str:
     return "served from cache: " + "; ".join(parts)
 
 
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 def _read(error: Mapping[str, Any]) -> StaleAdvisory:
     details: Mapping[str, Any] = error.get("details") or {}
     details = details if isinstance(details, Mapping) else {}
@@ -104,8 +108,8 @@ def _read(error: Mapping[str, Any]) -> StaleAdvisory:
     upstream = upstream if isinstance(upstream, Mapping) else {}
     original = details.get("original_error")
     return StaleAdvisory(
-        upstream=upstream.get("name"),
-        upstream_url=upstream.get("url"),
+        upstream=_text(upstream.get("name")),
+        upstream_url=_text(upstream.get("url")),
         age_seconds=_whole(details.get("cache_age_seconds")),
         freshness_target_seconds=_whole(details.get("freshness_target_seconds")),
         field=error.get("field") if isinstance(error.get("field"), str) else None,
@@ -193,8 +197,9 @@ def _from_task(task: Mapping[str, Any]) -> Any:
     state = str(status.get("state", "")).lower() if isinstance(status, Mapping) else ""
     if state and not state.endswith("completed"):
         return None
-    artifacts = task.get("artifacts") or []
-    return _last_data(artifacts[-1].get("parts", [])) if artifacts else None
+    artifacts = task.get("artifacts")
+    last = artifacts[-1] if isinstance(artifacts, list) and artifacts else None
+    return _last_data(last.get("parts")) if isinstance(last, Mapping) else None
 
 
 def _last_data(parts: Any) -> Any:

@@ -13,6 +13,7 @@ One call of :meth:`UpstreamCache.fetch`:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -40,6 +41,7 @@ from .keys import cache_key
 from .labels import entry_labels
 from .metrics import CacheMetrics
 from .policy import SurfacePolicy, Surfaces, Upstream
+from .purges import purge_count, purged_since
 from .shared_breakers import SharedBreakers
 from .singleflight import SingleFlight, call_with_deadline
 from .stores import MemoryStore, Store
@@ -89,8 +91,13 @@ def _as_made(
     operator's request is every tenant's partition at once)."""
 
     async def again() -> T:
-        made_by = AdvisoryCollector(origin.surface, origin.partition) if origin else None
-        token = _flight.set(made_by if made_by is not None else AdvisoryCollector())
+        # (is not None: an empty collector is falsy)
+        made_by = (
+            AdvisoryCollector()
+            if origin is None
+            else AdvisoryCollector(origin.surface, origin.partition)
+        )
+        token = _flight.set(made_by)
         try:
             return await refresh()
         finally:
@@ -302,7 +309,10 @@ class UpstreamCache:
             directives, shared,
         )  # fmt: skip
         self.refreshers(store_key, labels, _as_made(collector, refresh))
-        flight: Awaitable[_Refreshed[T]] = self._flights.run(store_key, refresh)
+        # A request never joins a call that started before a purge it could know of: the
+        # flight is the key's within one purge count (see purges).
+        epoch = await purge_count(self.store)
+        flight: Awaitable[_Refreshed[T]] = self._flights.run((store_key, epoch), refresh)
         if breaker is not None and admission is Admission.PROBE:
             flight = _releasing(breaker, flight)
         if step.fallback is not None and (
@@ -390,6 +400,7 @@ class UpstreamCache:
             return _Refreshed(decode(codec, entry, upstream), entry.data)
 
         async def call_and_store() -> _Refreshed[T]:
+            before = await purge_count(self.store)  # see purges: a purge meanwhile wins
             # Nested cached calls record their stale serves here, for every caller.
             inner = AdvisoryCollector.within(current_collector())
             token = _flight.set(inner)
@@ -408,7 +419,7 @@ class UpstreamCache:
                 return _Refreshed(value, None)
             terms = said.terms() if said is not None else None
             data = encode(codec, value, upstream)
-            if data is None:
+            if data is None or purged_since(before, await purge_count(self.store)):
                 return _Refreshed(value, None)
             entry = Entry(data, self.clock(), labels, terms=terms)
             await self._set(store_key, entry, self._ttl(upstream, policy))
@@ -458,7 +469,29 @@ class UpstreamCache:
     def refresh_soon(self, store_key: str, refresh: Callable[[], Awaitable[Any]]) -> None:
         """Run a remembered ``refresh`` (see ``refreshers``) in the background, as the one
         flight of ``store_key``: requests for the key meanwhile join it."""
-        self._background(self._flights.run(store_key, refresh))
+        self._background(self._run_as_flight(store_key, refresh))
+
+    def refresh_soon_all(
+        self, refreshes: list[tuple[str, Callable[[], Awaitable[Any]]]], concurrency: int
+    ) -> None:
+        """:meth:`refresh_soon` for each of ``refreshes``, ``concurrency`` in flight at a time
+        (each becomes its key's flight when it starts)."""
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        queue = list(reversed(refreshes))
+
+        async def worker() -> None:
+            while queue:
+                store_key, refresh = queue.pop()
+                with contextlib.suppress(Exception):  # a failed refresh leaves the entry
+                    await self._run_as_flight(store_key, refresh)
+
+        for _ in range(min(concurrency, len(queue))):
+            self._background(worker())
+
+    async def _run_as_flight(self, store_key: str, refresh: Callable[[], Awaitable[Any]]) -> Any:
+        """``refresh`` as the flight of ``store_key`` that requests now would join."""
+        return await self._flights.run((store_key, await purge_count(self.store)), refresh)
 
     def _background(self, work: Awaitable[object]) -> None:
         task = asyncio.ensure_future(work)

@@ -259,6 +259,7 @@ class CacheControl:
         tags: Iterable[str] = (),
         partition: str | None = None,
         key: object = None,
+        concurrency: int = 8,
     ) -> int:
         """Refresh the entries the selectors match (as :meth:`invalidate` takes them) now, in
         the background; returns how many refreshes started.
@@ -267,13 +268,15 @@ class CacheControl:
         refreshes it on its next request; this process re-runs at once the upstream calls
         that filled the matching keys it remembers (one flight per key: requests meanwhile
         join it). A refresh that fails leaves the entry as it was: still the outage fallback.
-        The calls run on the event loop that calls ``refresh``.
+        The calls run on the event loop that calls ``refresh``, ``concurrency`` at a time (as
+        :meth:`warm`): a refresh of 2,000 keys of one upstream never puts 2,000 calls in
+        flight. A request for a key whose refresh has not started yet refreshes it itself
+        (the entry is purged); the queued refresh then joins or repeats that flight.
         """
         selection = self._selection(upstream, surface, tags, partition, key)
         marked = await self._purge(selection, soft=True)
         started = self.recent.selected(selection)
-        for store_key, refresh in started:
-            self.cache.refresh_soon(store_key, refresh)
+        self.cache.refresh_soon_all(started, concurrency)
         self.cache.metrics.invalidation("refresh", len(started))
         logger.info(
             "refresh selectors=%s key=%s marked=%d started=%d",

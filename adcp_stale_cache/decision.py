@@ -141,5 +141,8 @@ def on_failure(entry: Entry | None, now: float, policy: Freshness) -> Fresh | Se
         return Fail()
     if is_fresh(entry, now, policy):
         return Fresh(entry)
+    age = whole_seconds(entry.age(now))
     target = whole_seconds(target_seconds(entry, policy))
-    return ServeStale(entry, whole_seconds(entry.age(now)), target)
+    # A purge is the operator saying "no longer fresh": a purged entry's target is cut to its
+    # age, so that every advisory says an age at least its target (the spec's own condition).
+    return ServeStale(entry, age, min(target, age) if entry.revalidate else target)

@@ -142,3 +142,24 @@ async def test_a_real_adcp_client_call_read_by_the_buyer_reader(
     assert covered and len(covered) < len(every)  # agent a's formats, not b's
     assert all(f["format_id"]["agent_url"] == advisory.upstream_url for f in covered)
     assert summary([advisory]).startswith("served from cache: formats from a: ")
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        {"status": {"state": "completed"}, "contextId": "c", "artifacts": ["a string"]},
+        {"status": {"state": "completed"}, "contextId": "c", "artifacts": {"parts": []}},
+        {"status": "completed", "contextId": "c", "artifacts": []},
+        {
+            "formats": [],
+            "errors": [{"code": "STALE_RESPONSE", "details": {"upstream": {"url": 7}}}],
+        },
+    ],
+)
+def test_odd_shapes_read_as_nothing_never_raise(response: Any) -> None:
+    """Issue 22 (low): the buyer's reader reads "nothing" from odd shapes."""
+    from adcp_stale_cache.buyer import payload_of, stale_advisories
+
+    payload_of(response)
+    for advisory in stale_advisories(response):
+        assert advisory.upstream_url is None

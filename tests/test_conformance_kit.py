@@ -74,7 +74,7 @@ async def test_a_seller_without_the_controller_fails_never_passes(
 class Rewriting:
     """A broken seller: the example seller with each A2A payload rewritten by ``change``."""
 
-    def __init__(self, app: Any, change: Callable[[dict[str, Any]], None]) -> None:
+    def __init__(self, app: Any, change: Callable[[dict[str, Any]], bool | None]) -> None:
         self.app, self.change = app, change
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -88,10 +88,11 @@ class Rewriting:
         await self.app(scope, receive, keep)
         start, body = messages[0], b"".join(m.get("body", b"") for m in messages[1:])
         answer = json.loads(body)
-        for artifact in (answer.get("result") or {}).get("artifacts") or []:
+        result = answer.get("result") or {}
+        for artifact in result.get("artifacts") or []:
             for part in artifact["parts"]:
-                if isinstance(part.get("data"), dict):
-                    self.change(part["data"])
+                if isinstance(part.get("data"), dict) and self.change(part["data"]):
+                    result["status"]["state"] = "completed"  # and the task "succeeded" too
         body = json.dumps(answer).encode()
         headers = [(k, v) for k, v in start["headers"] if k != b"content-length"]
         await send({**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
@@ -145,9 +146,38 @@ def wrong_age(payload: dict[str, Any]) -> None:
         error["details"]["cache_age_seconds"] += 1
 
 
+def made_up_payload(payload: dict[str, Any]) -> bool:
+    if not payload.get("adcp_error"):
+        return False
+    payload.pop("adcp_error")  # nothing cached, upstream down: a success, invented data
+    payload["errors"] = []
+    payload["products"] = [{"product_id": "made-up"}]
+    return True
+
+
+def leaky_details(payload: dict[str, Any]) -> None:
+    for error in stale_ones(payload):
+        error["details"]["debug"] = "Bearer abcdefghijklmnop at 10.1.2.3"
+
+
+def password_in_url(payload: dict[str, Any]) -> None:
+    for error in stale_ones(payload):
+        error["details"]["upstream"]["url"] = "https://user:hunter2@inventory.example/api"
+
+
+def target_past_age(payload: dict[str, Any]) -> None:
+    for error in stale_ones(payload):
+        details = error["details"]
+        details["freshness_target_seconds"] = details["cache_age_seconds"] + 10
+
+
 @pytest.mark.parametrize(
     ("change", "options", "rule"),
     [
+        (made_up_payload, {}, "nothing_when_nothing_cached"),
+        (leaky_details, {}, "no_leaks"),
+        (password_in_url, {}, "no_leaks"),
+        (target_past_age, {}, "age_past_target"),
         (wrong_recovery, {}, "recovery_transient"),
         (advisory_on_fresh_hits, {}, "no_advisory_when_healthy (before)"),
         (aggregated, {"tool": "list_creative_formats", "upstreams": ["a", "b"]},
@@ -156,7 +186,7 @@ def wrong_age(payload: dict[str, Any]) -> None:
         (wrong_age, {}, "exact_age"),
         (advisory_with_nothing_cached, {}, "nothing_when_nothing_cached"),
     ],
-    ids=["wrong-recovery", "advisory-on-fresh-hit", "aggregated", "promoted", "wrong-age",
+    ids=["made-up-payload", "leaky-details", "password-in-url", "target-past-age", "wrong-recovery", "advisory-on-fresh-hit", "aggregated", "promoted", "wrong-age",
          "advisory-with-nothing-cached"],
 )  # fmt: skip
 async def test_broken_sellers_fail_on_the_right_rule(
@@ -233,3 +263,45 @@ async def test_the_pytest_fixture_fails_a_test_with_the_report(upstreams: dict[s
     assert report.passed
     with pytest.raises(pytest.fail.Exception, match="FAIL exact_age"):
         await assert_conformant(Rewriting(seller(upstreams), wrong_age), transport="a2a")
+
+
+ODD_BODIES = [
+    ("application/json", b"[1, 2]"),
+    ("application/json", b'{"jsonrpc": "2.0", "id": 1, "result": [1, 2]}'),
+    ("application/json", b'{"jsonrpc": "2.0", "id": 1, "result": {"content": "x", "isError": 3}}'),
+    ("text/event-stream", b"event: message\r\ndata: 5\r\n\r\n"),
+    ("application/json", b'"just a string"'),
+    (
+        "application/json",
+        b'{"jsonrpc": "2.0", "id": 1, "result": {"status": "completed",'
+        b' "artifacts": {"parts": 1}}}',
+    ),
+    (
+        "application/json",
+        b'{"jsonrpc": "2.0", "id": 1, "result": {"status": {"state": "completed"},'
+        b' "artifacts": ["x", {"parts": ["y", {"data": {"errors": [5, {"code": "STALE_RESPONSE",'
+        b' "details": "odd"}, {"code": "STALE_RESPONSE", "details": {"upstream": 7}}]}}]}]}}',
+    ),
+]
+
+
+@pytest.mark.parametrize(("kind", "body"), ODD_BODIES)
+@pytest.mark.parametrize("transport", ["mcp", "a2a"])
+async def test_odd_answers_are_fail_lines_never_a_crash(
+    transport: str, kind: str, body: bytes
+) -> None:
+    """Issue 22, item 11: any seller answer gives FAIL lines with what was seen."""
+
+    async def odd_seller(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        headers = [(b"content-type", kind.encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    report = await check_seller(odd_seller, transport=transport)
+    assert not report.passed
+    assert report.text()  # every line readable

@@ -425,7 +425,7 @@ async def test_refresh_reruns_the_selected_calls_now_in_one_flight_each(caplog: 
 
 async def test_a_memory_copy_the_shared_store_never_got_is_revalidated_after_a_purge() -> None:
     """Written while the shared store was unreachable, the copy carries no mark there: a purge
-    heard of afterwards may have selected it, so it is revalidated, never served fresh."""
+    heard of afterwards may have selected it, so it is never served fresh, nor stale."""
 
     class Shared(MemoryStore):
         writable, purges = True, 0
@@ -450,9 +450,12 @@ async def test_a_memory_copy_the_shared_store_never_got_is_revalidated_after_a_p
     far.purges += 1  # another process purged through the shared store
     await asyncio.sleep(0.06)
     up.down = True
-    with collect_advisories() as advisories:
-        assert await cache.fetch(INVENTORY, "k", up, surface="get_products") == {"products": [1]}
-    assert len(advisories.errors()) == 1  # revalidated (the upstream is down): stale, honestly
+    # The purge may have been a hard one whose tombstone is gone: with no shared copy, the
+    # copy from before it is forgotten (issue 22, item 2), so the outage stays a failure.
+    with pytest.raises(UpstreamUnavailable):
+        await cache.fetch(INVENTORY, "k", up, surface="get_products")
+    up.down = False
+    assert await cache.fetch(INVENTORY, "k", up, surface="get_products") == {"products": [3]}
 
 
 async def test_refresh_reruns_a_call_as_the_request_that_made_it() -> None:
@@ -484,5 +487,110 @@ async def test_refresh_reruns_a_call_as_the_request_that_made_it() -> None:
     with use_collector(AdvisoryCollector(partition="tenant-b")):
         mine = await cache.fetch(accounts, "me", account_data, surface="get_products")
     assert mine == {"account": "tenant-b"}  # never tenant-a's, keyed under a shared partition
-    operator_key = cache.store_key(accounts, "me", "operator")
-    assert await cache.store.get(operator_key) is None
+    for elsewhere in ("operator", None):  # never keyed under another partition, nor none
+        assert await cache.store.get(cache.store_key(accounts, "me", elsewhere)) is None
+
+
+@pytest.mark.parametrize("soft", [True, False])
+@pytest.mark.parametrize("store", ["memory", "file", "tiered-file", "tiered-redis"])
+async def test_a_purge_wins_over_a_flight_in_flight(store: str, soft: bool, tmp_path: Path) -> None:
+    """Issue 22, item 1: a refresh that read the upstream before a purge never stores its
+    answer after it; through another process sharing the file or Redis too."""
+    server: Any = None
+    if store == "tiered-redis":
+        if shutil.which("redis-server") is None:
+            pytest.skip("redis-server is not installed")
+        pytest.importorskip("redis.asyncio", reason="the redis extra is needed")
+        from adcp_stale_cache.stores.redis import RedisStore
+
+        from .redis_server import RedisServer
+
+        server = RedisServer().start()
+
+    def backend() -> Any:
+        if store == "memory":
+            return shared_memory
+        if store == "tiered-redis":
+            return TieredStore(RedisStore(url=server.url))
+        file = SqliteStore(str(tmp_path / "cache.db"))
+        return TieredStore(file, MemoryStore(clock=time.time)) if store == "tiered-file" else file
+
+    shared_memory = MemoryStore()
+    try:
+        await _purge_during_a_flight(backend, soft)
+    finally:
+        if server is not None:
+            server.kill()
+
+
+async def _purge_during_a_flight(backend: Any, soft: bool) -> None:
+    refreshing, operator = make_cache(backend()), make_cache(backend())
+    up = CountingUpstream()
+    policy = PRODUCTS.model_copy(update={"freshness_target_seconds": 0})
+    await refreshing.fetch(INVENTORY, "k", up, surface=policy)  # call 1, stored
+    up.delay = 0.2
+    flight = asyncio.ensure_future(refreshing.fetch(INVENTORY, "k", up, surface=policy))
+    await asyncio.sleep(0.05)  # call 2 is in flight: it read the upstream before the purge
+    assert await CacheControl(operator).invalidate(upstream="inventory-service", soft=soft) == 1
+    assert (await flight)["products"] == [2]  # its own caller asked before: served
+    up.delay = 0.0
+    fresh_policy = PRODUCTS  # a 600 s target: a stored call 2 would be a fresh hit
+    answer = await refreshing.fetch(INVENTORY, "k", up, surface=fresh_policy)
+    assert answer["products"] == [3] and up.calls == 3  # never call 2 as a fresh hit
+
+
+@pytest.mark.parametrize("flood", [0, 300])
+async def test_an_evicted_tombstone_never_brings_forgotten_data_back(
+    tmp_path: Path, flood: int
+) -> None:
+    """Issue 22, item 2: two workers on one cache file, one hard-purges; the tombstone is then
+    evicted (here: by a flood of other tombstones in a small file, or deleted outright). The
+    other worker's memory copy must not come back, not even stale during an outage."""
+    path = tmp_path / "cache.db"
+
+    def worker() -> UpstreamCache:
+        file = SqliteStore(path, max_entries=50) if flood else SqliteStore(path)
+        tiers = TieredStore(file, MemoryStore(clock=time.time), near_max_age_seconds=0.05,
+                            check_seconds=0.01)  # fmt: skip
+        return make_cache(tiers)
+
+    a, b = worker(), worker()
+    up = CountingUpstream()
+    await b.fetch(INVENTORY, "k", up, surface="get_products")  # b's memory and the file
+    assert await CacheControl(a).invalidate(upstream="inventory-service", soft=False) == 1
+    if flood:
+        for i in range(flood):  # tombstones of other entries crowd the file
+            await a.fetch(INVENTORY, f"other-{i}", up, surface="get_products")
+            await CacheControl(a).invalidate(key=f"other-{i}", upstream=INVENTORY, soft=False)
+    else:
+        file: Any = a.store.far  # type: ignore[attr-defined]
+        await file.delete(a.store_key(INVENTORY, "k"))  # as an eviction would
+    await asyncio.sleep(0.06)
+    up.down = True
+    with pytest.raises(UpstreamUnavailable):  # forgotten: never served, not even stale
+        await b.fetch(INVENTORY, "k", up, surface="get_products")
+
+
+async def test_refresh_puts_at_most_its_concurrency_in_flight() -> None:
+    """Issue 22, item 8: a refresh of many keys is bounded as warm() is."""
+    cache = make_cache()
+    control = CacheControl(cache)
+    in_flight = peak = 0
+
+    async def slow() -> dict[str, Any]:
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        await asyncio.sleep(0.01)
+        in_flight -= 1
+        return {"products": []}
+
+    for i in range(100):
+        await cache.fetch(INVENTORY, i, slow, surface="get_products")
+    peak = 0
+    assert await control.refresh(upstream="inventory-service", concurrency=8) == 100
+    for _ in range(100):
+        await asyncio.sleep(0.01)
+        if not cache._tasks:  # every refresh done
+            break
+    assert 1 <= peak <= 8

@@ -79,3 +79,16 @@ def test_age_never_negative_and_whole() -> None:
     assert whole_seconds(-3.2) == 0
     assert whole_seconds(2.999) == 2
     assert isinstance(whole_seconds(7.0), int)
+
+
+def test_a_purged_entry_served_stale_states_a_target_no_greater_than_its_age() -> None:
+    """Issue 22, item 14: after a soft purge, an entry younger than its target served during
+    an outage carries an advisory whose cache_age_seconds >= freshness_target_seconds."""
+    import dataclasses
+
+    purged = dataclasses.replace(ENTRY, revalidate=True)
+    outcome = on_failure(purged, STORED + 3.5, policy(60, 3600))
+    assert isinstance(outcome, ServeStale)
+    assert (outcome.age_seconds, outcome.target_seconds) == (3, 3)
+    plain = on_failure(ENTRY, STORED + 75, policy(60, 3600))
+    assert isinstance(plain, ServeStale) and (plain.age_seconds, plain.target_seconds) == (75, 60)

@@ -159,11 +159,7 @@ async def _nothing_cached(
             return Result(rule, None, "not applicable: the controller does not acknowledge "
                           "empty_cache (the spec's scenario seeds a cold cache)")  # fmt: skip
     reply = await wire.call(tool, arguments)
-    advisories = rules.stale_advisories(reply.payload)
-    envelope = (reply.payload or {}).get("adcp_error") or {}
-    seen = (f"{reply.transport}, adcp_error: {envelope.get('code')}, "
-            f"{len(advisories)} STALE_RESPONSE")  # fmt: skip
-    return Result(rule, not advisories, seen)
+    return rules.failure_stays_failure(reply, [name for name in names if name is not None])
 
 
 async def _force(wire: McpWire | A2aWire, tool: str, upstream: str | None, **params: Any) -> Reply:

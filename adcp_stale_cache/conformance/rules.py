@@ -28,6 +28,10 @@ _LEAKS = [
 ]  # fmt: skip
 
 
+# userinfo (user:password@), or a query or fragment at all: a public URL carries neither.
+_URL_CREDENTIAL = re.compile(r"^[a-z][a-z0-9+.-]*://[^/?#]*@|[?#]", re.IGNORECASE)
+
+
 @dataclass(frozen=True)
 class Result:
     """One rule's verdict: ``passed`` True, False, or None when it could not apply."""
@@ -77,7 +81,7 @@ def stale(
     items = payload.get(str(field).split(".")[0].split("[")[0]) if field else None
     results.append(Result("payload_present", bool(items) and payload.get("adcp_error") is None,
                           f"{field or 'payload'}: {_count(items)}"))  # fmt: skip
-    names = [str(((a.get("details") or {}).get("upstream") or {}).get("name")) for a in advisories]
+    names = [_upstream_name(a) for a in advisories]
     counts = Counter(names)
     expected = upstreams or None
     if expected:
@@ -98,10 +102,15 @@ def stale(
     fields = [a.get("field") for a in advisories]
     results.append(Result("field_named", all(isinstance(f, str) and f for f in fields) and
                           bool(items), f"field: {fields}"))  # fmt: skip
-    ages = [(a.get("details") or {}).get("cache_age_seconds") for a in advisories]
+    ages = [_details(a).get("cache_age_seconds") for a in advisories]
     results.append(Result("exact_age", all(age == cache_age and isinstance(age, int)
                                            for age in ages),
                           f"cache_age_seconds: {ages}, forced {cache_age}"))  # fmt: skip
+    targets = [_details(a).get("freshness_target_seconds") for a in advisories]
+    past = all(t is None or (isinstance(a, int) and isinstance(t, int) and a >= t)
+               for a, t in zip(ages, targets, strict=True))  # fmt: skip
+    seen = f"cache_age_seconds {ages}, freshness_target_seconds {targets}"
+    results.append(Result("age_past_target", past, seen))
     named = all(name not in ("None", "") for name in names)
     if expected:
         named = named and set(names) == set(expected)
@@ -136,6 +145,41 @@ def official_validators() -> tuple[str, Any, Any] | str:
             load("core/error.json"), load("error-details/stale-response.json"))  # fmt: skip
 
 
+def failure_stays_failure(reply: Reply, upstreams: list[str]) -> Result:
+    """With nothing cached and ``upstreams`` down, the failure stays a failure: no
+    ``STALE_RESPONSE``, and the answer fails at the transport, or says
+    ``SERVICE_UNAVAILABLE`` (as ``adcp_error``, or in ``errors[]`` for each upstream, beside
+    what the healthy ones gave). A success with a payload and no error is made up."""
+    payload = reply.payload if isinstance(reply.payload, dict) else {}
+    advisories = stale_advisories(payload)
+    envelope = payload.get("adcp_error")
+    code = envelope.get("code") if isinstance(envelope, dict) else None
+    raw = payload.get("errors")
+    errors = raw if isinstance(raw, list) else []
+    unavailable = {
+        _upstream_name(e) for e in errors
+        if isinstance(e, dict) and e.get("code") == "SERVICE_UNAVAILABLE"
+    }  # fmt: skip
+    said = (
+        not reply.transport_ok
+        or code == "SERVICE_UNAVAILABLE"
+        or bool(errors and unavailable and (not upstreams or set(upstreams) <= unavailable))
+    )
+    seen = (f"{reply.transport}, adcp_error: {code}, SERVICE_UNAVAILABLE for "
+            f"{sorted(unavailable)}, {len(advisories)} STALE_RESPONSE")  # fmt: skip
+    return Result("nothing_when_nothing_cached", not advisories and said, seen)
+
+
+def _details(error: dict[str, Any]) -> dict[str, Any]:
+    details = error.get("details")
+    return details if isinstance(details, dict) else {}
+
+
+def _upstream_name(error: dict[str, Any]) -> str:
+    upstream = _details(error).get("upstream")
+    return str(upstream.get("name")) if isinstance(upstream, dict) else "None"
+
+
 def _schema(advisories: list[dict[str, Any]], validators: Any) -> Result:
     if isinstance(validators, str):
         return Result("schema_valid", False, f"cannot validate: {validators}")
@@ -151,11 +195,19 @@ def _schema(advisories: list[dict[str, Any]], validators: Any) -> Result:
 def _leaks(advisories: list[dict[str, Any]], secrets: list[str]) -> Result:
     found = []
     for advisory in advisories:
-        text = json.dumps({k: v for k, v in advisory.items() if k != "details"}) + json.dumps(
-            (advisory.get("details") or {}).get("original_error") or {}
-        )  # the upstream's own URL in details.upstream.url is public by design
+        # The whole advisory, but for the upstream's own URL (public by design: its host may
+        # be an address), which is read for credentials alone.
+        upstream = _details(advisory).get("upstream")
+        url = upstream.get("url") if isinstance(upstream, dict) else None
+        rest = json.loads(json.dumps(advisory, default=str))
+        if isinstance(url, str):
+            rest["details"]["upstream"]["url"] = ""
+        text = json.dumps(rest)
         found += [what for what, pattern in _LEAKS if pattern.search(text)]
-        found += ["the credential sent" for secret in secrets if secret and secret in text]
+        if isinstance(url, str) and _URL_CREDENTIAL.search(url):
+            found.append("a credential in details.upstream.url")
+        found += ["the credential sent" for secret in secrets if secret and secret in json.dumps(
+            advisory, default=str)]  # fmt: skip
     return Result("no_leaks", not found,
                   "no credential, hostname or stack trace in the text" if not found
                   else f"found {sorted(set(found))}")  # fmt: skip

@@ -55,19 +55,20 @@ class McpWire:
             "protocolVersion": MCP_PROTOCOL_VERSION, "capabilities": {},
             "clientInfo": {"name": "adcp-stale-cache check", "version": "1"},
         })  # fmt: skip
-        self.version = str((result or {}).get("protocolVersion", MCP_PROTOCOL_VERSION))
+        self.version = str(_obj(result).get("protocolVersion", MCP_PROTOCOL_VERSION))
         await self._post({"jsonrpc": "2.0", "method": "notifications/initialized"})
 
     async def tools(self) -> list[str]:
         """The names of the tools the seller lists."""
         result, _ = await self._rpc("tools/list", {})
-        return [str(tool.get("name")) for tool in (result or {}).get("tools", [])]
+        return [str(_obj(tool).get("name")) for tool in _list(_obj(result).get("tools"))]
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> Reply:
         """``tools/call``; transport success is HTTP 200, no JSON-RPC error, ``isError`` false."""
         result, response = await self._rpc("tools/call", {"name": tool, "arguments": arguments})
-        if result is None:
-            return Reply(False, f"HTTP {response.status_code}, JSON-RPC error or no result")
+        if not isinstance(result, dict):
+            seen = "no result" if result is None else f"a result that is {type(result).__name__}"
+            return Reply(False, f"HTTP {response.status_code}, JSON-RPC error or {seen}")
         payload = _mcp_payload(result)
         is_error = result.get("isError", False)
         return Reply(response.status_code == 200 and is_error is False,
@@ -79,8 +80,8 @@ class McpWire:
         response = await self._post({"jsonrpc": "2.0", "id": ident, "method": method,
                                      "params": params})  # fmt: skip
         for message in _messages(response):
-            if message.get("id") == ident:
-                return message.get("result"), response
+            if _obj(message).get("id") == ident:
+                return _obj(message).get("result"), response
         return None, response
 
     async def _post(self, body: dict[str, Any]) -> httpx.Response:
@@ -109,7 +110,11 @@ class A2aWire:
         response = await self.http.get(f"{base}/.well-known/agent-card.json")
         if response.status_code != 200:
             return []
-        return [str(skill.get("id")) for skill in response.json().get("skills", [])]
+        try:
+            card = response.json()
+        except ValueError:
+            return []
+        return [str(_obj(skill).get("id")) for skill in _list(_obj(card).get("skills"))]
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> Reply:
         """``message/send``; transport success is HTTP 200 and a task ``completed``."""
@@ -120,26 +125,37 @@ class A2aWire:
                 "params": {"message": message}}  # fmt: skip
         response = await self.http.post(self.url, json=body)
         try:
-            task = response.json().get("result") or {}
+            task = _obj(_obj(response.json()).get("result"))
         except ValueError:
             task = {}
-        state = str((task.get("status") or {}).get("state", "none"))
+        status = task.get("status")
+        state = str(_obj(status).get("state", "none") if isinstance(status, dict) else status)
         payload = None
-        for artifact in task.get("artifacts") or []:
-            for part in artifact.get("parts") or []:
-                if isinstance(part.get("data"), dict):
+        for artifact in _list(task.get("artifacts")):
+            for part in _list(_obj(artifact).get("parts")):
+                if isinstance(_obj(part).get("data"), dict):
                     payload = part["data"]
         ok = response.status_code == 200 and state == "completed"
         return Reply(ok, f"HTTP {response.status_code}, task {state}", payload, {"task": task})
 
 
+def _obj(value: Any) -> dict[str, Any]:
+    """``value`` if it is a JSON object, else an empty one: a seller's answer of any shape
+    is something seen, never a crash."""
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _mcp_payload(result: dict[str, Any]) -> dict[str, Any] | None:
     if isinstance(result.get("structuredContent"), dict):
         return dict(result["structuredContent"])
-    for item in result.get("content") or []:
-        if item.get("type") == "text":
+    for item in _list(result.get("content")):
+        if _obj(item).get("type") == "text" and isinstance(item.get("text"), str):
             with contextlib.suppress(ValueError):
-                text = json.loads(item.get("text", ""))
+                text = json.loads(item["text"])
                 if isinstance(text, dict):
                     return text
     return None

@@ -39,6 +39,7 @@ class MemoryStore:
             maxsize=max_bytes, ttu=_expires_at, timer=clock, getsizeof=_sizeof
         )
         self._lock = threading.Lock()
+        self._purges = 0  # see generation
 
     async def get(self, key: str) -> Entry | None:
         """The entry under ``key`` if it has not expired."""
@@ -83,7 +84,13 @@ class MemoryStore:
                     self._data[key] = (dataclasses.replace(entry, revalidate=True), expires_at)
                 else:
                     del self._data[key]
+            self._purges += 1  # every purge, one that found nothing too
         return len(found)
+
+    async def generation(self) -> int:
+        """How many purges this store has seen: a flight that saw it move while it was in
+        flight does not store its answer (see :mod:`~adcp_stale_cache.purges`)."""
+        return self._purges
 
     @property
     def entries(self) -> int:

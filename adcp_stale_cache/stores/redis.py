@@ -13,8 +13,8 @@ finite time) is no entry: the key is then refreshed from the upstream and overwr
 
 Each label of an entry (see :mod:`adcp_stale_cache.labels`) is a set of keys,
 ``{prefix}:label:{label}``, expiring with the longest-lived entry it names: invalidations
-intersect these sets instead of scanning the keyspace. Every purge that found entries
-increments ``{prefix}:generation``, which processes' memory tiers watch
+intersect these sets instead of scanning the keyspace. Every purge (one that found nothing
+too) increments ``{prefix}:generation``, which processes' memory tiers and flights watch
 (:class:`~adcp_stale_cache.stores.TieredStore`).
 
 ``stored_at`` is the writer's wall clock, so every process computes the same age (up to the
@@ -241,14 +241,16 @@ class RedisStore:
                         count += 1
                         continue
                     # Hard: a tombstone, not a gap (see Entry): processes drop their copies.
+                    # Stamped with the purge's time: newer than every copy stored before it.
                     marked = encode(
                         dataclasses.replace(entry, revalidate=True)
                         if soft
-                        else Entry(b"", entry.stored_at, entry.labels, tombstone=True)
+                        else Entry(b"", self.clock(), entry.labels, tombstone=True)
                     )
                     count += bool(await client.eval(_MARK, 1, self._key(key), raw, marked))
-            if count:
-                await client.incr(f"{self.prefix}:generation")
+            # Every purge counts, a purge that found nothing too: a flight in progress that
+            # read the upstream before it must not store (see purges).
+            await client.incr(f"{self.prefix}:generation")
         except Exception as exc:
             self._failed("purge", exc)
         return count
@@ -308,7 +310,7 @@ class RedisStore:
                 self._failed("breaker_closed", exc)
 
     async def generation(self) -> int | None:
-        """How many purges found entries in this Redis so far (None when it is down):
+        """How many purges this Redis has seen so far (None when it is down):
         processes' memory tiers watch it to hear of other processes' invalidations."""
         client = self._client_here()
         if client is None or not self.available:

@@ -160,7 +160,7 @@ class SqliteStore:
         return await self._run("purge", self._purge, match, soft, always=True) or 0
 
     async def generation(self) -> int | None:
-        """How many purges found entries in this file so far (None when the file fails):
+        """How many purges this file has seen so far (None when the file fails):
         processes' memory tiers watch it to hear of another process's invalidation."""
         return await self._run("generation", self._generation)
 
@@ -312,8 +312,8 @@ class SqliteStore:
             f"UPDATE entries SET flags = flags | {_REVALIDATE} WHERE key = ?"
             if soft
             else f"UPDATE entries SET flags = {_TOMBSTONE}, data = x'', checksum = 0, size = "
-            f"{_TOMBSTONE_SIZE} WHERE key = ?"
-        )
+            f"{_TOMBSTONE_SIZE}, stored_at = {self.clock()!r} WHERE key = ?"
+        )  # a tombstone is stamped with the purge's time: newer than every copy before it
         db.execute("BEGIN IMMEDIATE")  # select and mark at once: no refresh slips between
         try:
             rows = db.execute(
@@ -327,8 +327,8 @@ class SqliteStore:
                 if match(key, Entry(b"", stored_at, _split(labels), bool(flags & _REVALIDATE)))
             ]
             db.executemany(statement, keys)
-            if keys:
-                db.execute("UPDATE generation SET purges = purges + 1 WHERE id = 1")
+            # Every purge counts, one that found nothing too (see purges).
+            db.execute("UPDATE generation SET purges = purges + 1 WHERE id = 1")
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")

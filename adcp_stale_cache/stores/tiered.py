@@ -73,6 +73,11 @@ class TieredStore:
         ):
             return near
         far = await self.far.get(key)
+        if far is None and near is not None and near.stored_at <= self._purged_at:
+            # No shared copy of a copy stored before a purge: hard-purged (its tombstone since
+            # evicted or expired) reads exactly as evicted, so it is forgotten, never served.
+            await self.near.delete(key)
+            return None
         # The newer copy wins; on a tie the shared one when it carries another process's purge.
         if far is None or (near is not None and near.stored_at > far.stored_at):
             return self._due(near, now, shared=False)
@@ -108,9 +113,10 @@ class TieredStore:
         """``near``, due for revalidation when a purge may have missed it:
 
         - purges could not be heard of for ``unheard_fresh_seconds`` and the copy is older;
-        - the shared store does not hold this copy (``shared`` False: it was written while the
-          store was unreachable) and it was stored before a purge heard of: the purge may have
-          selected it, and only shared copies carry marks.
+        - the shared store holds an older copy only (``shared`` False: this one was written
+          while the store was unreachable) and it was stored before a purge heard of: the
+          purge may have selected it, and only shared copies carry marks. (With no shared
+          copy at all, a copy from before a purge is forgotten: see ``get``.)
         """
         if near is None or near.revalidate:
             return near
@@ -185,7 +191,13 @@ async def _generation(store: Any) -> object:
 
 
 def _same_marks(near: Entry, far: Entry) -> bool:
-    return near.revalidate == far.revalidate and near.tombstone == far.tombstone
+    # Equal times are not the same entry by themselves (two processes may store within one
+    # tick of a coarse clock): the bytes must be the same too, else the shared copy wins.
+    return (
+        near.revalidate == far.revalidate
+        and near.tombstone == far.tombstone
+        and near.data == far.data
+    )
 
 
 async def _purge(store: Any, match: Callable[[str, Entry], bool], soft: bool) -> int | None:
