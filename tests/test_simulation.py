@@ -26,7 +26,6 @@ a long one.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import os
 from dataclasses import dataclass, field
@@ -126,12 +125,22 @@ class Simulation(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         if hasattr(self, "loop"):
-            for flight in self.flights:
+            for flight in self.flights + self.waiting:
                 flight.gate.set()
-            pending = [f.task for f in self.flights] + [w.task for w in self.waiting]
-            with contextlib.suppress(Exception):
-                self.loop.run_until_complete(asyncio.wait(pending, timeout=5) if pending
-                                             else asyncio.sleep(0))  # fmt: skip
+            self.settle()
+            for flight in self.flights + self.waiting:  # answered now: read, never left unread
+                if flight.task.done() and not flight.task.cancelled():
+                    flight.task.exception()
+            # Whatever is left (a background refresh, say) is cancelled and awaited, so that
+            # the loop closes with no task pending and no exception unretrieved.
+            pending = asyncio.all_tasks(self.loop)
+            for task in pending:
+                task.cancel()
+
+            async def drain() -> None:
+                await asyncio.gather(*pending, return_exceptions=True)
+
+            self.run(drain())
             self.loop.close()
 
     # The upstream: principal data, with the version and time of the read.
