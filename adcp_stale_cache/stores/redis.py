@@ -318,7 +318,9 @@ class RedisStore:
         try:
             return int(await client.get(f"{self.prefix}:generation") or 0)
         except Exception as exc:
-            self._failed("generation", exc)
+            # Not a reason to stay away from the whole store: the count lives in one slot,
+            # and every miss reads it (see purges); the entries' own reads and writes decide.
+            logger.debug("redis_generation_unreadable error=%s", type(exc).__name__)
             return None
 
     async def aclose(self) -> None:
