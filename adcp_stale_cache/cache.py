@@ -466,16 +466,12 @@ class UpstreamCache:
             breaker = self._breakers[upstream.identity] = Breaker(self.breaker_policy)
         return breaker
 
-    def refresh_soon(self, store_key: str, refresh: Callable[[], Awaitable[Any]]) -> None:
-        """Run a remembered ``refresh`` (see ``refreshers``) in the background, as the one
-        flight of ``store_key``: requests for the key meanwhile join it."""
-        self._background(self._run_as_flight(store_key, refresh))
-
     def refresh_soon_all(
         self, refreshes: list[tuple[str, Callable[[], Awaitable[Any]]]], concurrency: int
     ) -> None:
-        """:meth:`refresh_soon` for each of ``refreshes``, ``concurrency`` in flight at a time
-        (each becomes its key's flight when it starts)."""
+        """Run remembered refreshes (see ``refreshers``) in the background, ``concurrency``
+        at a time, each as the flight of its store key when it starts: requests for the key
+        meanwhile join it."""
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         queue = list(reversed(refreshes))
