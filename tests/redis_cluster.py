@@ -74,10 +74,15 @@ class RedisCluster:
             time.sleep(0.1)
         raise TimeoutError("the cluster did not become ok")
 
-    def wait_replicated(self) -> None:
-        """Each master's writes reached its replica (WAIT 1)."""
+    def wait_replicated(self, timeout: float = 30) -> None:
+        """Each master's writes reached its replica (WAIT 1 answered 1). ``WAIT`` answers 0
+        when its own timeout passes first, as it does while a replica is still in its first
+        full sync: a replica promoted then would take over its slots empty."""
+        deadline = time.monotonic() + timeout
         for port in self.masters():
-            redis_cli(port, "wait", "1", "2000")
+            while redis_cli(port, "wait", "1", "1000").strip() != "1":
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the replica of {port} did not acknowledge its writes")
 
     def kill(self, port: int) -> None:
         self.processes[port].kill()
