@@ -79,7 +79,11 @@ async def _releasing(breaker: Breaker, flight: Awaitable[T]) -> T:
         breaker.release_probe()
 
 
-def _forget(store_key: str, labels: tuple[str, ...], refresh: object) -> None:
+#: What a remembered refresh's closures hold beside its key, labels and held value, roughly.
+_CLOSURE_BYTES = 2048
+
+
+def _forget(store_key: str, labels: tuple[str, ...], refresh: object, weight: int) -> None:
     """Remember no refresh (no control attached)."""
 
 
@@ -90,14 +94,12 @@ def _as_made(
     with its surface and caller partition, never those of whoever asks for the refresh (an
     operator's request is every tenant's partition at once)."""
 
+    # The two facts only, not the request's collector: remembered for thousands of keys,
+    # it would keep every request's advisories alive. (is not None: an empty one is falsy.)
+    surface, partition = (origin.surface, origin.partition) if origin is not None else (None, None)
+
     async def again() -> T:
-        # (is not None: an empty collector is falsy)
-        made_by = (
-            AdvisoryCollector()
-            if origin is None
-            else AdvisoryCollector(origin.surface, origin.partition)
-        )
-        token = _flight.set(made_by)
+        token = _flight.set(AdvisoryCollector(surface, partition))
         try:
             return await refresh()
         finally:
@@ -190,8 +192,9 @@ class UpstreamCache:
         self._breakers: dict[tuple[str, str | None], Breaker] = {}  # by Upstream.identity
         self._tasks: set[asyncio.Future[object]] = set()
         self._warned_default = False
-        # Set by CacheControl: every flight's refresh is remembered, for refresh on demand.
-        self.refreshers: Callable[[str, tuple[str, ...], Callable[[], Awaitable[Any]]], None]
+        # Set by CacheControl: every flight's refresh is remembered, for refresh on demand,
+        # with its weight (the bytes it holds, roughly: key, labels and any held value).
+        self.refreshers: Callable[[str, tuple[str, ...], Callable[[], Awaitable[Any]], int], None]
         self.refreshers = _forget
         self._longest_ttl: dict[str, int] = {}  # per upstream name: see _ttl
         for declared in self.surfaces.policies:
@@ -265,11 +268,12 @@ class UpstreamCache:
         partition = None if shared or collector is None else collector.partition
         store_key = self.store_key(upstream, key, partition)
         timeout = upstream.timeout_seconds or policy.upstream_timeout_seconds
+        labels = entry_labels(upstream, policy.name, partition, tags)
         if self._forced is not None:
             outage = self._forced.claim(policy, upstream, collector)
             if outage is not None:
                 return await self._serve_forced(
-                    outage, upstream, policy, store_key, call, codec, timeout
+                    outage, upstream, policy, store_key, labels, call, codec, timeout
                 )
         entry = await self._get(store_key)
         step = plan(entry, self.clock(), policy)
@@ -301,14 +305,15 @@ class UpstreamCache:
             if elsewhere is not None:
                 return self._after_failure(upstream, policy, step.fallback, elsewhere, None, codec)
 
-        labels = entry_labels(upstream, policy.name, partition, tags)
+        weight = len(store_key) + sum(map(len, labels)) + _CLOSURE_BYTES
         if revalidate is not None and step.previous is not None:
             call = self._conditional(step.previous, upstream, codec, call, revalidate)
+            weight += len(step.previous.data)  # the held value rides with the call
         refresh = self._refresher(
             upstream, policy, store_key, call, codec, timeout, cacheable, validate, labels,
             directives, shared,
         )  # fmt: skip
-        self.refreshers(store_key, labels, _as_made(collector, refresh))
+        self.refreshers(store_key, labels, _as_made(collector, refresh), weight)
         # A request never joins a call that started before a purge it could know of: the
         # flight is the key's within one purge count (see purges).
         epoch = await purge_count(self.store)
@@ -605,11 +610,13 @@ class UpstreamCache:
         upstream: Upstream,
         policy: SurfacePolicy,
         store_key: str,
+        labels: tuple[str, ...],
         call: Callable[[], Awaitable[T]],
         codec: Codec[T],
         timeout: float,
     ) -> T:
-        """A forced outage: serve the entry aged as asked (seeding a cold cache for real)."""
+        """A forced outage: serve the entry aged as asked (seeding a cold cache for real,
+        with the labels a purge selects it by)."""
         if outage.empty_cache:  # as if nothing were cached: the failure stays a failure
             self.metrics.unavailable(policy.name, upstream.name, FORCED_FAILURE.code)
             raise UpstreamUnavailable(upstream, FORCED_FAILURE)
@@ -625,7 +632,7 @@ class UpstreamCache:
             data = encode(codec, value, upstream)
             if data is None:  # nothing to age: the forced outage stays a failure
                 raise UpstreamUnavailable(upstream, FORCED_FAILURE)
-            entry = Entry(data, now)
+            entry = Entry(data, now, labels)
             await self._set(store_key, entry, self._ttl(upstream, policy))
         age = outage.cache_age_seconds
         if age is None:

@@ -46,7 +46,7 @@ from .breaker import BreakerPolicy
 from .cache import UpstreamCache
 from .policy import SurfacePolicy, Surfaces, Upstream
 from .stores import MemoryStore, Store, TieredStore
-from .stores.redis_urls import SCHEMES
+from .stores.redis_urls import SCHEMES, redacted
 
 ENV_PREFIX = "ADCP_STALE_CACHE_"
 ENV_FILE = "ADCP_STALE_CACHE_CONFIG"
@@ -71,6 +71,7 @@ class StoreSettings(BaseModel):
     )
     redis_url: str = Field(
         default="redis://127.0.0.1:6379/0",
+        repr=False,  # it may hold a password
         description="Redis store: redis:// or rediss:// (TLS) for one server, "
         "redis+cluster://host:port,... for a Cluster, redis+sentinel://host:port,.../service.",
     )
@@ -395,13 +396,14 @@ def _store_from_url(url: str, source: str) -> dict[str, Any]:
     scheme, _, rest = url.partition("://")
     if scheme == "sqlite" and rest.startswith("/") and len(rest) > 1:
         return {"file_path": rest[1:] if rest.startswith("//") else rest}
-    if scheme in ("redis", "rediss", "unix"):
+    if scheme in SCHEMES:  # one server, a Cluster, Sentinel: the redis_url forms
         return {"kind": "tiered", "redis_url": url}
     if scheme == "memory" and not rest:
         return {}
     raise ConfigError(
-        f"{source}: store: {url!r} is not a store URL (sqlite:///path, redis://host:port/db, "
-        "memory://)"
+        f"{source}: store: {redacted(url)!r} is not a store URL (sqlite:///path, "
+        "redis://host:port/db, redis+cluster://host:port,..., "
+        "redis+sentinel://host:port,.../service, memory://)"
     )
 
 
@@ -430,6 +432,8 @@ def _one_line(exc: ValidationError, source: str, prefix: tuple[Any, ...] = ()) -
         if error["type"] == "extra_forbidden":
             message = "not a setting (a typo?)"
         got = error.get("input")
+        if isinstance(got, str) and "://" in got:
+            got = redacted(got)  # a URL's password never reaches an error line
         shown = "" if isinstance(got, (dict, list)) or "got" in message else f" (got {got!r})"
         parts.append(f"{location}: {message}{shown}" if location else message)
     return ConfigError(f"{source}: " + "; ".join(parts))

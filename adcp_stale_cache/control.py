@@ -128,19 +128,41 @@ class UpstreamStats(CacheMetrics):
 
 
 class RecentRefreshes:
-    """The refresh of each key this process filled lately (bounded, least recently filled
-    forgotten): what :meth:`CacheControl.refresh` can re-run."""
+    """The refresh of each key this process filled lately, bounded by keys and by the bytes
+    they hold (least recently filled forgotten first): what :meth:`CacheControl.refresh`
+    can re-run."""
 
-    def __init__(self, max_keys: int) -> None:
-        self._refreshes: LRUCache[str, tuple[frozenset[str], Callable[[], Awaitable[Any]]]]
-        self._refreshes = LRUCache(max_keys)
+    def __init__(self, max_keys: int, max_bytes: int = 64 * 1024 * 1024) -> None:
+        if max_keys < 1 or max_bytes < 1:
+            raise ValueError("remember_keys and remember_bytes must be positive")
+        self.max_keys = max_keys
+        self._refreshes: LRUCache[str, tuple[frozenset[str], Callable[[], Awaitable[Any]], int]]
+        self._refreshes = LRUCache(max_bytes, getsizeof=lambda remembered: remembered[2])
         self._lock = threading.Lock()  # fetches come from every thread of a seller
 
     def __call__(
-        self, store_key: str, labels: tuple[str, ...], refresh: Callable[[], Awaitable[Any]]
+        self,
+        store_key: str,
+        labels: tuple[str, ...],
+        refresh: Callable[[], Awaitable[Any]],
+        weight: int = 0,
     ) -> None:
         with self._lock:
-            self._refreshes[store_key] = (frozenset(labels), refresh)
+            try:
+                self._refreshes[store_key] = (frozenset(labels), refresh, max(1, weight))
+            except ValueError:  # larger than the whole bound: not remembered
+                self._refreshes.pop(store_key, None)
+                return
+            while len(self._refreshes) > self.max_keys:
+                self._refreshes.popitem()
+
+    @property
+    def held_bytes(self) -> int:
+        """What the remembered refreshes weigh."""
+        return int(self._refreshes.currsize)
+
+    def __len__(self) -> int:
+        return len(self._refreshes)
 
     def selected(self, selection: Selection) -> list[tuple[str, Callable[[], Awaitable[Any]]]]:
         """The remembered refreshes of the keys ``selection`` takes."""
@@ -148,7 +170,7 @@ class RecentRefreshes:
             items = list(self._refreshes.items())
         return [
             (key, refresh)
-            for key, (labels, refresh) in items
+            for key, (labels, refresh, _) in items
             if selection(key, Entry(b"", 0.0, tuple(labels)))
         ]
 
@@ -157,13 +179,20 @@ class CacheControl:
     """Invalidation, refresh and inspection for one :class:`~adcp_stale_cache.UpstreamCache`
     (beside it, not in it). It attaches a counting sink to the cache's metrics for
     :meth:`snapshot`, and remembers the refresh of the last ``remember_keys`` keys filled
-    for :meth:`refresh`."""
+    for :meth:`refresh`, within ``remember_bytes`` (a conditional refresh holds the value it
+    revalidates)."""
 
-    def __init__(self, cache: UpstreamCache, *, remember_keys: int = 10_000) -> None:
+    def __init__(
+        self,
+        cache: UpstreamCache,
+        *,
+        remember_keys: int = 10_000,
+        remember_bytes: int = 64 * 1024 * 1024,
+    ) -> None:
         self.cache = cache
         self.stats = UpstreamStats()
         cache.metrics = CombinedMetrics(cache.metrics, self.stats)
-        self.recent = RecentRefreshes(remember_keys)
+        self.recent = RecentRefreshes(remember_keys, remember_bytes)
         cache.refreshers = self.recent
 
     async def warm(self, calls: Iterable[Warm], *, concurrency: int = 8) -> int:

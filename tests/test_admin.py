@@ -182,3 +182,44 @@ async def test_the_sign_in_form_is_bounded() -> None:
     assert big.status_code == 413
     fine = await client.post("/ops/admin/login", data={"token": TOKEN})
     assert fine.status_code == 303 and COOKIE in fine.cookies
+
+
+async def test_signing_out_revokes_the_cookie_in_every_process_sharing_the_store(
+    tmp_path: Any,
+) -> None:
+    """Issue 22, Low: the cookie was an HMAC of its expiry, so a copy of it kept working for
+    12 hours after its browser signed out. Two workers on one file store: signing out on
+    one revokes the cookie on both; a new sign-in works; a forged id revokes nothing."""
+    from adcp_stale_cache.stores import TieredStore
+    from adcp_stale_cache.stores.sqlite import SqliteStore
+
+    shared = SqliteStore(tmp_path / "cache.db")
+    clients = []
+    for _ in range(2):  # two workers: each its own memory tier and app
+        cache = UpstreamCache(TieredStore(shared), surfaces=Surfaces.of(PRODUCTS), breaker=None)
+        app = Starlette(routes=[Mount("/ops/admin", admin_app(CacheControl(cache), token=TOKEN))])
+        clients.append(httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://s"))
+    first, second = clients
+    signed_in = await first.post("/ops/admin/login", data={"token": TOKEN})
+    cookie = signed_in.cookies[COOKIE]
+    first.cookies.clear()  # every request below says which cookie it carries
+    stolen = {"cookie": f"{COOKIE}={cookie}"}  # a copy, as another browser would hold it
+    for client in clients:
+        answer = await client.get("/ops/admin/api/status", headers=stolen)
+        assert answer.status_code == 200
+    await first.post("/ops/admin/logout", headers=stolen)
+    for client in clients:
+        assert (await client.get("/ops/admin/api/status", headers=stolen)).status_code == 401
+    again = (await second.post("/ops/admin/login", data={"token": TOKEN})).cookies[COOKIE]
+    second.cookies.clear()
+    assert again != cookie
+    assert (
+        await first.get("/ops/admin/api/status", headers={"cookie": f"{COOKIE}={again}"})
+    ).status_code == 200
+    expires, _, mac = again.split(".")
+    forged = f"{expires}.{'f' * 32}.{mac}"
+    await first.post("/ops/admin/logout", headers={"cookie": f"{COOKIE}={forged}"})
+    assert (
+        await second.get("/ops/admin/api/status", headers={"cookie": f"{COOKIE}={again}"})
+    ).status_code == 200
+    shared.close()

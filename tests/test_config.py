@@ -211,3 +211,28 @@ def test_reference_page_is_generated_from_the_models() -> None:
     for field in StaleCacheConfig.model_fields["defaults"].annotation.model_fields:  # type: ignore[union-attr]
         if field != "name":
             assert f"`{field}`" in committed
+
+
+def test_every_redis_url_form_works_as_the_store_shorthand_and_no_password_is_shown() -> None:
+    """Issue 22, Low: the store shorthand refused the Cluster and Sentinel URLs the docs offer,
+    quoting the whole URL with its password; a mistyped ``redis_url`` scheme was quoted with
+    its password; ``redacted()`` left ``?password=`` in the query."""
+    from adcp_stale_cache.config import ConfigError, load_config
+    from adcp_stale_cache.stores.redis_urls import redacted
+
+    for url in ("redis+cluster://:s3cret@10.0.0.1:7000,10.0.0.2:7000",
+                "rediss+sentinel://:s3cret@10.0.0.1:26379/mymaster", "rediss://:s3cret@h:6380/0"):  # fmt: skip
+        store = load_config(environ={"ADCP_STALE_CACHE_STORE": url}).store
+        assert (store.kind, store.redis_url) == ("tiered", url)
+        assert "s3cret" not in repr(store)
+    for environ in ({"ADCP_STALE_CACHE_STORE": "redsi://:s3cret@h:6379"},
+                    {"ADCP_STALE_CACHE_STORE__REDIS_URL": "redsi://:s3cret@h:6379"},
+                    {"ADCP_STALE_CACHE_STORE__REDIS_URL": "redis://u:s3cret@[h:1"}):  # fmt: skip
+        with pytest.raises(ConfigError) as raised:
+            load_config(environ=environ)
+        assert "s3cret" not in str(raised.value), raised.value
+    assert redacted("redis://h/0?password=s3cret&ssl_cert_reqs=none") == (
+        "redis://h/0?password=***&ssl_cert_reqs=none"
+    )
+    assert redacted("redis://u:s3cret@h/0?Password=s3cret") == "redis://u:***@h/0?Password=***"
+    assert redacted("redis://u:s3cret@[h:1") == "<not a URL>"

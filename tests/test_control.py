@@ -594,3 +594,40 @@ async def test_refresh_puts_at_most_its_concurrency_in_flight() -> None:
         if not cache._tasks:  # every refresh done
             break
     assert 1 <= peak <= 8
+
+
+async def test_the_refresh_memory_is_bounded_in_bytes_and_keeps_no_request_alive(
+    clock: Any,
+) -> None:
+    """Issue 22, item 8: the refresh memory was bounded by keys only, while a conditional
+    refresh holds the value it revalidates (10,000 keys of 1 MB feeds: 10 GB), and every
+    remembered refresh kept its request's whole collector (its advisories) alive."""
+    from adcp_stale_cache.control import Selection
+
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock,
+                          breaker=None)  # fmt: skip
+    control = CacheControl(cache, remember_bytes=1024 * 1024)
+    feed = {"products": ["x" * 100_000]}  # about 100 kB stored per key
+
+    async def call() -> dict[str, Any]:
+        return feed
+
+    async def revalidate(held: dict[str, Any]) -> dict[str, Any]:
+        return held
+
+    for key in range(40):
+        await cache.fetch(INVENTORY, key, call, surface="get_products", revalidate=revalidate)
+    clock.advance(601)  # past the target: each refresh now holds the value it revalidates
+    for key in range(40):
+        await cache.fetch(INVENTORY, key, call, surface="get_products", revalidate=revalidate)
+    assert control.recent.held_bytes <= 1024 * 1024
+    assert 5 <= len(control.recent) < 40  # the most recent ones, as many as fit
+    assert await control.refresh(upstream="inventory-service") == len(control.recent)
+
+    with collect_advisories() as request:
+        await cache.fetch(INVENTORY, "alone", call, surface="get_products")
+    [(_, again)] = control.recent.selected(
+        Selection(frozenset(), store_key=cache.store_key(INVENTORY, "alone"))
+    )
+    held = [cell.cell_contents for cell in again.__closure__ or ()]  # type: ignore[attr-defined]
+    assert request not in held  # its surface and partition are, not its collector

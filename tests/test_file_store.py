@@ -339,3 +339,69 @@ async def test_a_file_locked_by_another_process_costs_a_bounded_wait(store: Sqli
     await asyncio.sleep(store.retry_after_seconds)
     await store.set("k3", Entry(b"{}", time.time()), 60)
     assert await store.get("k3") is not None  # and it carries on
+
+
+async def test_a_purge_at_the_default_bound_reports_what_it_did(tmp_path: Path) -> None:
+    """Issue 22, item 12: a purge of every row of a full file (100,000 entries, 5 tags each)
+    outlived the per-query deadline. It raised PurgeIncomplete ("0 entries taken") and kept
+    the store away for a second, while the store's thread went on to commit it."""
+    from adcp_stale_cache.control import CacheControl
+
+    path = tmp_path / "cache.db"
+    store = SqliteStore(path)
+    cache = UpstreamCache(store, surfaces=Surfaces.of(POLICY))
+    assert await store.generation() == 0  # the schema is in place
+    now, tags = time.time(), [f"tag=t{i}" for i in range(4)]
+    rows = [
+        (f"k{i}", now, now + 600, 40, 0, "\n".join(["upstream=inventory-service", *tags]), 0,
+         None, b"")
+        for i in range(100_000)
+    ]  # fmt: skip
+    with contextlib.closing(__import__("sqlite3").connect(path)) as db:
+        from adcp_stale_cache.stores.sqlite import _UPSERT
+
+        db.executemany(_UPSERT, rows)
+        db.commit()
+    assert (await store.totals())[0] == 100_000
+    purged = await CacheControl(cache).invalidate(tags=["t1"], soft=False)
+    assert purged == 100_000
+    assert store.available and store.failures == 0
+    assert await store.generation() == 1
+    store.close()
+
+
+async def test_a_reader_on_the_loop_notices_a_replaced_file_and_a_busy_read_is_no_outage(
+    tmp_path: Path,
+) -> None:
+    """Issue 22, Low: with ``read_on_loop`` a process that only read kept reading a file that
+    another process had replaced (deleted and recreated), and one busy read kept the whole
+    store away for a second."""
+    path = tmp_path / "cache.db"
+    reader = SqliteStore(path, read_on_loop=True)
+    await reader.set("k", Entry(b"old file", time.time()), 600)
+    assert (await reader.get("k")).data == b"old file"  # type: ignore[union-attr]
+    remove_wal(path, including_the_file=True)  # an operator's rm, or another process's swap
+    writer = SqliteStore(path)
+    await writer.set("k", Entry(b"new file", time.time()), 600)
+    found = await reader.get("k")
+    assert found is not None and found.data == b"new file"
+
+    class Busy:  # the on-loop connection answers "database is locked" once
+        def __init__(self, connection: Any) -> None:
+            self.connection, self.busy = connection, True
+
+        def execute(self, *args: Any) -> Any:
+            if self.busy:
+                self.busy = False
+                raise __import__("sqlite3").OperationalError("database is locked")
+            return self.connection.execute(*args)
+
+        def close(self) -> None:
+            self.connection.close()
+
+    reader._reader = Busy(reader._reader)  # type: ignore[assignment]
+    found = await reader.get("k")
+    assert found is not None and found.data == b"new file"  # read through the thread
+    assert reader.available and reader.failures == 0
+    reader.close()
+    writer.close()

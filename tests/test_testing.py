@@ -116,3 +116,22 @@ async def test_empty_cache_answers_as_if_nothing_were_cached(clock: FakeClock) -
     with collect_advisories() as advisories:  # one response only: healthy again
         await cache.fetch(INVENTORY, "k", up, surface="get_products")
     assert advisories.errors() == []
+
+
+async def test_a_seeded_entry_carries_its_labels_so_purges_select_it(
+    cache: UpstreamCache,
+) -> None:
+    """Issue 22, Low: a forced outage seeded a cold cache with an entry without labels: no
+    purge by upstream, surface or tag selected it, so it stayed fresh through every purge."""
+    from adcp_stale_cache.control import CacheControl
+
+    upstream = Counting()
+    cache.force_upstream_unavailable("get_products")
+    await cache.fetch(INVENTORY, "k", upstream, surface="get_products", tags=["account:a"])
+    assert upstream.calls == 1  # seeded for real
+    control = CacheControl(cache)
+    assert await control.invalidate(tags=["account:a"]) == 1
+    assert await control.invalidate(upstream="inventory-service", soft=False) == 1
+    with pytest.raises(UpstreamUnavailable):
+        upstream.down = True
+        await cache.fetch(INVENTORY, "k", upstream, surface="get_products")

@@ -19,18 +19,17 @@ an empty or short token), so ``/admin`` answers 404. Under any prefix:
 
 The API takes ``Authorization: Bearer <token>`` (compared in constant time). The page logs in
 with a form that sets a cookie: HttpOnly, SameSite=Strict, ``Secure`` over HTTPS, scoped to
-the prefix, holding an HMAC of an expiry under the token (never the token; changing the token
-logs every browser out). POSTs must be JSON, which no cross-site form can send. Every answer
-carries a strict Content-Security-Policy (scripts, styles and requests from this origin only;
-no inline script) and ``Cache-Control: no-store``.
+the prefix, holding an expiry and a session id signed under the token (never the token;
+changing the token logs every browser out); signing out revokes it in every process sharing
+the cache's store (see ``sessions``). POSTs must be JSON, which no cross-site form can send.
+Every answer carries a strict Content-Security-Policy (scripts, styles and requests from this
+origin only; no inline script) and ``Cache-Control: no-store``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import html
-import time
 from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs
@@ -42,9 +41,9 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from ..control import CacheControl, PurgeIncomplete
+from .sessions import SESSION_SECONDS, Sessions
 
 COOKIE = "adcp_stale_cache_admin"
-SESSION_SECONDS = 12 * 3600
 MIN_TOKEN_LENGTH = 16
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
@@ -78,29 +77,18 @@ def admin_app(control: CacheControl, *, token: str) -> Starlette:
     characters: generate one, ``python -c 'import secrets; print(secrets.token_urlsafe())'``)."""
     if len(token or "") < MIN_TOKEN_LENGTH:
         raise ValueError(f"the admin token must have at least {MIN_TOKEN_LENGTH} characters")
-    key = hashlib.sha256(b"adcp-stale-cache admin session\n" + token.encode()).digest()
+    sessions = Sessions(token, control.cache.store)
 
-    def session(expires: int) -> str:
-        mac = hmac.new(key, str(expires).encode(), hashlib.sha256).hexdigest()
-        return f"{expires}.{mac}"
-
-    def allowed(request: Request) -> bool:
+    async def allowed(request: Request) -> bool:
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer" and given:
             return hmac.compare_digest(given.encode(), token.encode())
-        expires, _, _ = request.cookies.get(COOKIE, "").partition(".")
-        # ASCII digits of a plausible time only: int() refuses 4,300 digits and more, and
-        # reads digits of other scripts; an unauthenticated cookie is never an error.
-        if not (expires.isascii() and expires.isdigit() and len(expires) <= 12):
-            return False
-        if int(expires) < time.time():
-            return False
-        return hmac.compare_digest(request.cookies[COOKIE].encode(), session(int(expires)).encode())
+        return await sessions.valid(request.cookies.get(COOKIE, ""))
 
     async def page(request: Request) -> Response:
         if not request.url.path.endswith("/"):  # relative links need the trailing slash
             return RedirectResponse(_prefix(request) + "/", 307, headers=HEADERS)
-        name = "admin.html" if allowed(request) else "login.html"
+        name = "admin.html" if await allowed(request) else "login.html"
         text = _read(name).replace("{{error}}", "")
         return Response(text, media_type="text/html", headers=HEADERS)
 
@@ -114,19 +102,20 @@ def admin_app(control: CacheControl, *, token: str) -> Starlette:
             return Response(failed, status_code=401, media_type="text/html", headers=HEADERS)
         response = RedirectResponse(_prefix(request) + "/", 303, headers=HEADERS)
         response.set_cookie(
-            COOKIE, session(int(time.time()) + SESSION_SECONDS), max_age=SESSION_SECONDS,
+            COOKIE, sessions.issue(), max_age=SESSION_SECONDS,
             path=_prefix(request) + "/", httponly=True, samesite="strict",
             secure=request.url.scheme == "https",
         )  # fmt: skip
         return response
 
     async def logout(request: Request) -> Response:
+        await sessions.revoke(request.cookies.get(COOKIE, ""))  # this cookie, everywhere
         response = RedirectResponse(_prefix(request) + "/", 303, headers=HEADERS)
         response.delete_cookie(COOKIE, path=_prefix(request) + "/")
         return response
 
     async def status(request: Request) -> Response:
-        if not allowed(request):
+        if not await allowed(request):
             return _unauthorized()
         return JSONResponse(await control.snapshot(), headers=HEADERS)
 
@@ -134,7 +123,7 @@ def admin_app(control: CacheControl, *, token: str) -> Starlette:
         """An endpoint that runs ``run(**selectors)`` and answers ``{counted: n}``."""
 
         async def endpoint(request: Request) -> Response:
-            if not allowed(request):
+            if not await allowed(request):
                 return _unauthorized()
             body = await _body(request, model)
             if isinstance(body, Response):

@@ -23,13 +23,23 @@ _TLS_OPTIONS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs",
 
 
 def redacted(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (for logs and errors)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = f"{parts.username}:***@" if parts.username else ":***@"
-    host = parts.netloc.rsplit("@", 1)[-1]
-    return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
+    """``url`` with its passwords replaced by ``***`` (for logs and errors): the userinfo's
+    and a ``password=`` in the query (redis-py takes both). Text that does not parse as a
+    URL is not shown at all."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:  # a bracket that opens no IPv6 address, a port that is no number ...
+        return "<not a URL>"
+    netloc = parts.netloc
+    if password is not None:
+        user = f"{parts.username}:***@" if parts.username else ":***@"
+        netloc = user + netloc.rsplit("@", 1)[-1]
+    query = "&".join(
+        f"{name}=***" if unquote(name).lower() == "password" else f"{name}={value}"
+        for name, _, value in (item.partition("=") for item in parts.query.split("&"))
+    ) if parts.query else ""  # fmt: skip
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 def is_cluster(url: str) -> bool:

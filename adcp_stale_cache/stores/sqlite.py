@@ -11,9 +11,10 @@ write: with several processes, a write per hit would serialise them on the file'
 Expired entries are deleted as writes find them and in bulk when a bound is reached.
 
 ``read_on_loop=True`` trades that rule for speed on reads: a hit is then read on the calling
-event loop through a read-only connection that never waits for a lock (busy: no entry).
-WAL readers do not wait for writers, so only the disk itself can hold such a read; the
-thread hop it saves is most of a hit's cost (see the benchmarks). Writes stay off the loop.
+event loop through a read-only connection that never waits for a lock (busy: that read
+goes through the thread). WAL readers do not wait for writers, so only the disk itself can
+hold such a read; the thread hop it saves is most of a hit's cost (see the benchmarks).
+Writes stay off the loop.
 
 Faults never fail a request: a missing directory, a locked, read-only, full, truncated or
 garbage file makes an operation answer "no entry" (or skip the write), with one WARNING per
@@ -128,9 +129,18 @@ class SqliteStore:
     async def get(self, key: str) -> Entry | None:
         """The entry under ``key`` if present, intact and unexpired; None otherwise."""
         reader = self._reader
-        if reader is not None and self.available:
+        # On the loop while the file is the one the reader opened (a file replaced since is
+        # read, and the reader reopened, through the thread).
+        if reader is not None and self.available and self._inode == _inode(self.path):
             try:
                 row = self._get(reader, key)  # on the loop: a WAL read waits for no lock
+            except sqlite3.OperationalError as exc:
+                if not _busy(exc):
+                    self._failed("get", exc)
+                    return None
+                # Busy (another connection is recovering or checkpointing the file): this
+                # read waits in the thread, bounded; the store is no less available.
+                row = await self._run("get", self._get, key)
             except (sqlite3.Error, OSError) as exc:
                 self._failed("get", exc)
                 return None
@@ -155,9 +165,10 @@ class SqliteStore:
 
     async def purge(self, match: Callable[[str, Entry], bool], *, soft: bool) -> int:
         """Invalidate the entries ``match`` selects (by their labels): mark them for
-        revalidation (``soft``), or delete them. Returns how many; tried even while the store
-        stays away from the file after a failure, and a failure is counted in ``failures``."""
-        return await self._run("purge", self._purge, match, soft, always=True) or 0
+        revalidation (``soft``), or delete them. Returns how many. Tried even while the store
+        stays away from the file after a failure, and awaited to its end (an operator's
+        action reports what happened); a failure is counted in ``failures``."""
+        return await self._run("purge", self._purge, match, soft, operator=True) or 0
 
     async def generation(self) -> int | None:
         """How many purges this file has seen so far (None when the file fails):
@@ -175,15 +186,20 @@ class SqliteStore:
         self._thread.shutdown()
 
     async def _run(
-        self, op: str, fn: Callable[..., T], *args: Any, always: bool = False
+        self, op: str, fn: Callable[..., T], *args: Any, operator: bool = False
     ) -> T | None:
-        if not (always or self.available):
+        if not (operator or self.available):
             return None
         loop = asyncio.get_running_loop()
         work = loop.run_in_executor(self._thread, self._guarded, fn, *args)
         try:
-            # Queued behind a query that waits for another process's lock: bounded too.
-            result = await asyncio.wait_for(work, self.busy_timeout_seconds * 2 + 0.1)
+            # A request's query is bounded, queued behind one that waits for another
+            # process's lock too. An operator's purge is awaited to its end: the thread
+            # commits it whether anyone waits or not, so giving up early would report a
+            # failure that did not happen (its lock waits are bounded by busy_timeout).
+            result = await (
+                work if operator else asyncio.wait_for(work, self.busy_timeout_seconds * 2 + 0.1)
+            )
         except (sqlite3.Error, OSError, asyncio.TimeoutError) as exc:  # 3.10: not builtin
             self._failed(op, exc)
             return None
@@ -367,6 +383,13 @@ def _flags(entry: Entry) -> int:
 
 def _split(labels: str) -> tuple[str, ...]:
     return tuple(labels.split("\n")) if labels else ()
+
+
+def _busy(exc: sqlite3.OperationalError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (and their extended codes)
+    return "locked" in str(exc) or "busy" in str(exc)
 
 
 def _unreadable(exc: sqlite3.DatabaseError) -> bool:
