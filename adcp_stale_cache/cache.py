@@ -623,6 +623,7 @@ class UpstreamCache:
         entry = await self._get(store_key)
         now = self.clock()
         if entry is None:
+            before = await purge_count(self.store)  # a purge meanwhile wins here too
             try:
                 value = await call_with_deadline(call, timeout, self._call_loop)
             except Exception as exc:
@@ -633,7 +634,8 @@ class UpstreamCache:
             if data is None:  # nothing to age: the forced outage stays a failure
                 raise UpstreamUnavailable(upstream, FORCED_FAILURE)
             entry = Entry(data, now, labels)
-            await self._set(store_key, entry, self._ttl(upstream, policy))
+            if not purged_since(before, await purge_count(self.store)):
+                await self._set(store_key, entry, self._ttl(upstream, policy))
         age = outage.cache_age_seconds
         if age is None:
             age = max(whole_seconds(entry.age(now)), policy.freshness_target_seconds)

@@ -135,3 +135,24 @@ async def test_a_seeded_entry_carries_its_labels_so_purges_select_it(
     with pytest.raises(UpstreamUnavailable):
         upstream.down = True
         await cache.fetch(INVENTORY, "k", upstream, surface="get_products")
+
+
+async def test_a_purge_during_the_seeding_call_wins(cache: UpstreamCache) -> None:
+    """A forced outage's seeding call is a call in flight like any other: a purge that lands
+    while it runs keeps its answer out of the store (see purges)."""
+    from adcp_stale_cache.control import CacheControl
+
+    control = CacheControl(cache)
+    upstream = Counting()
+
+    async def purged_meanwhile() -> dict[str, Any]:
+        value = await upstream()
+        await control.invalidate(upstream="inventory-service", soft=False)
+        return value
+
+    cache.force_upstream_unavailable("get_products")
+    with collect_advisories() as forced:
+        await cache.fetch(INVENTORY, "k", purged_meanwhile, surface="get_products")
+    assert [e["code"] for e in forced.errors()] == ["STALE_RESPONSE"]  # served, aged
+    await cache.fetch(INVENTORY, "k", upstream, surface="get_products")
+    assert upstream.calls == 2  # nothing was stored: the next request calls
