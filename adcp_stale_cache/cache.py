@@ -94,12 +94,12 @@ def _as_made(
     with its surface and caller partition, never those of whoever asks for the refresh (an
     operator's request is every tenant's partition at once)."""
 
-    # The two facts only, not the request's collector: remembered for thousands of keys,
-    # it would keep every request's advisories alive. (is not None: an empty one is falsy.)
-    surface, partition = (origin.surface, origin.partition) if origin is not None else (None, None)
+    # Its facts only, not the request's collector: remembered for thousands of keys, it
+    # would keep every request's advisories alive. (is not None: an empty one is falsy.)
+    surface, partition, partition_of = origin.origin() if origin is not None else (None, None, None)
 
     async def again() -> T:
-        token = _flight.set(AdvisoryCollector(surface, partition))
+        token = _flight.set(AdvisoryCollector(surface, partition, partition_of))
         try:
             return await refresh()
         finally:

@@ -60,6 +60,12 @@ class AdvisoryCollector:
         collector.nested = True
         return collector
 
+    def origin(self) -> tuple[SurfacePolicy | None, str | None, Callable[[], str | None] | None]:
+        """What a later re-run of this request's call needs, and no more: its surface and its
+        partition, or how to compute it when no one has asked yet (asking is not free, and
+        may warn: see the middleware)."""
+        return self.surface, self._partition, self._partition_of
+
     @property
     def partition(self) -> str | None:
         """The cache partition of the request's caller."""

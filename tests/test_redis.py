@@ -372,3 +372,28 @@ async def test_shared_breakers_spare_other_processes_their_first_timeouts(
     with collect_advisories() as advisories:
         await b.fetch(INVENTORY, "k", call, surface="get_products")
     assert advisories.errors() == []  # b calls again, and the upstream answers
+
+
+async def test_after_any_purge_a_redis_outage_keeps_the_memory_fallback(
+    redis_server: RedisServer,
+) -> None:
+    """Found by a hostile review of issue 22: while Redis was down, the tiered store read
+    its "no entry" as "no shared copy" and, after any purge (of other entries too), forgot
+    every memory copy stored before it, so an upstream outage then failed instead of being
+    served stale. A shared store that did not answer says nothing."""
+    from adcp_stale_cache.control import CacheControl
+
+    cache = cache_on(redis_server.url)
+    up = CountingUpstream()
+    await cache.fetch(INVENTORY, "k", up, surface="get_products", tags=["a"])
+    await cache.fetch(INVENTORY, "other", up, surface="get_products", tags=["b"])
+    assert await CacheControl(cache).invalidate(tags=["b"], soft=False) == 1
+    await asyncio.sleep(0.1)  # past check_seconds: the next read hears the purge
+    await cache.fetch(INVENTORY, "third", up, surface="get_products")
+    redis_server.kill()
+    up.down = True
+    await asyncio.sleep(1.1)  # past the target: each fetch refreshes, fails, serves stale
+    for _ in range(2):
+        with collect_advisories() as advisories:
+            value = await cache.fetch(INVENTORY, "k", up, surface="get_products", tags=["a"])
+        assert value["products"] and [e["code"] for e in advisories.errors()] == ["STALE_RESPONSE"]

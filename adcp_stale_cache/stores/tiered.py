@@ -72,10 +72,17 @@ class TieredStore:
             and near.stored_at > self._purged_at
         ):
             return near
+        failures = getattr(self.far, "failures", None)
         far = await self.far.get(key)
-        if far is None and near is not None and near.stored_at <= self._purged_at:
+        if (
+            far is None
+            and near is not None
+            and near.stored_at <= self._purged_at
+            and _answered(self.far, failures)
+        ):
             # No shared copy of a copy stored before a purge: hard-purged (its tombstone since
             # evicted or expired) reads exactly as evicted, so it is forgotten, never served.
+            # (A shared store that did not answer says nothing: the copy stays the fallback.)
             await self.near.delete(key)
             return None
         # The newer copy wins; on a tie the shared one when it carries another process's purge.
@@ -104,8 +111,9 @@ class TieredStore:
         if current is None:
             return
         if current != self._generation:
-            if self._generation is not None:
-                self._purged_at = now  # copies stored before: read through once more
+            # Copies stored before: read through once more. The first reading too: copies
+            # stored before it (while the count could not be read) may predate any purge.
+            self._purged_at = now
             self._generation = current
         self._heard_at = now
 
@@ -188,6 +196,13 @@ async def _generation(store: Any) -> object:
     except Exception:
         return _UNKNOWN
     return _UNKNOWN if current is None else current
+
+
+def _answered(store: Any, failures_before: object) -> bool:
+    """Whether ``store``'s last read was an answer (not a fault read as "no entry")."""
+    if not getattr(store, "available", True):
+        return False
+    return getattr(store, "failures", None) == failures_before
 
 
 def _same_marks(near: Entry, far: Entry) -> bool:
