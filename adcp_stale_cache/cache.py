@@ -41,7 +41,7 @@ from .keys import cache_key
 from .labels import entry_labels
 from .metrics import CacheMetrics
 from .policy import SurfacePolicy, Surfaces, Upstream
-from .purges import purge_count, purged_since
+from .purges import purge_count, store_unless_purged
 from .shared_breakers import SharedBreakers
 from .singleflight import SingleFlight, call_with_deadline
 from .stores import MemoryStore, Store
@@ -424,10 +424,11 @@ class UpstreamCache:
                 return _Refreshed(value, None)
             terms = said.terms() if said is not None else None
             data = encode(codec, value, upstream)
-            if data is None or purged_since(before, await purge_count(self.store)):
+            if data is None:
                 return _Refreshed(value, None)
             entry = Entry(data, self.clock(), labels, terms=terms)
-            await self._set(store_key, entry, self._ttl(upstream, policy))
+            if not await self._set(store_key, entry, self._ttl(upstream, policy), before):
+                return _Refreshed(value, None)  # a purge landed meanwhile: it wins
             return _Refreshed(value, data)
 
         return refresh
@@ -634,8 +635,7 @@ class UpstreamCache:
             if data is None:  # nothing to age: the forced outage stays a failure
                 raise UpstreamUnavailable(upstream, FORCED_FAILURE)
             entry = Entry(data, now, labels)
-            if not purged_since(before, await purge_count(self.store)):
-                await self._set(store_key, entry, self._ttl(upstream, policy))
+            await self._set(store_key, entry, self._ttl(upstream, policy), before)
         age = outage.cache_age_seconds
         if age is None:
             age = max(whole_seconds(entry.age(now)), policy.freshness_target_seconds)
@@ -687,8 +687,11 @@ class UpstreamCache:
             self._longest_ttl[upstream.name] = longest = policy.ttl_seconds
         return longest + 1
 
-    async def _set(self, store_key: str, entry: Entry, ttl_seconds: float) -> None:
+    async def _set(self, store_key: str, entry: Entry, ttl_seconds: float, before: object) -> bool:
+        """Store unless a purge landed since the count read ``before`` (see purges); True
+        when stored. A store's fault is logged, never raised."""
         try:
-            await self.store.set(store_key, entry, ttl_seconds)
+            return await store_unless_purged(self.store, store_key, entry, ttl_seconds, before)
         except Exception:
             logger.exception("store_error op=set")
+            return False

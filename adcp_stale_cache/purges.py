@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .entry import Entry
+
 
 async def purge_count(store: Any) -> object:
     """The store's purge count, or None when it keeps none or cannot be read now (a store
@@ -32,3 +34,18 @@ async def purge_count(store: Any) -> object:
 def purged_since(before: object, now: object) -> bool:
     """True when a purge landed between two readings (both known)."""
     return before is not None and now is not None and now != before
+
+
+async def store_unless_purged(
+    store: Any, key: str, entry: Entry, ttl_seconds: float, before: object
+) -> bool:
+    """Store ``entry`` unless a purge landed since the count read ``before``: in one step
+    with the check where the store offers it, else just after it. False when a purge
+    landed (the write refused); a store's fault loses the write as ``set`` does."""
+    conditional = getattr(store, "set_unless_purged", None)
+    if before is not None and conditional is not None:
+        return bool(await conditional(key, entry, ttl_seconds, before))
+    if purged_since(before, await purge_count(store)):
+        return False
+    await store.set(key, entry, ttl_seconds)
+    return True

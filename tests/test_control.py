@@ -631,3 +631,60 @@ async def test_the_refresh_memory_is_bounded_in_bytes_and_keeps_no_request_alive
     )
     held = [cell.cell_contents for cell in again.__closure__ or ()]  # type: ignore[attr-defined]
     assert request not in held  # its surface and partition are, not its collector
+
+
+async def test_a_flight_storing_while_a_redis_purge_marks_is_refused() -> None:
+    """Found by a hostile review of issue 22: Redis counted a purge after marking, so a flight
+    that read the upstream before the purge and stored while it was still marking (a purge
+    of 4,000 entries takes most of a second) saw the old count and wrote over a tombstone."""
+    pytest.importorskip("redis.asyncio", reason="the redis extra is needed")
+    from adcp_stale_cache.stores.redis import RedisStore
+
+    from .redis_server import RedisServer
+
+    server = RedisServer().start()
+    try:
+        worker, operator = (make_cache(RedisStore(url=server.url)) for _ in range(2))
+        up = CountingUpstream()
+        for start in range(0, 4000, 50):
+            await asyncio.gather(*(worker.fetch(INVENTORY, f"k{i}", up, surface="get_products",
+                                                tags=["acct"]) for i in range(start, start + 50)))  # fmt: skip
+        # The key the purge marks first (its batches go in key order): marked, then stored on.
+        first = min(range(4000), key=lambda i: worker.store_key(INVENTORY, f"k{i}"))
+        due = PRODUCTS.model_copy(update={"freshness_target_seconds": 0})
+        up.delay = 0.15
+        flight = asyncio.ensure_future(worker.fetch(INVENTORY, f"k{first}", up, surface=due))
+        await asyncio.sleep(0.02)  # it read the upstream: before the purge
+        assert await CacheControl(operator).invalidate(tags=["acct"], soft=False) == 4000
+        await flight
+        stored = await operator.store.get(worker.store_key(INVENTORY, f"k{first}"))
+        assert stored is not None and stored.tombstone  # the purge stands
+    finally:
+        server.kill()
+
+
+async def test_a_purge_between_a_flights_check_and_its_write_wins(tmp_path: Path) -> None:
+    """Found by a hostile review of issue 22: checking the purge count and writing were two
+    steps. On the file, a flight read the count while another process's purge transaction
+    was open, then its write waited for the lock and committed after the purge (40 of 200
+    trials undone). The check is now part of the write's transaction."""
+    import random
+
+    shared = tmp_path / "cache.db"
+    worker_store, operator_store = SqliteStore(shared), SqliteStore(shared)
+    due = PRODUCTS.model_copy(update={"freshness_target_seconds": 0})
+    undone = 0
+    for trial in range(200):
+        worker, operator = make_cache(worker_store), make_cache(operator_store)
+        up, key = CountingUpstream(), f"k{trial}"
+        await worker.fetch(INVENTORY, key, up, surface=due)
+        up.delay = 0.01
+        flight = asyncio.ensure_future(worker.fetch(INVENTORY, key, up, surface=due))
+        await asyncio.sleep(random.uniform(0.009, 0.0115))  # about when it checks and writes
+        await CacheControl(operator).invalidate(upstream=INVENTORY, key=key, soft=False)
+        await flight
+        stored = await operator_store.get(worker.store_key(INVENTORY, key))
+        undone += stored is not None and not stored.tombstone
+    worker_store.close()
+    operator_store.close()
+    assert undone == 0, f"{undone} of 200 hard purges undone by a flight from before them"

@@ -59,6 +59,18 @@ class MemoryStore:
             while len(self._data) > self.max_entries:
                 self._data.popitem()
 
+    async def set_unless_purged(
+        self, key: str, entry: Entry, ttl_seconds: float, count: object
+    ) -> bool:
+        """Keep ``entry`` unless a purge landed since the purge count was ``count`` (see
+        purges); False when one did (the write refused). The check and the write are one
+        step on the loop: neither awaits anything (a subclass's own ``set`` and
+        ``generation`` are used)."""
+        if await self.generation() != count:
+            return False
+        await self.set(key, entry, ttl_seconds)
+        return True
+
     async def delete(self, key: str) -> None:
         """Forget ``key``."""
         with self._lock:

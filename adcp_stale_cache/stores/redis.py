@@ -63,6 +63,15 @@ _SET = (
     "if redis.call('pttl', KEYS[i]) < tonumber(ARGV[2]) then "
     "redis.call('pexpire', KEYS[i], ARGV[2]) end end return 1"
 )
+# _SET, only while the purge count (KEYS[1]) is still ARGV[4]: the check and the write are
+# one step, so no purge slips between them (see purges).
+_SET_UNLESS_PURGED = (
+    "if (redis.call('get', KEYS[1]) or '0') ~= ARGV[4] then return 0 end "
+    "redis.call('set', KEYS[2], ARGV[1], 'PX', ARGV[2]) "
+    "for i = 3, #KEYS do redis.call('sadd', KEYS[i], ARGV[3]) "
+    "if redis.call('pttl', KEYS[i]) < tonumber(ARGV[2]) then "
+    "redis.call('pexpire', KEYS[i], ARGV[2]) end end return 1"
+)
 _RELEASE = (
     "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
 )
@@ -172,6 +181,34 @@ class RedisStore:
         except Exception as exc:
             self._failed("set", exc)
 
+    async def set_unless_purged(
+        self, key: str, entry: Entry, ttl_seconds: float, count: object
+    ) -> bool:
+        """:meth:`set`, in one script with the check that the purge count is still ``count``
+        (see purges); False when a purge landed since (the write refused). A fault loses the
+        write as :meth:`set` does (True: nothing was refused). On a Cluster the count lives
+        in a slot of its own, out of a script's reach: the check then runs just before the
+        write (purges count before they mark, so only a purge starting in between slips)."""
+        if self.cluster or not isinstance(count, int):
+            current = await self.generation()
+            if current is not None and current != count:
+                return False
+            await self.set(key, entry, ttl_seconds)
+            return True
+        if not self.available:
+            return True
+        ttl = max(1, int(ttl_seconds * 1000))
+        names = [f"{self.prefix}:generation", self._key(key),
+                 *(self._label(label) for label in entry.labels)]  # fmt: skip
+        try:
+            kept = await self.client.eval(
+                _SET_UNLESS_PURGED, len(names), *names, encode(entry), ttl, key, str(count)
+            )
+            return bool(kept)
+        except Exception as exc:
+            self._failed("set", exc)
+            return True
+
     async def delete(self, key: str) -> None:
         """Forget ``key``."""
         if not self.available:
@@ -230,6 +267,10 @@ class RedisStore:
             return 0
         count = 0
         try:
+            # Counted before it marks: a flight that read the count before this purge and
+            # stores while it marks finds it moved (see purges). Every purge counts, one
+            # that finds nothing too.
+            await client.incr(f"{self.prefix}:generation")
             async for batch in self._candidates(client, match):
                 names = [self._key(key) for key in batch]
                 values = await (client.mget_nonatomic if self.cluster else client.mget)(names)
@@ -248,9 +289,6 @@ class RedisStore:
                         else Entry(b"", self.clock(), entry.labels, tombstone=True)
                     )
                     count += bool(await client.eval(_MARK, 1, self._key(key), raw, marked))
-            # Every purge counts, a purge that found nothing too: a flight in progress that
-            # read the upstream before it must not store (see purges).
-            await client.incr(f"{self.prefix}:generation")
         except Exception as exc:
             self._failed("purge", exc)
         return count

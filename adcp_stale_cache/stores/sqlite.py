@@ -159,6 +159,14 @@ class SqliteStore:
         """Keep ``entry`` until ``ttl_seconds`` from now, evicting the oldest past a bound."""
         await self._run("set", self._set, key, entry, ttl_seconds)
 
+    async def set_unless_purged(
+        self, key: str, entry: Entry, ttl_seconds: float, count: object
+    ) -> bool:
+        """:meth:`set`, in one transaction with the check that the file's purge count is
+        still ``count`` (see purges); False when a purge landed since (the write refused).
+        A fault loses the write as :meth:`set` does (True: nothing was refused)."""
+        return await self._run("set", self._set, key, entry, ttl_seconds, count) is not False
+
     async def delete(self, key: str) -> None:
         """Forget ``key``."""
         await self._run("delete", self._delete, key)
@@ -283,14 +291,19 @@ class SqliteStore:
         terms = bytes(row[5]) if row[5] is not None else None
         return float(row[0]), int(row[1]), bytes(row[2]), str(row[3]), int(row[4]), terms
 
-    def _set(self, db: sqlite3.Connection, key: str, entry: Entry, ttl: float) -> None:
+    def _set(
+        self, db: sqlite3.Connection, key: str, entry: Entry, ttl: float, unless: object = None
+    ) -> bool:
         data = entry.data
         if entry.size > self.max_bytes:
             db.execute("DELETE FROM entries WHERE key = ?", (key,))  # never serve an older one
-            return
+            return True
         now = time.time()
         db.execute("BEGIN IMMEDIATE")
         try:
+            if unless is not None and self._generation(db) != unless:
+                db.execute("COMMIT")  # a purge landed since the count was read: it wins
+                return False
             db.execute(
                 _UPSERT,
                 (key, entry.stored_at, now + ttl, entry.size, zlib.crc32(data),
@@ -305,6 +318,7 @@ class SqliteStore:
         except BaseException:
             db.execute("ROLLBACK")
             raise
+        return True
 
     def _evict_oldest(self, db: sqlite3.Connection) -> None:
         while True:

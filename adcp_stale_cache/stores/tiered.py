@@ -138,6 +138,25 @@ class TieredStore:
         await self.near.set(key, entry, ttl_seconds)
         await self.far.set(key, entry, ttl_seconds)
 
+    async def set_unless_purged(
+        self, key: str, entry: Entry, ttl_seconds: float, count: object
+    ) -> bool:
+        """Write both tiers unless a purge landed in either since their counts were
+        ``count`` (as :meth:`generation` gave them): False when one did. The shared tier
+        decides first; a shared tier that fails still leaves the memory copy, as :meth:`set`
+        does (a copy the shared store never got: see ``_due``)."""
+        if not isinstance(count, tuple) or len(count) != 2:
+            return False
+        near_count, far_count = count
+        try:
+            kept = await _set_unless_purged(self.far, key, entry, ttl_seconds, far_count)
+        except Exception:
+            await _set_unless_purged(self.near, key, entry, ttl_seconds, near_count)
+            raise
+        if not kept:
+            return False
+        return await _set_unless_purged(self.near, key, entry, ttl_seconds, near_count)
+
     async def delete(self, key: str) -> None:
         """Forget ``key`` in both tiers."""
         await self.near.delete(key)
@@ -196,6 +215,16 @@ async def _generation(store: Any) -> object:
     except Exception:
         return _UNKNOWN
     return _UNKNOWN if current is None else current
+
+
+async def _set_unless_purged(
+    store: Any, key: str, entry: Entry, ttl_seconds: float, count: object
+) -> bool:
+    # A tier that keeps no count (count None) has nothing to check against.
+    if count is None or getattr(store, "set_unless_purged", None) is None:
+        await store.set(key, entry, ttl_seconds)
+        return True
+    return bool(await store.set_unless_purged(key, entry, ttl_seconds, count))
 
 
 def _answered(store: Any, failures_before: object) -> bool:
