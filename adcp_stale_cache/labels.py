@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from .policy import Upstream
@@ -19,15 +20,20 @@ def labels(
     entries asks for (one spelling for both)."""
     facts = (("upstream", upstream), ("surface", surface), ("url", url), ("partition", partition))
     found = [f"{name}={value}" for name, value in facts if value is not None]
-    # A tag may be anyone's text (a buyer's account id): data, never an error. Line breaks
-    # and backslashes are escaped, so that every store keeps a label on one line, and a
-    # selection spells a tag as its entries do.
+    # A tag may be anyone's text (a buyer's account id): data, never an error. Line breaks,
+    # backslashes and lone surrogates are escaped, so that every store keeps a label on one
+    # line in UTF-8, and a selection spells a tag as its entries do.
     found.extend(f"tag={_escaped(str(tag))}" for tag in tags)
     return tuple(found)
 
 
 def _escaped(tag: str) -> str:
-    return tag.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+    escaped = tag.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+    # A lone surrogate (JSON allows "\ud800") has no UTF-8 form: no store could write it.
+    return _SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", escaped)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def entry_labels(

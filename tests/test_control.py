@@ -127,25 +127,45 @@ async def test_tags_from_the_decorator_and_the_transport() -> None:
     assert await control.invalidate(tags=["inventory"]) == 1
 
 
-@pytest.mark.parametrize("store", ["memory", "file"])
+@pytest.mark.parametrize("store", ["memory", "file", "redis"])
 async def test_buyer_text_in_a_tag_is_data(store: str, tmp_path: Path) -> None:
     """Issue 22, item 13: a tag built from a buyer's value holding a line break (or nothing)
-    is kept and selected like any other, never a 500 before the upstream is called."""
-    backend = SqliteStore(str(tmp_path / "cache.db")) if store == "file" else None
+    is kept and selected like any other, never a 500 before the upstream is called. And a
+    lone surrogate (JSON allows ``"\\ud800"``; found by the hostile review) is kept too: it
+    had no UTF-8 form, so Redis was marked away for everyone and the file logged a
+    traceback per request."""
+    server = None
+    if store == "redis":
+        pytest.importorskip("redis.asyncio", reason="the redis extra is needed")
+        from adcp_stale_cache.stores.redis import RedisStore
+
+        from .redis_server import RedisServer
+
+        server = RedisServer().start()
+    backend = {"memory": lambda: None, "file": lambda: SqliteStore(str(tmp_path / "cache.db")),
+               "redis": lambda: RedisStore(url=server.url)}[store]()  # type: ignore[union-attr]  # fmt: skip
     cache = make_cache(backend)
 
     @cache.cached(INVENTORY, surface="get_products", tags=lambda account: [f"account:{account}"])
     async def products(account: str) -> dict[str, Any]:
-        return {"products": [account]}
+        return {"products": [account.encode("utf-8", "surrogatepass").hex()]}
 
-    odd = ["a\nb", "", "x\\ny", "a\\", "tab\there"]
-    for account in odd:
-        assert await products(account) == {"products": [account]}
-    control = CacheControl(cache)
-    assert await control.invalidate(tags=["account:a\nb"], soft=False) == 1
-    assert await control.invalidate(tags=["account:"], soft=False) == 1
-    assert await control.invalidate(tags=["account:x\\ny"], soft=False) == 1  # not a\nb's
-    assert await control.invalidate(tags=["account:a\nb"], soft=False) == 0
+    try:
+        odd = ["a\nb", "", "x\\ny", "a\\", "tab\there", "\ud800", "\\ud800"]
+        for account in odd:
+            answer = await products(account)
+            assert answer == {"products": [account.encode("utf-8", "surrogatepass").hex()]}
+        assert getattr(backend, "failures", 0) == 0 and getattr(backend, "available", True)
+        control = CacheControl(cache)
+        assert await control.invalidate(tags=["account:a\nb"], soft=False) == 1
+        assert await control.invalidate(tags=["account:"], soft=False) == 1
+        assert await control.invalidate(tags=["account:x\\ny"], soft=False) == 1  # not a\nb's
+        assert await control.invalidate(tags=["account:a\nb"], soft=False) == 0
+        assert await control.invalidate(tags=["account:\ud800"], soft=False) == 1
+        assert await control.invalidate(tags=["account:\\ud800"], soft=False) == 1  # its own
+    finally:
+        if server is not None:
+            server.kill()
 
 
 async def test_a_purge_through_one_process_reaches_another_through_the_file(

@@ -165,19 +165,20 @@ class RedisStore:
         if not self.available:
             return
         ttl = max(1, int(ttl_seconds * 1000))
+        raw = encode(entry)  # before Redis is asked: an unwritable entry is no Redis fault
         try:
             if entry.labels and self.cluster:  # label sets live in other slots: one by one
                 async with self.client.pipeline(transaction=False) as pipe:
-                    pipe.set(self._key(key), encode(entry), px=ttl)
+                    pipe.set(self._key(key), raw, px=ttl)
                     for label in entry.labels:  # a set lives as long as its longest entry
                         name = self._label(label)
                         pipe.sadd(name, key).pexpire(name, ttl, nx=True).pexpire(name, ttl, gt=True)
                     await pipe.execute()
             elif entry.labels:
                 names = [self._key(key), *(self._label(label) for label in entry.labels)]
-                await self.client.eval(_SET, len(names), *names, encode(entry), ttl, key)
+                await self.client.eval(_SET, len(names), *names, raw, ttl, key)
             else:
-                await self.client.set(self._key(key), encode(entry), px=ttl)
+                await self.client.set(self._key(key), raw, px=ttl)
         except Exception as exc:
             self._failed("set", exc)
 
@@ -200,9 +201,10 @@ class RedisStore:
         ttl = max(1, int(ttl_seconds * 1000))
         names = [f"{self.prefix}:generation", self._key(key),
                  *(self._label(label) for label in entry.labels)]  # fmt: skip
+        raw = encode(entry)  # as in set: not a fault of Redis
         try:
             kept = await self.client.eval(
-                _SET_UNLESS_PURGED, len(names), *names, encode(entry), ttl, key, str(count)
+                _SET_UNLESS_PURGED, len(names), *names, raw, ttl, key, str(count)
             )
             return bool(kept)
         except Exception as exc:
