@@ -114,6 +114,18 @@ class StoreSettings(BaseModel):
         # What redis-py's from_url takes; checked here so that `config check` catches it.
         if urlsplit(value).scheme not in SCHEMES or "://" not in value:
             raise ValueError(f"must be a Redis URL: {', '.join(s + '://' for s in SCHEMES)}")
+        parts = urlsplit(value)
+        usable = not parts.fragment  # a Redis URL has none: a password's # ended the netloc
+        try:  # each host's port a number (a cluster or Sentinel URL lists several)
+            for host in parts.netloc.rsplit("@", 1)[-1].split(","):
+                _ = urlsplit(f"//{host}").port
+        except ValueError:
+            usable = False
+        if not usable:
+            raise ValueError(
+                "not a usable URL: a port that is no number, or a password holding # / ? @ "
+                "(percent-encode them)"
+            )
         return value
 
 
@@ -432,7 +444,7 @@ def _one_line(exc: ValidationError, source: str, prefix: tuple[Any, ...] = ()) -
         if error["type"] == "extra_forbidden":
             message = "not a setting (a typo?)"
         got = error.get("input")
-        if isinstance(got, str) and "://" in got:
+        if isinstance(got, str) and ("://" in got or "@" in got):
             got = redacted(got)  # a URL's password never reaches an error line
         shown = "" if isinstance(got, (dict, list)) or "got" in message else f" (got {got!r})"
         parts.append(f"{location}: {message}{shown}" if location else message)

@@ -235,4 +235,22 @@ def test_every_redis_url_form_works_as_the_store_shorthand_and_no_password_is_sh
         "redis://h/0?password=***&ssl_cert_reqs=none"
     )
     assert redacted("redis://u:s3cret@h/0?Password=s3cret") == "redis://u:***@h/0?Password=***"
-    assert redacted("redis://u:s3cret@[h:1") == "<not a URL>"
+    assert redacted("redis://u:s3cret@[h:1") == "redis://u:***@[h:1"
+    # Found by the hostile review: passwords holding # or /, ssl_password, no scheme.
+    assert redacted("redis://:s3cr#et@host:6379/0") == "redis://:***@host:6379/0"
+    assert redacted("redis://:s3/cret@host/0") == "redis://:***@host/0"
+    assert redacted("rediss://h/0?ssl_password=s3cret") == "rediss://h/0?ssl_password=***"
+    assert redacted("default:s3cret@redis.internal:6379") == "default:***@redis.internal:6379"
+    for url in ("redis://:s3cr#et@host:6379/0", "redis://:s3/cret@host/0",
+                "default:s3cret@redis.internal:6379", "redis:/default:s3cret@h/0"):  # fmt: skip
+        for variable in ("ADCP_STALE_CACHE_STORE", "ADCP_STALE_CACHE_STORE__REDIS_URL"):
+            with pytest.raises(ConfigError) as raised:
+                load_config(environ={variable: url})
+            assert "s3" not in str(raised.value), raised.value
+    from adcp_stale_cache.stores.redis_urls import client_from_url
+
+    for url in ("redis+sentinel://:s3cr#et@h:26379/mymaster", "redis://:s3cr#et@host:6379/0",
+                "redis+cluster://:s3cr#et@h:7000"):  # fmt: skip
+        with pytest.raises(ValueError) as failed:
+            client_from_url(url, socket_timeout=0.1)
+        assert "s3cr" not in str(failed.value), failed.value

@@ -14,7 +14,7 @@ line: :func:`redacted` is how a URL is shown.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster", "redis+sentinel",
            "rediss+sentinel")  # fmt: skip
@@ -24,22 +24,24 @@ _TLS_OPTIONS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs",
 
 def redacted(url: str) -> str:
     """``url`` with its passwords replaced by ``***`` (for logs and errors): the userinfo's
-    and a ``password=`` in the query (redis-py takes both). Text that does not parse as a
-    URL is not shown at all."""
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:  # a bracket that opens no IPv6 address, a port that is no number ...
-        return "<not a URL>"
-    netloc = parts.netloc
-    if password is not None:
-        user = f"{parts.username}:***@" if parts.username else ":***@"
-        netloc = user + netloc.rsplit("@", 1)[-1]
-    query = "&".join(
-        f"{name}=***" if unquote(name).lower() == "password" else f"{name}={value}"
-        for name, _, value in (item.partition("=") for item in parts.query.split("&"))
-    ) if parts.query else ""  # fmt: skip
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    and any ``*password*`` in the query (redis-py takes both). Read by hand, not parsed: a
+    password holding ``#``, ``/`` or ``?`` would end a parsed netloc early and be shown, so
+    everything up to the last ``@`` is userinfo, with or without a scheme."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    head, at, tail = rest.rpartition("@")
+    if at:
+        user, colon, _ = head.partition(":")
+        rest = f"{user}:***@{tail}" if colon else f"***@{tail}"
+    host, mark, query = rest.partition("?")
+    if mark:
+        query = "&".join(
+            f"{name}=***" if "password" in unquote(name).lower() and eq else f"{name}{eq}{value}"
+            for name, eq, value in (item.partition("=") for item in query.split("&"))
+        )
+        rest = f"{host}?{query}"
+    return f"{scheme}{sep}{rest}"
 
 
 def is_cluster(url: str) -> bool:
@@ -59,12 +61,19 @@ def client_from_url(url: str, *, socket_timeout: float) -> Any:
         "socket_timeout": socket_timeout, "socket_connect_timeout": socket_timeout
     }  # fmt: skip
     if "+" not in parts.scheme:
-        return redis.Redis.from_url(url, **timeouts)
+        try:
+            return redis.Redis.from_url(url, **timeouts)
+        except ValueError:  # redis-py's own message may quote the password
+            raise ValueError(f"not a usable Redis URL: {redacted(url)}") from None
     tls = parts.scheme.startswith("rediss")
     options = _tls_options(parts.query) if tls else {}
     auth: dict[str, Any] = {"username": unquote(parts.username) if parts.username else None,
             "password": unquote(parts.password) if parts.password else None}  # fmt: skip
-    nodes = _nodes(parts.netloc.rsplit("@", 1)[-1])
+    try:
+        nodes = _nodes(parts.netloc.rsplit("@", 1)[-1])
+    except ValueError:  # int() quotes what it could not read: a password's piece, maybe
+        raise ValueError(f"not a usable Redis URL (a port that is no number?): "
+                         f"{redacted(url)}") from None  # fmt: skip
     if parts.scheme.endswith("+cluster"):
         from redis.asyncio.cluster import ClusterNode, RedisCluster
 
