@@ -57,6 +57,9 @@ def client_from_url(url: str, *, socket_timeout: float) -> Any:
     if parts.scheme not in SCHEMES:
         raise ValueError(f"not a Redis URL ({', '.join(s + '://' for s in SCHEMES)}): "
                          f"{redacted(url)}")  # fmt: skip
+    if parts.fragment:  # a Redis URL has none: a password's # ended the netloc
+        raise ValueError(f"not a usable Redis URL (percent-encode # / ? @ in a password): "
+                         f"{redacted(url)}")  # fmt: skip
     timeouts: dict[str, Any] = {
         "socket_timeout": socket_timeout, "socket_connect_timeout": socket_timeout
     }  # fmt: skip
