@@ -20,6 +20,7 @@ has no advisories (and no payload): failed stays failed.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -123,6 +124,8 @@ def _whole(value: Any) -> int | None:
     # A2A clients decode numbers through protobuf's Struct (doubles): 75.0 is 75.
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
+    if isinstance(value, float) and not math.isfinite(value):  # JSON readers take Infinity
+        return None
     return int(value) if value == int(value) else None
 
 
@@ -183,11 +186,13 @@ def _from_mcp(result: Mapping[str, Any]) -> Any:
         return None
     if isinstance(result.get("structuredContent"), Mapping):
         return result["structuredContent"]
-    for item in result.get("content") or []:
-        if isinstance(item, Mapping) and item.get("type") == "text":
+    content = result.get("content")
+    for item in content if isinstance(content, list) else []:
+        text = item.get("text") if isinstance(item, Mapping) else None
+        if isinstance(text, str) and item.get("type") == "text":  # (text: item is a mapping)
             try:
-                return json.loads(item.get("text", ""))
-            except ValueError:
+                return json.loads(text)
+            except (ValueError, RecursionError):  # not JSON, or nested past what is read
                 continue
     return None
 

@@ -154,6 +154,13 @@ async def test_a_real_adcp_client_call_read_by_the_buyer_reader(
             "formats": [],
             "errors": [{"code": "STALE_RESPONSE", "details": {"upstream": {"url": 7}}}],
         },
+        # Found by the hostile review: MCP content of odd shapes, text nested past reading,
+        # ages json.loads reads but no integer holds.
+        {"isError": False, "content": 5},
+        {"content": [5, {"type": "text", "text": 5}, {"type": "text", "text": None}]},
+        {"content": [{"type": "text", "text": "[" * 100_000}]},
+        {"errors": [{"code": "STALE_RESPONSE", "details": {"cache_age_seconds": float("inf")}}]},
+        {"errors": [{"code": "STALE_RESPONSE", "details": {"cache_age_seconds": float("nan")}}]},
     ],
 )
 def test_odd_shapes_read_as_nothing_never_raise(response: Any) -> None:
@@ -162,4 +169,4 @@ def test_odd_shapes_read_as_nothing_never_raise(response: Any) -> None:
 
     payload_of(response)
     for advisory in stale_advisories(response):
-        assert advisory.upstream_url is None
+        assert advisory.upstream_url is None and advisory.age_seconds is None

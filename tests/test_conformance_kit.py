@@ -271,6 +271,18 @@ ODD_BODIES = [
     ("application/json", b'{"jsonrpc": "2.0", "id": 1, "result": {"content": "x", "isError": 3}}'),
     ("text/event-stream", b"event: message\r\ndata: 5\r\n\r\n"),
     ("application/json", b'"just a string"'),
+    # Found by the hostile review: errors that are no list, text nested past reading.
+    (
+        "application/json",
+        b'{"jsonrpc": "2.0", "id": 1, "result": {"structuredContent":'
+        b' {"formats": [], "errors": 5}}}',
+    ),
+    (
+        "application/json",
+        b'{"jsonrpc": "2.0", "id": 1, "result": {"structuredContent":'
+        b' {"formats": [], "errors": true}}}',
+    ),
+    ("application/json", b"[" * 100_000),
     (
         "application/json",
         b'{"jsonrpc": "2.0", "id": 1, "result": {"status": "completed",'
@@ -305,3 +317,28 @@ async def test_odd_answers_are_fail_lines_never_a_crash(
     report = await check_seller(odd_seller, transport=transport)
     assert not report.passed
     assert report.text()  # every line readable
+
+
+def test_no_leaks_reads_credentials_under_json_keys_and_past_escapes() -> None:
+    """Found by the hostile review of issue 22: ``password=`` never matched a JSON key (a
+    quote sits between key and colon), a non-ASCII credential was looked for in escaped
+    text, and ``true`` passed for an age."""
+    from adcp_stale_cache.conformance import rules
+    from adcp_stale_cache.conformance.wire import Reply
+
+    def advisory(**details: Any) -> dict[str, Any]:
+        upstream = {"name": "u", "url": "https://u.example/"}
+        return {"code": "STALE_RESPONSE", "message": "m", "field": "products",
+                "recovery": "transient", "details": {"upstream": upstream, **details}}  # fmt: skip
+
+    for leaking in (advisory(original_error={"code": "X", "password": "hunter2-prod"}),
+                    advisory(token="eyJhbGciOiJIUzI1NiJ9.x"), advisory(api_key="sk_live_1")):  # fmt: skip
+        assert rules._leaks([leaking], secrets=[]).passed is False
+    assert rules._leaks([advisory(echoed="clé-secrète-42")], ["clé-secrète-42"]).passed is False
+    clean = advisory(cache_age_seconds=120, freshness_target_seconds=60, token_count=0)
+    assert rules._leaks([clean], secrets=["the-buyer-token"]).passed is True
+    boolean = advisory(cache_age_seconds=True, freshness_target_seconds=True)
+    reply = Reply(True, "HTTP 200", {"products": [1], "errors": [boolean]})
+    verdicts = {r.rule: r.passed for r in rules.stale(reply, tool="get_products",
+                upstreams=["u"], cache_age=1, secrets=[], validators="none")}  # fmt: skip
+    assert verdicts["exact_age"] is False and verdicts["age_past_target"] is False

@@ -48,8 +48,10 @@ class Result:
 
 def stale_advisories(payload: dict[str, Any] | None) -> list[dict[str, Any]]:
     """The ``STALE_RESPONSE`` entries of a payload's ``errors[]``."""
-    errors = (payload or {}).get("errors")
-    return [e for e in errors or [] if isinstance(e, dict) and e.get("code") == STALE_RESPONSE]
+    errors = payload.get("errors") if isinstance(payload, dict) else None
+    if not isinstance(errors, list):  # absent, null, or a seller's odd shape: none here
+        return []
+    return [e for e in errors if isinstance(e, dict) and e.get("code") == STALE_RESPONSE]
 
 
 def healthy(reply: Reply, when: str) -> list[Result]:
@@ -103,11 +105,10 @@ def stale(
     results.append(Result("field_named", all(isinstance(f, str) and f for f in fields) and
                           bool(items), f"field: {fields}"))  # fmt: skip
     ages = [_details(a).get("cache_age_seconds") for a in advisories]
-    results.append(Result("exact_age", all(age == cache_age and isinstance(age, int)
-                                           for age in ages),
+    results.append(Result("exact_age", all(age == cache_age and _whole(age) for age in ages),
                           f"cache_age_seconds: {ages}, forced {cache_age}"))  # fmt: skip
     targets = [_details(a).get("freshness_target_seconds") for a in advisories]
-    past = all(t is None or (isinstance(a, int) and isinstance(t, int) and a >= t)
+    past = all(t is None or (_whole(a) and _whole(t) and a >= t)
                for a, t in zip(ages, targets, strict=True))  # fmt: skip
     seen = f"cache_age_seconds {ages}, freshness_target_seconds {targets}"
     results.append(Result("age_past_target", past, seen))
@@ -202,15 +203,38 @@ def _leaks(advisories: list[dict[str, Any]], secrets: list[str]) -> Result:
         rest = json.loads(json.dumps(advisory, default=str))
         if isinstance(url, str):
             rest["details"]["upstream"]["url"] = ""
-        text = json.dumps(rest)
+        text = json.dumps(rest, ensure_ascii=False)
         found += [what for what, pattern in _LEAKS if pattern.search(text)]
+        found += [f"a credential under {key!r}" for key in _credential_keys(rest)]
         if isinstance(url, str) and _URL_CREDENTIAL.search(url):
             found.append("a credential in details.upstream.url")
         found += ["the credential sent" for secret in secrets if secret and secret in json.dumps(
-            advisory, default=str)]  # fmt: skip
+            advisory, default=str, ensure_ascii=False)]  # fmt: skip
     return Result("no_leaks", not found,
                   "no credential, hostname or stack trace in the text" if not found
                   else f"found {sorted(set(found))}")  # fmt: skip
+
+
+_CREDENTIAL_KEY = re.compile(r"pass(word|wd)?|secret|token|api[_-]?key|authorization|credential",
+                             re.IGNORECASE)  # fmt: skip
+
+
+def _credential_keys(value: Any) -> list[str]:
+    """Keys anywhere in ``value`` that name a credential and hold one (JSON keys: the text
+    pattern, ``password=``, never sees them, a quote always sits between key and colon)."""
+    if isinstance(value, dict):
+        return [
+            *(str(k) for k, v in value.items() if _CREDENTIAL_KEY.search(str(k)) and v),
+            *(found for v in value.values() for found in _credential_keys(v)),
+        ]
+    if isinstance(value, list):
+        return [found for v in value for found in _credential_keys(v)]
+    return []
+
+
+def _whole(value: Any) -> bool:
+    """A whole number of seconds (JSON's true is no age)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _count(items: Any) -> str:

@@ -112,7 +112,7 @@ class A2aWire:
             return []
         try:
             card = response.json()
-        except ValueError:
+        except (ValueError, RecursionError):
             return []
         return [str(_obj(skill).get("id")) for skill in _list(_obj(card).get("skills"))]
 
@@ -126,7 +126,7 @@ class A2aWire:
         response = await self.http.post(self.url, json=body)
         try:
             task = _obj(_obj(response.json()).get("result"))
-        except ValueError:
+        except (ValueError, RecursionError):
             task = {}
         status = task.get("status")
         state = str(_obj(status).get("state", "none") if isinstance(status, dict) else status)
@@ -154,7 +154,7 @@ def _mcp_payload(result: dict[str, Any]) -> dict[str, Any] | None:
         return dict(result["structuredContent"])
     for item in _list(result.get("content")):
         if _obj(item).get("type") == "text" and isinstance(item.get("text"), str):
-            with contextlib.suppress(ValueError):
+            with contextlib.suppress(ValueError, RecursionError):
                 text = json.loads(item["text"])
                 if isinstance(text, dict):
                     return text
@@ -174,7 +174,7 @@ def _messages(response: httpx.Response) -> list[dict[str, Any]]:
         if response.content:
             body = response.json()
             return body if isinstance(body, list) else [body]
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past what is read
         pass
     return []
 
