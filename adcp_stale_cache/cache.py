@@ -37,7 +37,7 @@ from .failures import (
     classify,
     failure_types_of,
 )
-from .keys import cache_key
+from .keys import cache_key, key_size
 from .labels import entry_labels
 from .metrics import CacheMetrics
 from .policy import SurfacePolicy, Surfaces, Upstream
@@ -305,7 +305,9 @@ class UpstreamCache:
             if elsewhere is not None:
                 return self._after_failure(upstream, policy, step.fallback, elsewhere, None, codec)
 
-        weight = len(store_key) + sum(map(len, labels)) + _CLOSURE_BYTES
+        # What the remembered refresh holds: its key and labels, the call's arguments (as
+        # large as the key they make, roughly) and its closures.
+        weight = len(store_key) + sum(map(len, labels)) + key_size(key) + _CLOSURE_BYTES
         if revalidate is not None and step.previous is not None:
             call = self._conditional(step.previous, upstream, codec, call, revalidate)
             weight += len(step.previous.data)  # the held value rides with the call

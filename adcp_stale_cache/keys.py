@@ -25,6 +25,15 @@ def digest(parts: Iterable[object]) -> str:
     return h.hexdigest()
 
 
+def key_size(key: object) -> int:
+    """How many bytes ``key`` encodes to: what a call kept for later (the refresh memory)
+    holds of its arguments, roughly."""
+    try:
+        return len(_bytes(key))
+    except (TypeError, ValueError):
+        return 0
+
+
 def _bytes(part: object) -> bytes:
     out = bytearray()
     _encode(part, out)

@@ -644,6 +644,17 @@ async def test_the_refresh_memory_is_bounded_in_bytes_and_keeps_no_request_alive
     assert 5 <= len(control.recent) < 40  # the most recent ones, as many as fit
     assert await control.refresh(upstream="inventory-service") == len(control.recent)
 
+    # Found by the hostile review: what a call holds of its arguments was not counted (each
+    # anonymous request with a 200 kB brief kept it alive). It weighs as much as its key.
+    for i in range(40):
+        brief = "x" * 200_000 + str(i)
+
+        async def answer(brief: str = brief) -> dict[str, Any]:
+            return {"products": [len(brief)]}
+
+        await cache.fetch(INVENTORY, ("brief", brief), answer, surface="get_products")
+    assert control.recent.held_bytes <= 1024 * 1024 and len(control.recent) <= 6
+
     with collect_advisories() as request:
         await cache.fetch(INVENTORY, "alone", call, surface="get_products")
     [(_, again)] = control.recent.selected(

@@ -5,8 +5,10 @@ under a key derived from the admin token, so that every worker of a seller accep
 any of them issued, without sharing state (and changing the token logs every browser out).
 Signing out revokes the id until the cookie's expiry: in this process's memory and, so that
 every other process hears of it, in the cache's store (under a key no upstream entry can
-have, and with no labels, so that no purge selects it). A store that forgets it (evicted,
-Redis flushed) leaves the revocation in the memory of the worker that signed out only.
+have, and with no labels, so that no purge selects it); a process that reads it there keeps
+it in memory too. A store that forgets it (evicted, Redis flushed) or cannot be read (Redis
+down) leaves it known to the processes that signed out or had already seen it: a process
+that never did accepts the cookie until the store answers again or the cookie expires.
 """
 
 from __future__ import annotations
@@ -44,11 +46,14 @@ class Sessions:
         session = self._read(cookie)
         if session is None:
             return False
-        session_id = session[1]
+        expires, session_id = session
         if session_id in self._revoked:
             return False
         get = getattr(self._store, "get", None)
-        return get is None or await get(_STORE_PREFIX + session_id) is None
+        if get is None or await get(_STORE_PREFIX + session_id) is None:
+            return True
+        self._remember(session_id, expires)  # heard once: kept here, whatever the store does
+        return False
 
     async def revoke(self, cookie: str) -> None:
         """Revoke ``cookie`` until its expiry, here and in the store (a forged or expired
@@ -57,15 +62,19 @@ class Sessions:
         if session is None:
             return
         expires, session_id = session
+        self._remember(session_id, expires)
+        put = getattr(self._store, "set", None)
+        if put is not None:
+            now = time.time()
+            await put(_STORE_PREFIX + session_id, Entry(b"revoked", now), expires - now + 1)
+
+    def _remember(self, session_id: str, expires: int) -> None:
         now = time.time()
         for gone in [s for s, until in self._revoked.items() if until < now]:
             del self._revoked[gone]
         while len(self._revoked) >= MAX_REVOKED:
             del self._revoked[min(self._revoked, key=self._revoked.__getitem__)]
         self._revoked[session_id] = expires
-        put = getattr(self._store, "set", None)
-        if put is not None:
-            await put(_STORE_PREFIX + session_id, Entry(b"revoked", now), expires - now + 1)
 
     def _signed(self, expires: int, session_id: str) -> str:
         body = f"{expires}.{session_id}"
