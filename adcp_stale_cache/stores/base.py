@@ -14,6 +14,11 @@ class Store(Protocol):
     Stores know bytes, not wires nor policies: ``ttl_seconds`` is how long the entry may be
     kept, after which ``get`` must not return it. A store that fails should raise; the cache
     decides what a failure means.
+
+    Optional, found by name: ``purge(match, soft=)`` (invalidations), ``generation()`` (a
+    count of its purges, see :mod:`~adcp_stale_cache.purges`), and, with it,
+    ``set_unless_purged(key, entry, ttl_seconds, count) -> bool``: the write, refused
+    (False) when the count is no longer ``count``, in one step with that check.
     """
 
     async def get(self, key: str) -> Entry | None:
