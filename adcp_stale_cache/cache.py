@@ -404,6 +404,8 @@ class UpstreamCache:
                 if holder:
                     return await call_and_store()
             entry = await self._await_other_process(store_key, started, timeout)
+            if entry is None:  # released with nothing stored: a failure, or a purge won
+                return await call_and_store()  # (no outage known here: this one asks)
             return _Refreshed(decode(codec, entry, upstream), entry.data)
 
         async def call_and_store() -> _Refreshed[T]:
@@ -450,8 +452,12 @@ class UpstreamCache:
             return call
         return lambda: revalidate(held)
 
-    async def _await_other_process(self, store_key: str, since: float, timeout: float) -> Entry:
-        """The entry another process's refresh stores, waited for up to ``timeout``."""
+    async def _await_other_process(
+        self, store_key: str, since: float, timeout: float
+    ) -> Entry | None:
+        """The entry another process's refresh stores, waited for up to ``timeout``; None
+        when that process let go of the key without storing one (its call failed, or a
+        purge kept its answer out: this process cannot tell, so it asks itself)."""
         lease_active: Any = getattr(self.store, "lease_active", None)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -460,10 +466,8 @@ class UpstreamCache:
             if entry is not None and entry.stored_at >= since:
                 return entry
             if lease_active is not None and not await lease_active(store_key):
-                entry = await self._get(store_key)  # released: it stored, or it failed
-                if entry is not None and entry.stored_at >= since:
-                    return entry
-                raise ConnectionError("the refresh by another process failed")
+                entry = await self._get(store_key)  # released: it stored, or it did not
+                return entry if entry is not None and entry.stored_at >= since else None
         raise TimeoutError(f"no answer within {timeout:g}s (refresh by another process)")
 
     def _breaker(self, upstream: Upstream) -> Breaker | None:

@@ -59,7 +59,8 @@ class ConfigError(ValueError):
 class StoreSettings(BaseModel):
     """Where entries live."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # hide_input_in_errors: a redis_url's password never reaches a ValidationError's text.
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
     kind: Literal["memory", "redis", "tiered"] = Field(
         default="memory",

@@ -19,7 +19,7 @@ def labels(
     """The labels of these facts: what an entry is stored with, and what a selection of
     entries asks for (one spelling for both)."""
     facts = (("upstream", upstream), ("surface", surface), ("url", url), ("partition", partition))
-    found = [f"{name}={value}" for name, value in facts if value is not None]
+    found = [f"{name}={_escaped(value)}" for name, value in facts if value is not None]
     # A tag may be anyone's text (a buyer's account id): data, never an error. Line breaks,
     # backslashes and lone surrogates are escaped, so that every store keeps a label on one
     # line in UTF-8, and a selection spells a tag as its entries do.

@@ -247,7 +247,18 @@ def test_every_redis_url_form_works_as_the_store_shorthand_and_no_password_is_sh
             with pytest.raises(ConfigError) as raised:
                 load_config(environ={variable: url})
             assert "s3" not in str(raised.value), raised.value
+    # Second review: a query value holding an @ (a certificate's path, the password itself).
+    for url in ("redis://h:6379/0?password=Top@s3cret", "rediss://h/0?ssl_ca_certs=/ca@corp.pem"
+                "&password=s3cret", "redis://:pw@host/0?ssl_certfile=/a@b.pem&password=s3cret"):  # fmt: skip
+        assert "s3cret" not in redacted(url), redacted(url)
+    from adcp_stale_cache.config import StoreSettings
+
+    with pytest.raises(ValueError) as direct:  # the Python API, not the loader
+        StoreSettings(redis_url="redis://:s3cret@h:x/0")
+    assert "s3cret" not in str(direct.value)
     from adcp_stale_cache.stores.redis_urls import client_from_url
+
+    assert client_from_url("redis+cluster://[::1],[::1]:7001", socket_timeout=0.1) is not None
 
     for url in ("redis+sentinel://:s3cr#et@h:26379/mymaster", "redis://:s3cr#et@host:6379/0",
                 "redis+cluster://:s3cr#et@h:7000"):  # fmt: skip

@@ -24,6 +24,7 @@ from adcp_stale_cache import (
     collect_advisories,
 )
 from adcp_stale_cache.control import CacheControl
+from adcp_stale_cache.entry import Entry
 from adcp_stale_cache.stores import TieredStore
 from adcp_stale_cache.stores.sqlite import SqliteStore
 
@@ -719,3 +720,21 @@ async def test_a_purge_between_a_flights_check_and_its_write_wins(tmp_path: Path
     worker_store.close()
     operator_store.close()
     assert undone == 0, f"{undone} of 200 hard purges undone by a flight from before them"
+
+
+async def test_a_shared_tier_that_counts_but_cannot_check_in_one_step_is_checked_before() -> None:
+    """Found by the simulation: a shared tier counting purges but offering no one-step
+    ``set_unless_purged`` (a store of a seller's own) was written without any check, so a
+    flight from before a purge stored its answer over the purge."""
+
+    class Counting(MemoryStore):
+        set_unless_purged = None  # counts (generation), cannot check in one step
+
+    far = Counting(clock=time.time)
+    tiers = TieredStore(far, MemoryStore(clock=time.time))
+    before = await tiers.generation()
+    await far.purge(lambda key, entry: True, soft=False)  # another process's purge
+    assert not await tiers.set_unless_purged("k", Entry(b"old", time.time()), 60, before)
+    assert await far.get("k") is None
+    assert await tiers.set_unless_purged("k", Entry(b"new", time.time()), 60,
+                                         await tiers.generation())  # fmt: skip

@@ -397,3 +397,47 @@ async def test_after_any_purge_a_redis_outage_keeps_the_memory_fallback(
         with collect_advisories() as advisories:
             value = await cache.fetch(INVENTORY, "k", up, surface="get_products", tags=["a"])
         assert value["products"] and [e["code"] for e in advisories.errors()] == ["STALE_RESPONSE"]
+
+
+async def test_a_purge_during_another_processs_coordinated_refresh_fails_no_waiter(
+    redis_server: RedisServer,
+) -> None:
+    """Second hostile review of issue 22: a purge (of anything) while another process held
+    the refresh lease kept that process's answer out, as it should; but the process waiting
+    on the lease read "released, nothing stored" as an outage and failed its caller while
+    the upstream was healthy. It now asks the upstream itself."""
+    from adcp_stale_cache.control import CacheControl
+
+    a, b = (cache_on(redis_server.url, coordinate_refreshes=True) for _ in range(2))
+
+    async def slow() -> dict[str, Any]:
+        await asyncio.sleep(0.4)
+        return {"products": ["a"]}
+
+    async def fast() -> dict[str, Any]:
+        return {"products": ["b"]}
+
+    holder = asyncio.ensure_future(a.fetch(INVENTORY, "k", slow, surface="get_products"))
+    await asyncio.sleep(0.1)
+    waiter = asyncio.ensure_future(b.fetch(INVENTORY, "k", fast, surface="get_products"))
+    await asyncio.sleep(0.1)
+    await CacheControl(b).invalidate(tags=["unrelated"], soft=False)
+    assert await holder == {"products": ["a"]}
+    assert await waiter == {"products": ["b"]}  # asked for itself: no false outage
+
+
+async def test_a_redis_back_empty_keeps_the_memory_fallback(redis_server: RedisServer) -> None:
+    """Second hostile review of issue 22: the first reading of the purge count (Redis down at
+    start, back empty, or restarted: its count back to 0) was taken as a purge, so every
+    memory copy with no shared copy was forgotten, and an upstream outage then failed."""
+    cache = cache_on(redis_server.url)
+    redis_server.kill()
+    up = CountingUpstream()
+    await cache.fetch(INVENTORY, "k", up, surface="get_products")  # memory only
+    redis_server.start()
+    up.down = True
+    await asyncio.sleep(1.2)  # past the target, and past the store's retry_after
+    with collect_advisories() as advisories:
+        value = await cache.fetch(INVENTORY, "k", up, surface="get_products")
+    assert value == {"products": [1]}
+    assert [e["code"] for e in advisories.errors()] == ["STALE_RESPONSE"]

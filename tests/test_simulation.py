@@ -150,6 +150,10 @@ class SharedView:
     async def set(self, key: str, entry: Entry, ttl_seconds: float) -> None:
         await self._op("set", key, entry, ttl_seconds)
 
+    async def set_unless_purged(self, key: str, entry: Entry, ttl: float, count: object) -> bool:
+        # Cut off: the write is lost, not refused (as a store's fault loses it).
+        return bool(await self._op("set_unless_purged", key, entry, ttl, count, default=True))
+
     async def delete(self, key: str) -> None:
         await self._op("delete", key)
 

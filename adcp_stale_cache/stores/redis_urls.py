@@ -13,6 +13,7 @@ line: :func:`redacted` is how a URL is shown.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -30,18 +31,18 @@ def redacted(url: str) -> str:
     scheme, sep, rest = url.partition("://")
     if not sep:
         scheme, rest = "", url
+    # First every *password* parameter's value, up to the next & (an @ in it included) ...
+    rest = _QUERY_PASSWORD.sub(r"\1***", rest)
+    # ... then the userinfo: everything up to the last @ (one in a query value, a
+    # certificate's path say, masks more than needed, never less).
     head, at, tail = rest.rpartition("@")
     if at:
         user, colon, _ = head.partition(":")
         rest = f"{user}:***@{tail}" if colon else f"***@{tail}"
-    host, mark, query = rest.partition("?")
-    if mark:
-        query = "&".join(
-            f"{name}=***" if "password" in unquote(name).lower() and eq else f"{name}{eq}{value}"
-            for name, eq, value in (item.partition("=") for item in query.split("&"))
-        )
-        rest = f"{host}?{query}"
     return f"{scheme}{sep}{rest}"
+
+
+_QUERY_PASSWORD = re.compile(r"([?&][^=&?]*password[^=&?]*=)[^&]*", re.IGNORECASE)
 
 
 def is_cluster(url: str) -> bool:
@@ -95,8 +96,12 @@ def client_from_url(url: str, *, socket_timeout: float) -> Any:
 def _nodes(hosts: str) -> list[tuple[str, int]]:
     found = []
     for host in hosts.split(","):
-        name, _, port = host.strip().rpartition(":")
-        found.append((name.strip("[]"), int(port)) if name else (host.strip(), 6379))
+        host = host.strip()
+        if host.startswith("[") and host.endswith("]"):  # an IPv6 address, no port
+            found.append((host[1:-1], 6379))
+            continue
+        name, _, port = host.rpartition(":")
+        found.append((name.strip("[]"), int(port)) if name else (host, 6379))
     return found
 
 

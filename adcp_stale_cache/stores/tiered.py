@@ -58,7 +58,8 @@ class TieredStore:
         self._generation: object = None  # the shared store's purge count, as last read
         self._checked_at = -check_seconds  # monotonic: when it was last asked
         self._heard_at = self.clock()  # wall: when it last answered
-        self._purged_at = 0.0  # wall: when it was last seen to move
+        self._purged_at = 0.0  # wall: when it was last seen to grow (a purge)
+        self._unsure_at = 0.0  # wall: when it last changed, grown or not (first reading too)
 
     async def get(self, key: str) -> Entry | None:
         """The newer of the memory and shared copies (memory alone while it is young and no
@@ -69,7 +70,7 @@ class TieredStore:
         if (
             near is not None
             and now - near.stored_at < self.near_max_age_seconds
-            and near.stored_at > self._purged_at
+            and near.stored_at > self._unsure_at
         ):
             return near
         failures = getattr(self.far, "failures", None)
@@ -111,9 +112,14 @@ class TieredStore:
         if current is None:
             return
         if current != self._generation:
-            # Copies stored before: read through once more. The first reading too: copies
-            # stored before it (while the count could not be read) may predate any purge.
-            self._purged_at = now
+            # Copies stored before are read through once more. A count seen to grow is a
+            # purge: such a copy with no shared copy is forgotten (see get). A first reading,
+            # or a count that went back (a Redis restarted empty), says only "unsure":
+            # copies stored before it (while it could not be read) are revalidated, kept as
+            # the fallback.
+            if self._generation is not None and _grew(self._generation, current):
+                self._purged_at = now
+            self._unsure_at = now
             self._generation = current
         self._heard_at = now
 
@@ -130,7 +136,7 @@ class TieredStore:
             return near
         bound = self.unheard_fresh_seconds
         unheard = now - self._heard_at > bound and now - near.stored_at > bound
-        missed = not shared and near.stored_at <= self._purged_at
+        missed = not shared and near.stored_at <= self._unsure_at
         return dataclasses.replace(near, revalidate=True) if unheard or missed else near
 
     async def set(self, key: str, entry: Entry, ttl_seconds: float) -> None:
@@ -220,11 +226,23 @@ async def _generation(store: Any) -> object:
 async def _set_unless_purged(
     store: Any, key: str, entry: Entry, ttl_seconds: float, count: object
 ) -> bool:
-    # A tier that keeps no count (count None) has nothing to check against.
-    if count is None or getattr(store, "set_unless_purged", None) is None:
-        await store.set(key, entry, ttl_seconds)
-        return True
-    return bool(await store.set_unless_purged(key, entry, ttl_seconds, count))
+    # A tier that keeps no count (count None) has nothing to check against; one that counts
+    # but cannot check in one step is checked just before (as purges.store_unless_purged).
+    conditional = getattr(store, "set_unless_purged", None)
+    if count is not None and conditional is not None:
+        return bool(await conditional(key, entry, ttl_seconds, count))
+    if count is not None and await _generation(store) not in (count, _UNKNOWN):
+        return False
+    await store.set(key, entry, ttl_seconds)
+    return True
+
+
+def _grew(before: object, now: object) -> bool:
+    """Whether a purge count moved forward (tiers' counts: each member forward or equal)."""
+    if isinstance(before, tuple) and isinstance(now, tuple) and len(before) == len(now):
+        pairs = zip(before, now, strict=True)
+        return before != now and all(b == n or _grew(b, n) for b, n in pairs)
+    return isinstance(before, int) and isinstance(now, int) and now > before
 
 
 def _answered(store: Any, failures_before: object) -> bool:
