@@ -4,21 +4,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mcp.server import MCPServer
 from mcp.types import CallToolResult, TextContent
 
-if TYPE_CHECKING:
-    from .seller import SellerTools
+from .tool_failed import ToolFailed
 
 Json = dict[str, Any]
 
 
-def create_mcp_app(tools: SellerTools, names: Sequence[str], *, json_response: bool = False) -> Any:
-    """An ASGI app serving ``names`` at ``/mcp``."""
-    from .seller import ToolFailed
-
+def create_mcp_app(tools: object, names: Sequence[str], *, json_response: bool = False) -> Any:
+    """An ASGI app serving ``names`` at ``/mcp``: each tool is ``tools``'s async method of
+    that name (the seller's tools; this module knows nothing else of the seller)."""
     server = MCPServer(name="example-seller")
 
     async def run(name: str, params: Json) -> Json | CallToolResult:

@@ -38,6 +38,7 @@ from ..control import CacheControl
 from ..integrations.mcp_client import call_mcp_tool
 from ..metrics import PrometheusMetrics
 from ..stores import MemoryStore, Store
+from .tool_failed import ToolFailed
 
 TOOLS = ("get_adcp_capabilities", "get_products", "list_creative_formats")
 
@@ -48,14 +49,6 @@ CAPABILITIES: dict[str, Any] = {
 }
 
 _authorization: ContextVar[str | None] = ContextVar("seller_authorization", default=None)
-
-
-class ToolFailed(Exception):
-    """A tool could not answer at all: ``payload`` holds the fatal ``adcp_error``."""
-
-    def __init__(self, payload: dict[str, Any]) -> None:
-        super().__init__(payload["adcp_error"]["code"])
-        self.payload = payload
 
 
 def seller_surfaces(freshness_target: int, max_stale: int, upstream_timeout: float) -> Surfaces:
