@@ -75,14 +75,15 @@ class RedisCluster:
         raise TimeoutError("the cluster did not become ok")
 
     def wait_replicated(self, timeout: float = 30) -> None:
-        """Each master's writes reached its replica (WAIT 1 answered 1). ``WAIT`` answers 0
-        when its own timeout passes first, as it does while a replica is still in its first
-        full sync: a replica promoted then would take over its slots empty."""
+        """Each master's writes reached its replica: the replica online, its acknowledged
+        offset at the master's. (``WAIT`` cannot say so: it waits for the writes of its own
+        connection only, and redis-cli's has none, so it answered at once.)"""
         deadline = time.monotonic() + timeout
         for port in self.masters():
-            while redis_cli(port, "wait", "1", "1000").strip() != "1":
+            while not _caught_up(redis_cli(port, "info", "replication")):
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"the replica of {port} did not acknowledge its writes")
+                    raise TimeoutError(f"the replica of {port} did not catch up")
+                time.sleep(0.05)
 
     def kill(self, port: int) -> None:
         self.processes[port].kill()
@@ -94,3 +95,13 @@ class RedisCluster:
                 process.kill()
                 process.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _caught_up(info: str) -> bool:
+    """Whether ``INFO replication`` of a master shows a replica online at its offset."""
+    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
+    offset = int(fields.get("master_repl_offset", "0"))
+    replica = dict(
+        item.split("=", 1) for item in fields.get("slave0", "").split(",") if "=" in item
+    )
+    return replica.get("state") == "online" and int(replica.get("offset", "-1")) >= offset
