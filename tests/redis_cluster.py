@@ -80,7 +80,7 @@ class RedisCluster:
         connection only, and redis-cli's has none, so it answered at once.)"""
         deadline = time.monotonic() + timeout
         for port in self.masters():
-            while not _caught_up(redis_cli(port, "info", "replication")):
+            while not caught_up(redis_cli(port, "info", "replication")):
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"the replica of {port} did not catch up")
                 time.sleep(0.05)
@@ -97,7 +97,7 @@ class RedisCluster:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def _caught_up(info: str) -> bool:
+def caught_up(info: str) -> bool:
     """Whether ``INFO replication`` of a master shows a replica online at its offset."""
     fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
     offset = int(fields.get("master_repl_offset", "0"))

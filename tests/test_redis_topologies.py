@@ -18,6 +18,7 @@ from adcp_stale_cache.demo.processes import free_port, wait_for_port
 from adcp_stale_cache.entry import Entry
 from adcp_stale_cache.stores.redis_urls import client_from_url, redacted
 
+from .redis_cluster import caught_up
 from .redis_server import redis_cli
 
 pytest.importorskip("redis.asyncio", reason="the redis extra is needed")
@@ -139,7 +140,11 @@ async def test_sentinel_follows_a_failover() -> None:
         entry = Entry(b"before", time.time())
         await store.set("k", entry, 600)
         assert await store.get("k") == entry
-        assert (await asyncio.to_thread(redis_cli, master, "wait", "1", "5000")).strip() == "1"
+        # The write reached the replica (WAIT on redis-cli's own connection proves nothing).
+        deadline = time.monotonic() + 30
+        while not caught_up(await asyncio.to_thread(redis_cli, master, "info", "replication")):
+            assert time.monotonic() < deadline, "the replica did not catch up"
+            await asyncio.sleep(0.05)
         # Sentinel learns of replicas from the master every 10 s: a failover needs a healthy one.
         deadline = time.monotonic() + 30
         while not _healthy_replica(await asyncio.to_thread(
