@@ -306,8 +306,11 @@ class UpstreamCache:
                 return self._after_failure(upstream, policy, step.fallback, elsewhere, None, codec)
 
         # What the remembered refresh holds: its key and labels, the call's arguments (as
-        # large as the key they make, roughly) and its closures.
-        weight = len(store_key) + sum(map(len, labels)) + key_size(key) + _CLOSURE_BYTES
+        # large as the key they make, roughly), its closures and any held value. Weighed
+        # only when something remembers it: key_size encodes the key once more.
+        weight = 0
+        if self.refreshers is not _forget:
+            weight = len(store_key) + sum(map(len, labels)) + key_size(key) + _CLOSURE_BYTES
         if revalidate is not None and step.previous is not None:
             call = self._conditional(step.previous, upstream, codec, call, revalidate)
             weight += len(step.previous.data)  # the held value rides with the call

@@ -45,7 +45,7 @@ async def store_unless_purged(
     conditional = getattr(store, "set_unless_purged", None)
     if before is not None and conditional is not None:
         return bool(await conditional(key, entry, ttl_seconds, before))
-    if purged_since(before, await purge_count(store)):
-        return False
+    if before is not None and purged_since(before, await purge_count(store)):
+        return False  # (no count read before: nothing to compare, no second read)
     await store.set(key, entry, ttl_seconds)
     return True

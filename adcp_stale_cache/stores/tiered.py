@@ -30,6 +30,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from ..entry import Entry
+from ..purges import store_unless_purged
 from .base import Store
 from .memory import MemoryStore
 
@@ -155,13 +156,13 @@ class TieredStore:
             return False
         near_count, far_count = count
         try:
-            kept = await _set_unless_purged(self.far, key, entry, ttl_seconds, far_count)
+            kept = await store_unless_purged(self.far, key, entry, ttl_seconds, far_count)
         except Exception:
-            await _set_unless_purged(self.near, key, entry, ttl_seconds, near_count)
+            await store_unless_purged(self.near, key, entry, ttl_seconds, near_count)
             raise
         if not kept:
             return False
-        return await _set_unless_purged(self.near, key, entry, ttl_seconds, near_count)
+        return await store_unless_purged(self.near, key, entry, ttl_seconds, near_count)
 
     async def delete(self, key: str) -> None:
         """Forget ``key`` in both tiers."""
@@ -221,20 +222,6 @@ async def _generation(store: Any) -> object:
     except Exception:
         return _UNKNOWN
     return _UNKNOWN if current is None else current
-
-
-async def _set_unless_purged(
-    store: Any, key: str, entry: Entry, ttl_seconds: float, count: object
-) -> bool:
-    # A tier that keeps no count (count None) has nothing to check against; one that counts
-    # but cannot check in one step is checked just before (as purges.store_unless_purged).
-    conditional = getattr(store, "set_unless_purged", None)
-    if count is not None and conditional is not None:
-        return bool(await conditional(key, entry, ttl_seconds, count))
-    if count is not None and await _generation(store) not in (count, _UNKNOWN):
-        return False
-    await store.set(key, entry, ttl_seconds)
-    return True
 
 
 def _grew(before: object, now: object) -> bool:
