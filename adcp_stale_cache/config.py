@@ -31,7 +31,6 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -46,7 +45,7 @@ from .breaker import BreakerPolicy
 from .cache import UpstreamCache
 from .policy import SurfacePolicy, Surfaces, Upstream
 from .stores import MemoryStore, Store, TieredStore
-from .stores.redis_urls import SCHEMES, redacted
+from .stores.redis_urls import SCHEMES, redacted, url_problem
 
 ENV_PREFIX = "ADCP_STALE_CACHE_"
 ENV_FILE = "ADCP_STALE_CACHE_CONFIG"
@@ -113,20 +112,9 @@ class StoreSettings(BaseModel):
     @classmethod
     def _redis_url(cls, value: str) -> str:
         # What redis-py's from_url takes; checked here so that `config check` catches it.
-        if urlsplit(value).scheme not in SCHEMES or "://" not in value:
-            raise ValueError(f"must be a Redis URL: {', '.join(s + '://' for s in SCHEMES)}")
-        parts = urlsplit(value)
-        usable = not parts.fragment  # a Redis URL has none: a password's # ended the netloc
-        try:  # each host's port a number (a cluster or Sentinel URL lists several)
-            for host in parts.netloc.rsplit("@", 1)[-1].split(","):
-                _ = urlsplit(f"//{host}").port
-        except ValueError:
-            usable = False
-        if not usable:
-            raise ValueError(
-                "not a usable URL: a port that is no number, or a password holding # / ? @ "
-                "(percent-encode them)"
-            )
+        found = url_problem(value)
+        if found is not None:
+            raise ValueError(found)
         return value
 
 

@@ -50,17 +50,30 @@ def is_cluster(url: str) -> bool:
     return urlsplit(url).scheme.endswith("+cluster")
 
 
+def url_problem(url: str) -> str | None:
+    """What makes ``url`` no usable Redis URL, in words that never quote it; None when
+    nothing does (what :func:`client_from_url` takes, checked without redis installed)."""
+    parts = urlsplit(url)
+    if parts.scheme not in SCHEMES or "://" not in url:
+        return f"not a Redis URL ({', '.join(s + '://' for s in SCHEMES)})"
+    if parts.fragment:  # a Redis URL has none: a password's # ended the netloc
+        return "not a usable Redis URL (percent-encode # / ? @ in a password)"
+    try:  # each host's port a number (a cluster or Sentinel URL lists several)
+        for host in parts.netloc.rsplit("@", 1)[-1].split(","):
+            _ = urlsplit(f"//{host.strip()}").port
+    except ValueError:  # (int() would quote what it could not read: a password's piece)
+        return "not a usable Redis URL (a port that is no number, or a password's / or ?)"
+    return None
+
+
 def client_from_url(url: str, *, socket_timeout: float) -> Any:
     """A ``redis.asyncio`` client (``Redis`` or ``RedisCluster``) for ``url``."""
     import redis.asyncio as redis
 
+    found = url_problem(url)
+    if found is not None:
+        raise ValueError(f"{found}: {redacted(url)}")
     parts = urlsplit(url)
-    if parts.scheme not in SCHEMES:
-        raise ValueError(f"not a Redis URL ({', '.join(s + '://' for s in SCHEMES)}): "
-                         f"{redacted(url)}")  # fmt: skip
-    if parts.fragment:  # a Redis URL has none: a password's # ended the netloc
-        raise ValueError(f"not a usable Redis URL (percent-encode # / ? @ in a password): "
-                         f"{redacted(url)}")  # fmt: skip
     timeouts: dict[str, Any] = {
         "socket_timeout": socket_timeout, "socket_connect_timeout": socket_timeout
     }  # fmt: skip
@@ -73,11 +86,7 @@ def client_from_url(url: str, *, socket_timeout: float) -> Any:
     options = _tls_options(parts.query) if tls else {}
     auth: dict[str, Any] = {"username": unquote(parts.username) if parts.username else None,
             "password": unquote(parts.password) if parts.password else None}  # fmt: skip
-    try:
-        nodes = _nodes(parts.netloc.rsplit("@", 1)[-1])
-    except ValueError:  # int() quotes what it could not read: a password's piece, maybe
-        raise ValueError(f"not a usable Redis URL (a port that is no number?): "
-                         f"{redacted(url)}") from None  # fmt: skip
+    nodes = _nodes(parts.netloc.rsplit("@", 1)[-1])  # read by url_problem already
     if parts.scheme.endswith("+cluster"):
         from redis.asyncio.cluster import ClusterNode, RedisCluster
 
