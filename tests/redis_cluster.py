@@ -56,7 +56,22 @@ class RedisCluster:
             check=True, capture_output=True, timeout=60,
         )  # fmt: skip
         self.wait_ok()
+        self.wait_agreed()
         return self
+
+    def wait_agreed(self, timeout: float = 30) -> None:
+        """Wait until every node agrees on the slots configuration. Until then a replica
+        may yet hear that its master's slots were another's and drop the keys it holds in
+        them, locally: no resync follows (its offset stays its master's), and a failover
+        then promotes a replica missing keys its master had."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            check = subprocess.run(["redis-cli", "--cluster", "check", f"127.0.0.1:{self.ports[0]}"],
+                                   capture_output=True, text=True, timeout=10)  # fmt: skip
+            if "All nodes agree about slots configuration" in check.stdout:
+                return
+            time.sleep(0.1)
+        raise TimeoutError("the cluster's nodes did not agree on the slots configuration")
 
     def masters(self) -> list[int]:
         """The ports of the live masters."""
@@ -88,6 +103,27 @@ class RedisCluster:
     def kill(self, port: int) -> None:
         self.processes[port].kill()
         self.processes[port].wait()
+
+    def describe(self, key: str | None = None) -> str:
+        """Each live node's role, keys and master link (and what it answers for ``key``),
+        for a failure's message."""
+        lines = []
+        for port in self.ports:
+            if self.processes[port].poll() is not None:
+                lines.append(f"{port}: dead")
+                continue
+            info = redis_cli(port, "info", "replication")
+            fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
+            role, keys = fields.get("role", "?").strip(), redis_cli(port, "dbsize").strip()
+            link = fields.get("master_link_status", "").strip()
+            if role == "slave":
+                link += f" of {fields.get('master_port', '?').strip()}"
+            else:
+                link = fields.get("slave0", "no replica").strip()
+            lines.append(f"{port}: {role} keys={keys} {link}".rstrip())
+            if key is not None:
+                lines[-1] += f" exists={redis_cli(port, 'exists', key).strip()}"
+        return "; ".join(lines)
 
     def stop(self) -> None:
         for process in self.processes.values():

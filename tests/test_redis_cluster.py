@@ -112,6 +112,10 @@ async def test_a_cold_seller_survives_a_master_killed_under_load(cluster: RedisC
     until = time.monotonic() + 6
     runs = asyncio.gather(load(cold, until), load(warm, until))
     await asyncio.sleep(1)
+    # Spurious failovers under load (a slow node read as failed) can leave a replica
+    # resyncing: the kill waits for every replica to be online at its master's offset.
+    await asyncio.to_thread(cluster.wait_replicated)
+    before = cluster.describe()
     victim = cluster.masters()[0]
     cluster.kill(victim)  # a master dies under load
     failover = asyncio.ensure_future(asyncio.to_thread(cluster.wait_ok))
@@ -126,7 +130,8 @@ async def test_a_cold_seller_survives_a_master_killed_under_load(cluster: RedisC
         shared = colder.store.far  # type: ignore[attr-defined]
         assert time.monotonic() < settle, (
             f"the cluster did not answer after the failover: {shared.failures} store failures; "
-            f"masters {cluster.masters()}, killed {victim}"
+            f"masters {cluster.masters()}, killed {victim}; before the kill: {before}; "
+            f"now: {cluster.describe(shared._key(colder.store_key(INVENTORY, KEYS[0])))}"
         )
         await asyncio.sleep(0.2)
     for key in KEYS:
