@@ -24,6 +24,7 @@ from .httpx_transport import CachingTransport
 from .middleware import StaleAdvisoryMiddleware
 from .policy import DEFAULT_STALE_ON, FailureKind, SurfacePolicy, Surfaces, Upstream
 from .stores import MemoryStore, Store
+from .testing import ForcedOutages as _ForcedOutages  # noqa: F401  # test_mode's injector
 from .values import JSON, Codec, JsonCodec, PydanticCodec, SharedJsonCodec
 
 __all__ = [

@@ -39,11 +39,11 @@ from typing import Any
 
 from cachetools import LRUCache
 
-from .cache import UpstreamCache
 from .entry import Entry
 from .labels import label_value, labels
 from .metrics import CacheMetrics, CombinedMetrics
 from .policy import Upstream
+from .steering import RememberedRefresh, Steerable
 from .stores import MemoryStore
 from .stores.tiered import tiers
 
@@ -136,17 +136,14 @@ class RecentRefreshes:
         if max_keys < 1 or max_bytes < 1:
             raise ValueError("remember_keys and remember_bytes must be positive")
         self.max_keys = max_keys
-        self._refreshes: LRUCache[str, tuple[frozenset[str], Callable[[], Awaitable[Any]], int]]
+        self._refreshes: LRUCache[str, tuple[frozenset[str], RememberedRefresh, int]]
         self._refreshes = LRUCache(max_bytes, getsizeof=lambda remembered: remembered[2])
         self._lock = threading.Lock()  # fetches come from every thread of a seller
 
-    def __call__(
-        self,
-        store_key: str,
-        labels: tuple[str, ...],
-        refresh: Callable[[], Awaitable[Any]],
-        weight: int = 0,
+    def remember(
+        self, store_key: str, labels: tuple[str, ...], refresh: RememberedRefresh, weight: int = 0
     ) -> None:
+        """Remember ``refresh`` as the one of ``store_key`` (see steering's RefreshMemory)."""
         with self._lock:
             try:
                 self._refreshes[store_key] = (frozenset(labels), refresh, max(1, weight))
@@ -164,7 +161,7 @@ class RecentRefreshes:
     def __len__(self) -> int:
         return len(self._refreshes)
 
-    def selected(self, selection: Selection) -> list[tuple[str, Callable[[], Awaitable[Any]]]]:
+    def selected(self, selection: Selection) -> list[tuple[str, RememberedRefresh]]:
         """The remembered refreshes of the keys ``selection`` takes."""
         with self._lock:
             items = list(self._refreshes.items())
@@ -184,7 +181,7 @@ class CacheControl:
 
     def __init__(
         self,
-        cache: UpstreamCache,
+        cache: Steerable,
         *,
         remember_keys: int = 10_000,
         remember_bytes: int = 64 * 1024 * 1024,
@@ -193,7 +190,7 @@ class CacheControl:
         self.stats = UpstreamStats()
         cache.metrics = CombinedMetrics(cache.metrics, self.stats)
         self.recent = RecentRefreshes(remember_keys, remember_bytes)
-        cache.refreshers = self.recent
+        cache.remember_refreshes(self.recent)
 
     async def warm(self, calls: Iterable[Warm], *, concurrency: int = 8) -> int:
         """Fill keys before the first request (at start-up): each :class:`Warm` is fetched as
@@ -305,7 +302,7 @@ class CacheControl:
         selection = self._selection(upstream, surface, tags, partition, key)
         marked = await self._purge(selection, soft=True)
         started = self.recent.selected(selection)
-        self.cache.refresh_soon_all(started, concurrency)
+        self.cache.refresh_soon(started, concurrency)
         self.cache.metrics.invalidation("refresh", len(started))
         logger.info(
             "refresh selectors=%s key=%s marked=%d started=%d",

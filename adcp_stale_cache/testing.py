@@ -20,15 +20,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .admission import FORCED_FAILURE, install_compliance
 from .collector import AdvisoryCollector
-from .failures import Failure
-from .policy import FailureKind, SurfacePolicy, Upstream
+from .policy import SurfacePolicy, Upstream
 
-FORCED_FAILURE = Failure(
-    FailureKind.UPSTREAM_ERROR,
-    "SERVICE_UNAVAILABLE",
-    "Upstream forced unavailable by the compliance test controller",
-)
+__all__ = ["FORCED_FAILURE", "ForcedOutage", "ForcedOutages"]
 
 
 @dataclass
@@ -98,3 +94,7 @@ class ForcedOutages:
 
     def __len__(self) -> int:
         return len(self._outages)
+
+
+# What UpstreamCache(test_mode=True) installs (the core declares the protocol: admission).
+install_compliance(ForcedOutages)

@@ -53,7 +53,7 @@ def test_the_documented_file_loads(toml_file: Path) -> None:
     assert isinstance(cache.store.near, MemoryStore) and cache.store.near.max_entries == 10000
     assert isinstance(cache.store.far, SqliteStore)
     assert str(cache.store.far.path) == "/var/cache/seller.db"
-    assert cache.breaker_policy is not None and cache.breaker_policy.cooldown_seconds == 5
+    assert cache.breakers.policy is not None and cache.breakers.policy.cooldown_seconds == 5
 
 
 def test_the_documented_python_runs(toml_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -95,7 +95,7 @@ def test_environment_overrides_the_file(toml_file: Path) -> None:
     assert config.middleware_options()["stale_headers"] is False
     assert config.tracing is None
     cache = config.build_cache()
-    assert cache.breaker_policy is None
+    assert cache.breakers.policy is None
     assert isinstance(cache.store, TieredStore)
 
 

@@ -612,7 +612,7 @@ async def test_refresh_puts_at_most_its_concurrency_in_flight() -> None:
     assert await control.refresh(upstream="inventory-service", concurrency=8) == 100
     for _ in range(100):
         await asyncio.sleep(0.01)
-        if not cache._tasks:  # every refresh done
+        if not cache.flights.tasks:  # every refresh done
             break
     assert 1 <= peak <= 8
 

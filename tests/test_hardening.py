@@ -47,7 +47,7 @@ BREAKER = BreakerPolicy(failure_threshold=1, window_seconds=60, cooldown_seconds
 
 
 async def settle(cache: UpstreamCache) -> None:
-    await asyncio.wait_for(asyncio.gather(*cache._tasks, return_exceptions=True), timeout=10)
+    await asyncio.wait_for(asyncio.gather(*cache.flights.tasks, return_exceptions=True), timeout=10)
 
 
 # 1. A probe taken by a request whose budget was already spent was never run nor released.
@@ -91,7 +91,7 @@ async def test_a_probe_cancelled_before_its_verdict_frees_the_slot(clock: FakeCl
 
     probe = asyncio.ensure_future(cache.fetch(INVENTORY, "k", hangs, surface=POLICY))
     await asyncio.sleep(0.01)
-    for task in cache._flights.flights().values():
+    for task in cache.flights.flights.flights().values():
         task.cancel()  # the flight ends with no verdict (a loop shutting down, say)
     with contextlib.suppress(BaseException):
         await probe

@@ -59,7 +59,7 @@ def make_cache(clock: FakeClock, **policy: Any) -> UpstreamCache:
 
 async def background_done(cache: UpstreamCache) -> None:
     """Wait for the cache's background work (a probe, a revalidation), however loaded the box."""
-    await asyncio.wait_for(asyncio.gather(*cache._tasks), timeout=10)
+    await asyncio.wait_for(asyncio.gather(*cache.flights.tasks), timeout=10)
 
 
 async def fetch(cache: UpstreamCache, up: Upstreamish) -> tuple[Any, list[dict[str, Any]]]:

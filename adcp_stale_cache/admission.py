@@ -1,0 +1,175 @@
+"""Stage 2 of a fetch, **admit**: may this fetch call its upstream now?
+
+One answer per fetch that found no fresh hit: :class:`Admitted` (call, within this deadline,
+perhaps as the breaker's one probe) or :class:`Refused` (answer from cache with this failure:
+the request's budget is spent, the breaker is open here, or another process published its
+open breaker). :class:`Breakers` holds the per-upstream breakers the flight reports to.
+
+An *injected* outage (a compliance harness's ``force_upstream_unavailable``) is declared
+here as a protocol, :class:`OutageInjector`; :mod:`adcp_stale_cache.testing` implements it
+and ``UpstreamCache(test_mode=True)`` installs that implementation. The core never imports
+the harness.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from .breaker import Admission, Breaker, BreakerPolicy
+from .collector import AdvisoryCollector
+from .failures import BUDGET_SPENT, CIRCUIT_OPEN, Failure
+from .lookup import Lookup
+from .metrics import CacheMetrics
+from .policy import FailureKind, SurfacePolicy, Upstream
+from .shared_breakers import SharedBreakers
+
+#: What an injected outage reports as its upstream's failure.
+FORCED_FAILURE = Failure(
+    FailureKind.UPSTREAM_ERROR,
+    "SERVICE_UNAVAILABLE",
+    "Upstream forced unavailable by the compliance test controller",
+)
+
+
+class InjectedOutage(Protocol):
+    """One outage injected for the next response it affects."""
+
+    @property
+    def tool(self) -> str:
+        """The tool whose next response it affects ("*": any tool's)."""
+
+    @property
+    def upstream_name(self) -> str | None:
+        """The upstream it fails (None: the tool's first)."""
+
+    @property
+    def cache_age_seconds(self) -> int | None:
+        """The age to serve the entry at (None: its real age, at least the target)."""
+
+    @property
+    def empty_cache(self) -> bool:
+        """Answer as if nothing were cached: the failure stays a failure."""
+
+
+class OutageInjector(Protocol):
+    """Where injected outages come from (see :mod:`adcp_stale_cache.testing`)."""
+
+    def force(
+        self,
+        tool: str,
+        upstream_name: str | None = None,
+        cache_age_seconds: int | None = None,
+        empty_cache: bool = False,
+    ) -> InjectedOutage:
+        """Inject an outage of ``upstream_name`` for the next response of ``tool``."""
+
+    def claim(
+        self, policy: SurfacePolicy, upstream: Upstream, collector: AdvisoryCollector | None
+    ) -> InjectedOutage | None:
+        """The outage affecting this call, claimed for the current response."""
+
+
+_compliance: list[Callable[[], OutageInjector]] = []
+
+
+def install_compliance(factory: Callable[[], OutageInjector]) -> None:
+    """Name what ``UpstreamCache(test_mode=True)`` installs: the compliance harness
+    (:mod:`adcp_stale_cache.testing`) names its injector when it loads; the package loads it."""
+    _compliance[:] = [factory]
+
+
+def compliance_injector() -> OutageInjector | None:
+    """A new injector of the installed kind (None: none installed)."""
+    return _compliance[0]() if _compliance else None
+
+
+@dataclass(slots=True)
+class Admitted:
+    """Call the upstream within ``timeout``; ``probe``: the breaker's one probe (its
+    ``last_failure`` is what a stale answer in front of it reports)."""
+
+    timeout: float
+    probe: Breaker | None = None
+
+    @property
+    def last_failure(self) -> Failure | None:
+        """The probing breaker's last failure (None when this call is no probe)."""
+        return self.probe.last_failure if self.probe is not None else None
+
+
+@dataclass(slots=True)
+class Refused:
+    """Do not call: answer from cache, reporting ``failure``."""
+
+    failure: Failure
+
+
+class Breakers:
+    """The per-upstream circuit breakers of one cache (none when ``policy`` is None), on
+    ``clock`` (monotonic: per process), shared with other processes through ``shared``."""
+
+    def __init__(
+        self,
+        policy: BreakerPolicy | None,
+        clock: Callable[[], float],
+        metrics: CacheMetrics,
+        shared: SharedBreakers | None = None,
+    ) -> None:
+        self.policy, self.clock, self.metrics, self.shared = policy, clock, metrics, shared
+        self._breakers: dict[tuple[str, str | None], Breaker] = {}  # by Upstream.identity
+
+    def of(self, upstream: Upstream) -> Breaker | None:
+        """The breaker of ``upstream`` (None: breakers are off)."""
+        if self.policy is None:
+            return None
+        breaker = self._breakers.get(upstream.identity)
+        if breaker is None:
+            breaker = self._breakers[upstream.identity] = Breaker(self.policy)
+        return breaker
+
+    def is_open(self, upstream: Upstream | str) -> bool:
+        """True while the breaker of ``upstream`` holds calls back (given a name: of any
+        upstream of that name)."""
+        if isinstance(upstream, Upstream):
+            breaker = self._breakers.get(upstream.identity)
+            return breaker is not None and breaker.is_open
+        return any(b.is_open for (name, _), b in list(self._breakers.items()) if name == upstream)
+
+    async def admit(self, found: Lookup) -> Admitted | Refused:
+        """The answer for a fetch that found no fresh hit."""
+        timeout = found.timeout
+        collector = found.collector
+        budget = collector.budget_left(found.policy) if collector is not None else None
+        if budget is not None:
+            if budget <= 0:  # before the breaker: a caller that will not call takes no probe
+                return Refused(BUDGET_SPENT)
+            timeout = min(timeout, budget)
+        breaker = self.of(found.upstream)
+        admission = breaker.admit(self.clock()) if breaker else Admission.CALL
+        if breaker is not None and admission is Admission.REJECT:  # open: answer at once
+            return Refused(breaker.last_failure or CIRCUIT_OPEN)
+        if admission is Admission.CALL and self.shared is not None:
+            elsewhere = await self.shared.open_elsewhere(found.upstream)
+            if elsewhere is not None:
+                return Refused(elsewhere)
+        return Admitted(timeout, breaker if admission is Admission.PROBE else None)
+
+    async def report(self, upstream: Upstream, failure: Failure | None, outage: bool) -> None:
+        """A call's verdict: ``failure`` None for an answer; ``outage`` whether the failure
+        counts as one (one that does not still means the upstream answered)."""
+        breaker = self.of(upstream)
+        if breaker is None:
+            return
+        if failure is not None and outage:
+            breaker.on_failure(self.clock(), failure)
+        else:
+            breaker.on_success()
+        self.metrics.breaker(upstream.name, breaker.is_open)
+        if self.shared is None:
+            return
+        if failure is None:
+            await self.shared.closed(upstream)
+        elif breaker.is_open and not breaker.probing:
+            await self.shared.opened(upstream, failure, breaker.policy.cooldown_seconds)

@@ -1,0 +1,332 @@
+"""Stage 3 of a fetch, **fly**: the one upstream call every caller of a key shares.
+
+A flight is keyed by the store key *and the purge count read when it starts* (see
+:mod:`~adcp_stale_cache.purges`): a request never joins a call that started before a purge
+it could know of, and the call's answer is stored only if no purge landed since that
+reading. The flight calls within its deadline (on the library's own loop when calls are
+detached), validates the answer, reads its caching directives, stores what may be kept,
+waits on another process's refresh when they coordinate, and reports every way it ends to
+the breaker. It remembers itself (see :mod:`~adcp_stale_cache.steering`) so the control
+plane can run it again, as the request that made it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from .admission import Admitted, Breakers
+from .advisory import AdcpError
+from .breaker import Breaker
+from .call_loop import CallLoop
+from .collector import AdvisoryCollector, _flight, current_collector
+from .directives import Directives
+from .entry import Entry
+from .failures import classify
+from .keys import key_size
+from .lookup import Lookup
+from .metrics import CacheMetrics
+from .policy import SurfacePolicy, Surfaces, Upstream
+from .purges import purge_count, store_unless_purged
+from .singleflight import SingleFlight, call_with_deadline
+from .steering import RefreshMemory, RememberedRefresh
+from .stores import Store
+from .values import Codec, Unreadable, decode, encode
+
+T = TypeVar("T")
+logger = logging.getLogger("adcp_stale_cache")
+
+#: What a remembered refresh's closures hold beside its key, labels and held value, roughly.
+CLOSURE_BYTES = 2048
+
+
+class Refreshed(Generic[T]):
+    """What one flight hands to every caller sharing it: the value, its stored bytes (None
+    when not stored), and the advisories of stale data the value was built on."""
+
+    __slots__ = ("advisories", "data", "value")
+
+    def __init__(
+        self, value: T, data: bytes | None, advisories: tuple[tuple[Hashable, AdcpError], ...] = ()
+    ) -> None:
+        self.value = value
+        self.data = data
+        self.advisories = advisories
+
+
+@dataclass(frozen=True, slots=True)
+class Answer(Generic[T]):
+    """How one fetch calls its upstream and reads what it answers (see ``fetch``)."""
+
+    call: Callable[[], Awaitable[T]]
+    codec: Codec[T]
+    cacheable: Callable[[T], bool] | None = None
+    validate: Callable[[T], object] | None = None
+    revalidate: Callable[[T], Awaitable[T]] | None = None
+    directives: Callable[[T], Directives | None] | None = None
+
+
+def as_made(origin: AdvisoryCollector | None, refresh: RememberedRefresh) -> RememberedRefresh:
+    """``refresh``, to be re-run later (by the control plane) as the request that made it:
+    with its surface and caller partition, never those of whoever asks for the refresh (an
+    operator's request is every tenant's partition at once)."""
+
+    # Its facts only, not the request's collector: remembered for thousands of keys, it
+    # would keep every request's advisories alive. (is not None: an empty one is falsy.)
+    surface, partition, partition_of = origin.origin() if origin is not None else (None, None, None)
+
+    async def again(before: object) -> Any:
+        token = _flight.set(AdvisoryCollector(surface, partition, partition_of))
+        try:
+            return await refresh(before)
+        finally:
+            _flight.reset(token)
+
+    return again
+
+
+class Flights:
+    """The flights of one cache over ``store``, read back through ``read`` (see
+    :meth:`~adcp_stale_cache.lookup.Lookups.read`). Entries are stamped on ``clock`` and
+    kept for ``ttl`` of their upstream and policy; ``lease``: processes sharing the store
+    refresh a key once between them (when it offers leases)."""
+
+    def __init__(
+        self,
+        store: Store,
+        read: Callable[[str], Awaitable[Entry | None]],
+        clock: Callable[[], float],
+        metrics: CacheMetrics,
+        breakers: Breakers,
+        surfaces: Surfaces,
+        failure_types: Any = (),
+        call_loop: CallLoop | None = None,
+        lease: bool = False,
+    ) -> None:
+        self.store, self.read, self.clock, self.metrics = store, read, clock, metrics
+        self.breakers, self.failure_types = breakers, failure_types
+        self._longest_ttl: dict[str, int] = {}  # per upstream name: see ttl
+        for declared in surfaces.policies:
+            for name in declared.upstreams:
+                self._longest_ttl[name] = max(self._longest_ttl.get(name, 0), declared.ttl_seconds)
+        self.call_loop, self.lease = call_loop, lease
+        self.memory: RefreshMemory | None = None  # what remembers every flight's refresh
+        self.flights: SingleFlight[Refreshed[Any]] = SingleFlight()
+        self.tasks: set[asyncio.Future[object]] = set()  # what runs behind an answer
+
+    async def fly(
+        self, found: Lookup, admitted: Admitted, answer: Answer[T]
+    ) -> Awaitable[Refreshed[T]] | None:
+        """Start (or join) the flight of this fetch. Returns what to await for its
+        :class:`Refreshed`, or None when it runs behind an answer from the entry held (the
+        breaker's probe, or a revalidation within stale-while-revalidate)."""
+        call, previous, weight = answer.call, found.previous, 0
+        if self.memory is not None:  # what the remembered refresh holds, roughly
+            weight = len(found.store_key) + sum(map(len, found.labels)) + key_size(found.key)
+            weight += CLOSURE_BYTES
+        if answer.revalidate is not None and previous is not None:
+            call = _conditional(previous, found.upstream, answer.codec, call, answer.revalidate)
+            weight += len(previous.data)  # the held value rides with the call
+        refresh = self._refresher(found, admitted.timeout, answer, call)
+        if self.memory is not None:
+            remembered = as_made(found.collector, refresh)
+            self.memory.remember(found.store_key, found.labels, remembered, weight)
+        flight: Awaitable[Refreshed[T]]
+        flight = self.run(found.store_key, refresh, await purge_count(self.store))
+        if admitted.probe is not None:
+            flight = _releasing(admitted.probe, flight)
+        if found.fallback is not None and (admitted.probe is not None or found.behind):
+            self.background(flight)
+            return None
+        return flight
+
+    def run(self, store_key: str, refresh: RememberedRefresh, epoch: object) -> Awaitable[Any]:
+        """``refresh`` as the flight of ``store_key`` within purge count ``epoch`` (which
+        its answer is stored under: see purges)."""
+        return self.flights.run((store_key, epoch), lambda: refresh(epoch))
+
+    async def run_now(self, store_key: str, refresh: RememberedRefresh) -> Any:
+        """``refresh`` as the flight of ``store_key`` that requests now would join."""
+        return await self.run(store_key, refresh, await purge_count(self.store))
+
+    def refresh_soon(
+        self, refreshes: list[tuple[str, RememberedRefresh]], concurrency: int
+    ) -> None:
+        """Run ``refreshes`` in the background, ``concurrency`` at a time, each as the flight
+        of its store key when it starts: requests for the key meanwhile join it."""
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        queue = list(reversed(refreshes))
+
+        async def worker() -> None:
+            while queue:
+                store_key, refresh = queue.pop()
+                with contextlib.suppress(Exception):  # a failed refresh leaves the entry
+                    await self.run_now(store_key, refresh)
+
+        for _ in range(min(concurrency, len(queue))):
+            self.background(worker())
+
+    def ttl(self, upstream: Upstream, policy: SurfacePolicy) -> int:
+        """How long the store keeps an entry of ``upstream``: as long as the longest-lived
+        surface reading that upstream may serve it (surfaces can share a key, and each
+        decision applies its own bound), plus one second of slack (the decision, not the
+        store's expiry, draws the exact bound)."""
+        longest = self._longest_ttl.get(upstream.name, 0)
+        if policy.ttl_seconds > longest:
+            self._longest_ttl[upstream.name] = longest = policy.ttl_seconds
+        return longest + 1
+
+    def background(self, work: Awaitable[object]) -> None:
+        """Run ``work`` behind the answer (kept referenced, its exception retrieved)."""
+        task = asyncio.ensure_future(work)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    async def latest(self, found: Lookup) -> Entry | None:
+        """After a failed flight, the entry to fall back on: one another flight stored
+        meanwhile when it is newer than the one held."""
+        latest, fallback = await self.read(found.store_key), found.fallback
+        if latest is None or (fallback is not None and latest.stored_at < fallback.stored_at):
+            return fallback
+        return latest
+
+    async def seed(
+        self, found: Lookup, call: Callable[[], Awaitable[T]], codec: Codec[T]
+    ) -> Entry | None:
+        """One call, stored as it answers (no validation, no directives: an injected
+        outage's cold cache, seeded for real). None when the answer cannot be stored."""
+        before = await purge_count(self.store)  # a purge meanwhile wins here too
+        value = await call_with_deadline(call, found.timeout, self.call_loop)
+        data = encode(codec, value, found.upstream)
+        if data is None:
+            return None
+        entry = Entry(data, self.clock(), found.labels)
+        await self._store(found, entry, before)
+        return entry
+
+    def _refresher(
+        self, found: Lookup, timeout: float, answer: Answer[T], call: Callable[[], Awaitable[T]]
+    ) -> RememberedRefresh:
+        """The flight's work: call (or wait on another process's call), store, and report
+        every way it ends to the breaker (a probe that reported nothing would hold the
+        breaker open)."""
+        upstream, policy = found.upstream, found.policy
+
+        async def refresh(before: object) -> Refreshed[T]:
+            started = time.monotonic()
+            try:
+                refreshed = await self._fill(found, timeout, answer, call, before)
+            except Exception as exc:
+                failure = classify(exc, timeout, self.failure_types)
+                outage = failure.kind in policy.stale_on
+                self.metrics.refresh(policy.name, upstream.name, time.monotonic() - started, False)
+                if outage:
+                    self.metrics.upstream_failure(upstream.name, failure.code)
+                await self.breakers.report(upstream, failure, outage)
+                raise
+            self.metrics.refresh(policy.name, upstream.name, time.monotonic() - started, True)
+            await self.breakers.report(upstream, None, False)
+            return refreshed
+
+        return refresh
+
+    async def _fill(
+        self, found: Lookup, timeout: float, answer: Answer[T],
+        call: Callable[[], Awaitable[T]], before: object,
+    ) -> Refreshed[T]:  # fmt: skip
+        """Call and store; with leases, only as the holder, else wait for the holder's."""
+        lease = getattr(self.store, "lease", None) if self.lease else None
+        if lease is None:
+            return await self._call_and_store(found, timeout, answer, call, before)
+        started = self.clock()
+        async with lease(found.store_key, timeout + 1) as holder:
+            if holder:
+                return await self._call_and_store(found, timeout, answer, call, before)
+        entry = await self._await_other_process(found.store_key, started, timeout)
+        if entry is None:  # released with nothing stored: a failure, or a purge won
+            return await self._call_and_store(found, timeout, answer, call, before)
+        return Refreshed(decode(answer.codec, entry, found.upstream), entry.data)
+
+    async def _call_and_store(
+        self, found: Lookup, timeout: float, answer: Answer[T],
+        call: Callable[[], Awaitable[T]], before: object,
+    ) -> Refreshed[T]:  # fmt: skip
+        # Nested cached calls record their stale serves here, for every caller.
+        inner = AdvisoryCollector.within(current_collector())
+        token = _flight.set(inner)
+        try:
+            value = await call_with_deadline(call, timeout, self.call_loop)
+        finally:
+            _flight.reset(token)
+        if answer.validate is not None:
+            answer.validate(value)
+        if inner:  # built on stale data: served with its advisories, never stored fresh
+            return Refreshed(value, None, tuple(inner.recorded()))
+        if answer.cacheable is not None and not answer.cacheable(value):
+            return Refreshed(value, None)
+        said = answer.directives(value) if answer.directives is not None else None
+        if said is not None and not said.storable(found.shared):
+            return Refreshed(value, None)
+        data = encode(answer.codec, value, found.upstream)
+        if data is None:
+            return Refreshed(value, None)
+        terms = said.terms() if said is not None else None
+        entry = Entry(data, self.clock(), found.labels, terms=terms)
+        if not await self._store(found, entry, before):
+            return Refreshed(value, None)  # a purge landed meanwhile: it wins
+        return Refreshed(value, data)
+
+    async def _store(self, found: Lookup, entry: Entry, before: object) -> bool:
+        """Store unless a purge landed since the count read ``before`` (see purges); True
+        when stored. A store's fault is logged, never raised."""
+        ttl = self.ttl(found.upstream, found.policy)
+        try:
+            return await store_unless_purged(self.store, found.store_key, entry, ttl, before)
+        except Exception:
+            logger.exception("store_error op=set")
+            return False
+
+    async def _await_other_process(
+        self, store_key: str, since: float, timeout: float
+    ) -> Entry | None:
+        """The entry another process's refresh stores, waited for up to ``timeout``; None
+        when that process let go of the key without storing one (its call failed, or a
+        purge kept its answer out: this process cannot tell, so it asks itself)."""
+        lease_active: Any = getattr(self.store, "lease_active", None)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+            entry = await self.read(store_key)
+            if entry is not None and entry.stored_at >= since:
+                return entry
+            if lease_active is not None and not await lease_active(store_key):
+                entry = await self.read(store_key)  # released: it stored, or it did not
+                return entry if entry is not None and entry.stored_at >= since else None
+        raise TimeoutError(f"no answer within {timeout:g}s (refresh by another process)")
+
+
+def _conditional(
+    previous: Entry, upstream: Upstream, codec: Codec[T], call: Callable[[], Awaitable[T]],
+    revalidate: Callable[[T], Awaitable[T]],
+) -> Callable[[], Awaitable[T]]:  # fmt: skip
+    """``revalidate`` given the held value (``call`` when it cannot be read)."""
+    try:
+        held = decode(codec, previous, upstream)
+    except Unreadable:
+        return call
+    return lambda: revalidate(held)
+
+
+async def _releasing(breaker: Breaker, flight: Awaitable[T]) -> T:
+    """Await a probe's flight, then free the probe slot if the flight gave no verdict."""
+    try:
+        return await flight
+    finally:
+        breaker.release_probe()

@@ -1,0 +1,136 @@
+"""Stage 1 of a fetch, **look up**: which policy applies, whose entry it is, what is held,
+and what the decision core says to do with it.
+
+Nothing here calls an upstream: a :class:`Lookup` is what the later stages (admission, the
+flight, serving) read. It knows nothing of them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from .collector import AdvisoryCollector, current_collector
+from .decision import Fresh, Refresh, plan
+from .entry import Entry
+from .keys import cache_key
+from .labels import entry_labels
+from .policy import SurfacePolicy, Surfaces, Upstream
+from .stores import Store
+
+logger = logging.getLogger("adcp_stale_cache")
+
+#: How far in the future (another host's clock running ahead) a stored time may be.
+MAX_CLOCK_SKEW_SECONDS = 300.0
+
+
+@dataclass(slots=True)
+class Lookup:
+    """One fetch as looked up: its policy, store key and labels, the entry held, the plan."""
+
+    upstream: Upstream
+    key: object
+    policy: SurfacePolicy
+    shared: bool  # entries shared across callers (a surface known by name that says so)
+    partition: str | None  # the caller partition the entry is keyed under (None: shared)
+    store_key: str
+    labels: tuple[str, ...]
+    timeout: float  # the upstream call's deadline
+    collector: AdvisoryCollector | None  # the current request's
+    entry: Entry | None
+    step: Fresh | Refresh
+
+    @property
+    def fallback(self) -> Entry | None:
+        """The entry to serve stale if the call fails (None: nothing held, or a fresh hit)."""
+        return self.step.fallback if isinstance(self.step, Refresh) else None
+
+    @property
+    def previous(self) -> Entry | None:
+        """The entry held, even past max-stale (its validators make a call conditional)."""
+        return self.step.previous if isinstance(self.step, Refresh) else None
+
+    @property
+    def behind(self) -> bool:
+        """Whether the entry may be served now with its refresh behind it (the upstream's
+        ``stale-while-revalidate`` window, or the surface's own)."""
+        return (
+            isinstance(self.step, Refresh)
+            and self.step.fallback is not None
+            and (self.step.background or self.policy.stale_while_revalidate)
+        )
+
+
+class Lookups:
+    """Looks fetches up in ``store`` for the policies of ``surfaces``, keyed in ``keyspace``."""
+
+    def __init__(
+        self, store: Store, surfaces: Surfaces, clock: Callable[[], float], keyspace: str
+    ) -> None:
+        self.store, self.surfaces, self.clock, self.keyspace = store, surfaces, clock, keyspace
+        self._warned_default = False
+
+    async def look_up(
+        self, upstream: Upstream, key: object, surface: str | SurfacePolicy | None,
+        tags: Iterable[str],
+    ) -> Lookup:  # fmt: skip
+        """Policy, partition, store key and labels of this fetch, its entry and its plan."""
+        collector = current_collector()
+        policy, identified = self.policy(surface, collector)
+        # Only a surface known by name may share entries across callers: a request whose
+        # surface was not recognised (a path mounted under a prefix, a misspelt tool) keys
+        # per caller whatever the default policy says, so a slip never widens sharing.
+        shared = policy.shared_across_callers and identified
+        partition = None if shared or collector is None else collector.partition
+        store_key = self.store_key(upstream, key, partition)
+        labels = entry_labels(upstream, policy.name, partition, tags)
+        timeout = upstream.timeout_seconds or policy.upstream_timeout_seconds
+        entry = await self.read(store_key)
+        step = plan(entry, self.clock(), policy)
+        return Lookup(upstream, key, policy, shared, partition, store_key, labels, timeout,
+                      collector, entry, step)  # fmt: skip
+
+    def store_key(self, upstream: Upstream, key: object, partition: str | None = None) -> str:
+        """The store key of ``key`` for ``upstream`` (and the caller partition, if any; and
+        the upstream's own credentials, when it has some: never shared across them)."""
+        parts: tuple[object, ...] = (upstream.url, partition, key)
+        if upstream.credentials is not None:
+            parts = (*parts, ("credentials", upstream.credentials.get_secret_value()))
+        return cache_key(self.keyspace, upstream.name, parts)
+
+    def policy(
+        self, surface: str | SurfacePolicy | None, collector: AdvisoryCollector | None
+    ) -> tuple[SurfacePolicy, bool]:
+        """The policy of this call, and whether it was identified (not the default)."""
+        if isinstance(surface, SurfacePolicy):
+            return surface, True
+        if surface is not None:
+            return self.surfaces.get(surface), True
+        if collector is not None and collector.surface is not None:
+            return collector.surface, True
+        if collector is not None and not collector.nested and not self._warned_default:
+            self._warned_default = True  # once: a misrouted app would say it on every request
+            logger.warning(
+                "surface_unknown: a fetch in a request named no surface and the request "
+                "matched none (route paths are matched without the app's root_path); the "
+                "default policy applies, keyed per caller"
+            )
+        return self.surfaces.default, False
+
+    async def read(self, store_key: str) -> Entry | None:
+        """The usable entry under ``store_key``: none for a tombstone, a stored time that is
+        no time, or a store that fails (a broken store is "no cache", never a failure)."""
+        try:
+            entry = await self.store.get(store_key)
+        except Exception:
+            logger.exception("store_error op=get")
+            return None
+        if entry is not None and entry.tombstone:  # hard-purged
+            return None
+        # A time that is no time (NaN, infinite) or far in the future would look fresh
+        # forever: such an entry is no entry.
+        if entry is not None and not (entry.stored_at <= self.clock() + MAX_CLOCK_SKEW_SECONDS):
+            logger.warning("unreadable_entry reason=stored_at %r", entry.stored_at)
+            return None
+        return entry

@@ -1,0 +1,158 @@
+"""Stage 4 of a fetch, **serve**: the value, or the stale entry with its advisory, or the
+failure.
+
+What reaches the buyer is decided here and only here: a fresh hit's value; a stale entry
+within max-stale, with one ``STALE_RESPONSE`` recorded in the request's collector (see
+:mod:`~adcp_stale_cache.collector`); or :class:`~adcp_stale_cache.UpstreamUnavailable`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from .admission import FORCED_FAILURE, InjectedOutage
+from .advisory import stale_response
+from .collector import AdvisoryCollector, AdvisoryLost, current_collector
+from .decision import Fail, Fresh, Refresh, ServeStale, on_failure, whole_seconds
+from .entry import Entry
+from .failures import UNKNOWN_FAILURE, Failure, UpstreamUnavailable, classify
+from .flight import Flights, Refreshed
+from .lookup import Lookup
+from .metrics import CacheMetrics
+from .policy import SurfacePolicy, Upstream
+from .values import Codec, Unreadable, decode
+
+T = TypeVar("T")
+logger = logging.getLogger("adcp_stale_cache")
+
+#: What :meth:`Serving.fresh` answers when the entry is no fresh hit after all.
+NOT_FRESH: Any = object()
+
+
+class Serving:
+    """Serves what the earlier stages found, on ``clock``, reporting to ``metrics``.
+    ``strict_advisories``: refuse a stale serve no request collector would carry."""
+
+    def __init__(
+        self, clock: Callable[[], float], metrics: CacheMetrics, strict_advisories: bool = False
+    ) -> None:
+        self.clock, self.metrics, self.strict_advisories = clock, metrics, strict_advisories
+
+    def fresh(self, found: Lookup, codec: Codec[T]) -> T:
+        """A fresh hit's value, or :data:`NOT_FRESH` (no fresh entry, or one that cannot be
+        read: then it is a miss, refreshed and overwritten)."""
+        if isinstance(found.step, Fresh):
+            try:
+                value = decode(codec, found.step.entry, found.upstream)
+            except Unreadable:
+                found.entry, found.step = None, Refresh(fallback=None)
+            else:
+                self.metrics.hit(found.policy.name, found.upstream.name)
+                return value
+        if found.entry is None:
+            self.metrics.miss(found.policy.name, found.upstream.name)
+        return NOT_FRESH  # type: ignore[no-any-return]
+
+    def from_cache(
+        self,
+        found: Lookup,
+        latest: Entry | None,
+        failure: Failure | None,
+        codec: Codec[T],
+        exc: Exception | None = None,
+    ) -> T:
+        """Serve ``latest`` stale (recording the advisory), as a plain hit, or fail.
+
+        ``failure`` is None for a stale-while-revalidate answer, where no call failed.
+        """
+        upstream, policy = found.upstream, found.policy
+        outcome = on_failure(latest, self.clock(), policy)
+        if not isinstance(outcome, Fail):
+            try:
+                value = decode(codec, outcome.entry, upstream)
+            except Unreadable:
+                pass  # no usable entry after all: fail below
+            else:
+                if isinstance(outcome, ServeStale):
+                    self.record_stale(
+                        upstream, policy, outcome.age_seconds, failure, outcome.target_seconds
+                    )
+                return value
+        failure = failure or UNKNOWN_FAILURE  # revalidating an entry that just expired
+        self.metrics.unavailable(policy.name, upstream.name, failure.code)
+        logger.warning(
+            "upstream_unavailable upstream=%s surface=%s code=%s",
+            upstream.name,
+            policy.name,
+            failure.code,
+        )
+        raise UpstreamUnavailable(upstream, failure) from exc
+
+    def record_stale(
+        self,
+        upstream: Upstream,
+        policy: SurfacePolicy,
+        age: int,
+        failure: Failure | None,
+        target: int | None = None,
+    ) -> None:
+        """One stale serve: the request's advisory, the metrics and the log line."""
+        collector = current_collector()
+        first = True  # this request's first stale serve from this upstream
+        if collector is not None:
+            first = collector.record(
+                upstream.identity, stale_response(upstream, policy, age, failure, target)
+            )
+        elif self.strict_advisories:
+            raise AdvisoryLost(
+                f"{upstream.name!r} would be served stale with no request collector: carry the "
+                "request's context into this thread or loop (carry_context, use_collector)"
+            )
+        code = failure.code if failure else "REVALIDATING"
+        self.metrics.stale_serve(policy.name, upstream.name, code, collector is not None and first)
+        # Once per upstream per request at WARNING: a page of 50 stale keys is one event.
+        logger.log(
+            logging.WARNING if first else logging.DEBUG,
+            "stale_serve upstream=%s surface=%s age_seconds=%d code=%s collected=%s",
+            upstream.name,
+            policy.name,
+            age,
+            code,
+            collector is not None,
+        )
+
+    async def injected(
+        self, found: Lookup, outage: InjectedOutage, flights: Flights,
+        call: Callable[[], Awaitable[T]], codec: Codec[T],
+    ) -> T:  # fmt: skip
+        """An injected outage (see admission): serve the entry aged as asked (seeding a cold
+        cache for real, with the labels a purge selects it by)."""
+        upstream, policy = found.upstream, found.policy
+        if outage.empty_cache:  # as if nothing were cached: the failure stays a failure
+            self.metrics.unavailable(policy.name, upstream.name, FORCED_FAILURE.code)
+            raise UpstreamUnavailable(upstream, FORCED_FAILURE)
+        entry, now = found.entry, self.clock()
+        if entry is None:
+            try:
+                entry = await flights.seed(found, call, codec)
+            except Exception as exc:
+                failure = classify(exc, found.timeout, flights.failure_types)
+                raise UpstreamUnavailable(upstream, failure) from exc
+            if entry is None:  # nothing to age: the injected outage stays a failure
+                raise UpstreamUnavailable(upstream, FORCED_FAILURE)
+        age = outage.cache_age_seconds
+        if age is None:
+            age = max(whole_seconds(entry.age(now)), policy.freshness_target_seconds)
+        # The aged copy is served, never stored: the real entry keeps its real age.
+        return self.from_cache(found, Entry(entry.data, now - age), FORCED_FAILURE, codec)
+
+    @staticmethod
+    def flown(collector: AdvisoryCollector | None, refreshed: Refreshed[T], codec: Codec[T]) -> T:
+        """What a flight answered, to one of the callers sharing it: the stale serves it was
+        built on recorded in this caller's collector, and its own copy of a stored value."""
+        if refreshed.advisories and collector is not None:
+            for name, advisory in refreshed.advisories:
+                collector.record(name, advisory)
+        return refreshed.value if refreshed.data is None else codec.loads(refreshed.data)
