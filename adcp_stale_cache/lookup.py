@@ -35,11 +35,20 @@ class Lookup:
     shared: bool  # entries shared across callers (a surface known by name that says so)
     partition: str | None  # the caller partition the entry is keyed under (None: shared)
     store_key: str
-    labels: tuple[str, ...]
+    tags: Iterable[str]  # the call's own (see labels)
     timeout: float  # the upstream call's deadline
     collector: AdvisoryCollector | None  # the current request's
     entry: Entry | None
     step: Fresh | Refresh
+    _labels: tuple[str, ...] | None = None
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """What a purge selects the stored entry by (built when something is stored or
+        remembered: a hit never needs them)."""
+        if self._labels is None:
+            self._labels = entry_labels(self.upstream, self.policy.name, self.partition, self.tags)
+        return self._labels
 
     @property
     def fallback(self) -> Entry | None:
@@ -84,11 +93,10 @@ class Lookups:
         shared = policy.shared_across_callers and identified
         partition = None if shared or collector is None else collector.partition
         store_key = self.store_key(upstream, key, partition)
-        labels = entry_labels(upstream, policy.name, partition, tags)
         timeout = upstream.timeout_seconds or policy.upstream_timeout_seconds
         entry = await self.read(store_key)
         step = plan(entry, self.clock(), policy)
-        return Lookup(upstream, key, policy, shared, partition, store_key, labels, timeout,
+        return Lookup(upstream, key, policy, shared, partition, store_key, tags, timeout,
                       collector, entry, step)  # fmt: skip
 
     def store_key(self, upstream: Upstream, key: object, partition: str | None = None) -> str:
