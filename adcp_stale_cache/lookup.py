@@ -35,7 +35,7 @@ class Lookup:
     shared: bool  # entries shared across callers (a surface known by name that says so)
     partition: str | None  # the caller partition the entry is keyed under (None: shared)
     store_key: str
-    tags: Iterable[str]  # the call's own (see labels)
+    tags: tuple[str, ...]  # the call's own (see labels)
     timeout: float  # the upstream call's deadline
     collector: AdvisoryCollector | None  # the current request's
     entry: Entry | None
@@ -96,6 +96,7 @@ class Lookups:
         timeout = upstream.timeout_seconds or policy.upstream_timeout_seconds
         entry = await self.read(store_key)
         step = plan(entry, self.clock(), policy)
+        tags = tags if isinstance(tags, tuple) else tuple(tags)  # as of the call, not later
         return Lookup(upstream, key, policy, shared, partition, store_key, tags, timeout,
                       collector, entry, step)  # fmt: skip
 
