@@ -30,17 +30,19 @@ from .admission import (
     Refused,
     compliance_injector,
 )
+from .attributes import Moved, Shared
 from .breaker import DEFAULT_BREAKER, BreakerPolicy
 from .call_loop import CALLS
+from .collector import current_collector
 from .directives import Directives
-from .failures import FailureTypesLike, classify, failure_types_of
+from .failures import FailureTypes, FailureTypesLike, classify, failure_types_of
 from .flight import Answer, Flights
 from .lookup import MAX_CLOCK_SKEW_SECONDS, Lookups
 from .metrics import CacheMetrics
 from .policy import SurfacePolicy, Surfaces, Upstream
 from .serving import NOT_FRESH, Serving
 from .shared_breakers import SharedBreakers
-from .steering import RefreshMemory, RememberedRefresh
+from .steering import RefreshMemory, RememberedRefresh, callback_memory
 from .stores import MemoryStore, Store
 from .tracing import with_tracing
 from .values import JSON, Codec
@@ -48,13 +50,6 @@ from .values import JSON, Codec
 __all__ = ["MAX_CLOCK_SKEW_SECONDS", "UpstreamCache"]
 
 T = TypeVar("T")
-
-#: Attributes of the hub before its stages had modules: where each lives now.
-_MOVED = {
-    "breaker_policy": "breakers.policy",
-    "coordinate_refreshes": "flights.lease",
-    "strict_advisories": "serving.strict_advisories",
-}
 
 
 class UpstreamCache:
@@ -97,6 +92,18 @@ class UpstreamCache:
     must not block: that loop is shared by every detached call of the process.
     """
 
+    # Held by the stages too: assigning one on the cache reaches them (see attributes).
+    store: Shared[Store] = Shared("lookups.store", "flights.store", "breakers.shared.store")
+    surfaces: Shared[Surfaces] = Shared("lookups.surfaces")
+    clock: Shared[Callable[[], float]] = Shared("lookups.clock", "flights.clock", "serving.clock")
+    metrics: Shared[CacheMetrics] = Shared("breakers.metrics", "flights.metrics", "serving.metrics")
+    failure_types: Shared[FailureTypes] = Shared("flights.failure_types")
+    # The names of the stages' settings before they had modules (deprecated).
+    breaker_policy: Moved[BreakerPolicy | None] = Moved("breakers.policy")
+    coordinate_refreshes: Moved[bool] = Moved("flights.lease")
+    strict_advisories: Moved[bool] = Moved("serving.strict_advisories")
+    refreshers: Moved[RefreshMemory | None] = Moved("flights.memory", adapt=callback_memory)
+
     def __init__(
         self,
         store: Store | None = None,
@@ -122,22 +129,22 @@ class UpstreamCache:
         self.surfaces = surfaces or Surfaces()
         # A shared store (Redis) stamps entries with the wall clock every process shares.
         store_clock: Callable[[], float] = getattr(self.store, "clock", time.monotonic)
-        clock_of_entries = clock or store_clock
+        self.clock = clock or store_clock
         self.namespace, self.schema_version = namespace, schema_version
         self.failure_types = failure_types_of(failure_types)
         self.outages = outages if outages is not None or not test_mode else _compliance_outages()
         # Entries written under another schema version live under other keys: never read.
         keyspace = namespace if schema_version is None else f"{namespace}@{schema_version}"
-        self.lookups = Lookups(self.store, self.surfaces, clock_of_entries, keyspace)
+        self.lookups = Lookups(self.store, self.surfaces, self.clock, keyspace, self.store_key)
         shared = SharedBreakers(self.store) if share_breakers and breaker else None
         # Breakers are per process: a monotonic clock unless the caller chose one (a test's).
-        sink = with_tracing(metrics, tracing)
-        self.breakers = Breakers(breaker, clock or time.monotonic, sink, shared)
+        self.metrics = with_tracing(metrics, tracing)
+        self.breakers = Breakers(breaker, clock or time.monotonic, self.metrics, shared)
         self.flights = Flights(
-            self.store, self.lookups.read, clock_of_entries, sink, self.breakers, self.surfaces,
+            self.store, self.lookups.read, self.clock, self.metrics, self.breakers, self.surfaces,
             self.failure_types, CALLS if detach_calls else None, coordinate_refreshes,
         )  # fmt: skip
-        self.serving = Serving(clock_of_entries, sink, strict_advisories)
+        self.serving = Serving(self.clock, self.metrics, strict_advisories)
 
     async def fetch(
         self,
@@ -167,11 +174,10 @@ class UpstreamCache:
         fails and no entry within max-stale exists; failures the policy does not count as an
         outage are re-raised as they are.
         """
+        injected = self._injected(upstream, surface) if self.outages is not None else None
         found = await self.lookups.look_up(upstream, key, surface, tags)  # 1. look up
-        if self.outages is not None:  # compliance testing: an injected outage comes first
-            injected = self.outages.claim(found.policy, upstream, found.collector)
-            if injected is not None:
-                return await self.serving.injected(found, injected, self.flights, call, codec)
+        if injected is not None:  # compliance testing: an injected outage comes first
+            return await self.serving.injected(found, injected, self.flights, call, codec)
         value = self.serving.fresh(found, codec)
         if value is not NOT_FRESH:
             return value
@@ -179,9 +185,12 @@ class UpstreamCache:
         if isinstance(admitted, Refused):
             return self.serving.from_cache(found, found.fallback, admitted.failure, codec)
         answer = Answer(call, codec, cacheable, validate, revalidate, directives)
-        flight = await self.flights.fly(found, admitted, answer)  # 3. fly
-        if flight is None:  # it runs behind the entry served now
-            return self.serving.from_cache(found, found.fallback, admitted.last_failure, codec)
+        flight, behind = await self.flights.fly(found, admitted, answer)  # 3. fly
+        if behind:  # the entry now, its refresh behind (or, unreadable, the refresh itself)
+            value = self.serving.from_cache(found, found.fallback, admitted.last_failure, codec,
+                                            or_wait=True)  # fmt: skip
+            if value is not NOT_FRESH:
+                return value
         try:
             refreshed = await flight
         except Exception as exc:  # 4. serve
@@ -190,7 +199,7 @@ class UpstreamCache:
                 raise
             latest = await self.flights.latest(found)
             return self.serving.from_cache(found, latest, failure, codec, exc)
-        return self.serving.flown(found.collector, refreshed, codec)
+        return self.serving.flown(found, refreshed, codec)
 
     def cached(
         self,
@@ -220,36 +229,7 @@ class UpstreamCache:
 
         return decorate
 
-    if not TYPE_CHECKING:  # for readers of old names only: a typo stays a type error
-
-        def __getattr__(self, name: str) -> Any:
-            """Attributes that moved to the stages, still read here (deprecated)."""
-            moved = _MOVED.get(name)
-            if moved is None:
-                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-            warnings.warn(f"UpstreamCache.{name} is now .{moved}", DeprecationWarning, 2)
-            stage, attribute = moved.split(".")
-            return getattr(getattr(self, stage), attribute)
-
     # The control plane's seam (see steering).
-
-    @property
-    def clock(self) -> Callable[[], float]:
-        """What stamps entries and measures their ages (a test may set its own)."""
-        return self.lookups.clock
-
-    @clock.setter
-    def clock(self, clock: Callable[[], float]) -> None:
-        self.lookups.clock = self.flights.clock = self.serving.clock = clock
-
-    @property
-    def metrics(self) -> CacheMetrics:
-        """Where every decision is reported (see :mod:`~adcp_stale_cache.metrics`)."""
-        return self.serving.metrics
-
-    @metrics.setter
-    def metrics(self, sink: CacheMetrics) -> None:
-        self.serving.metrics = self.flights.metrics = self.breakers.metrics = sink
 
     def store_key(self, upstream: Upstream, key: object, partition: str | None = None) -> str:
         """The store key of ``key`` for ``upstream`` (and the caller partition, if any; and
@@ -258,8 +238,6 @@ class UpstreamCache:
 
     def policy_for(self, surface: str | SurfacePolicy | None = None) -> SurfacePolicy:
         """The policy a ``fetch`` given ``surface`` would apply in the current request."""
-        from .collector import current_collector
-
         return self.lookups.policy(surface, current_collector())[0]
 
     def breaker_open(self, upstream: Upstream | str) -> bool:
@@ -279,13 +257,21 @@ class UpstreamCache:
         self.flights.refresh_soon(refreshes, concurrency)
 
     def refresh_soon_all(
-        self, refreshes: list[tuple[str, RememberedRefresh]], concurrency: int
+        self, refreshes: list[tuple[str, Callable[[], Awaitable[Any]]]], concurrency: int
     ) -> None:
-        """Deprecated: :meth:`refresh_soon`."""
+        """Deprecated: :meth:`refresh_soon` (whose refreshes take the purge count)."""
         warnings.warn("refresh_soon_all is refresh_soon", DeprecationWarning, stacklevel=2)
-        self.refresh_soon(refreshes, concurrency)
+        self.refresh_soon([(k, _taking_a_count(r)) for k, r in refreshes], concurrency)
 
     # Compliance testing (see admission's OutageInjector; testing implements it).
+
+    def _injected(
+        self, upstream: Upstream, surface: str | SurfacePolicy | None
+    ) -> InjectedOutage | None:
+        """The injected outage this fetch claims (before it reads the store)."""
+        collector = current_collector()
+        policy = self.lookups.policy(surface, collector)[0]
+        return self.outages.claim(policy, upstream, collector) if self.outages is not None else None
 
     def force_upstream_unavailable(
         self,
@@ -306,6 +292,11 @@ class UpstreamCache:
         return self.outages.force(tool, upstream_name, cache_age_seconds, empty_cache)
 
 
+def _taking_a_count(refresh: Callable[[], Awaitable[Any]]) -> RememberedRefresh:
+    """An old seam's refresh (no arguments) as one run under a purge count."""
+    return lambda before: refresh()
+
+
 def _compliance_outages() -> OutageInjector:
     """The injector ``test_mode=True`` installs: the compliance harness's, which registers
     itself when :mod:`adcp_stale_cache.testing` loads (the package loads it)."""
@@ -315,10 +306,12 @@ def _compliance_outages() -> OutageInjector:
     return injector
 
 
-def __getattr__(name: str) -> Any:
-    """Names this module once imported for the compliance harness, read from where they
-    live now (deprecated: import them from :mod:`adcp_stale_cache.testing`)."""
-    if name in ("FORCED_FAILURE", "ForcedOutage", "ForcedOutages"):
-        warnings.warn(f"import {name} from adcp_stale_cache.testing", DeprecationWarning, 2)
-        return getattr(sys.modules[f"{__package__}.testing"], name)  # the package loaded it
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+if not TYPE_CHECKING:  # for readers of the old names only: a typo stays a type error
+
+    def __getattr__(name: str) -> Any:
+        """Names this module once imported for the compliance harness, read from where they
+        live now (deprecated: import them from :mod:`adcp_stale_cache.testing`)."""
+        if name in ("FORCED_FAILURE", "ForcedOutage", "ForcedOutages"):
+            warnings.warn(f"import {name} from adcp_stale_cache.testing", DeprecationWarning, 2)
+            return getattr(sys.modules[f"{__package__}.testing"], name)  # the package loaded it
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -31,7 +31,8 @@ class AdvisoryCollector:
     """Advisories of one request: one per upstream, the oldest age winning."""
 
     __slots__ = (
-        "_by_upstream", "_partition", "_partition_of", "nested", "started_at", "surface",
+        "_by_upstream", "_partition", "_partition_of", "composition", "nested", "read_labels",
+        "started_at", "surface",
     )  # fmt: skip
 
     def __init__(
@@ -46,6 +47,12 @@ class AdvisoryCollector:
         self.started_at = time.monotonic()
         self._by_upstream: dict[Hashable, AdcpError] = {}
         self.nested = False  # a flight's own collector (see within)
+        # While a conditional answer is composed (see conditional): the stored content of
+        # every entry the request's fetches answered with. None: not recorded.
+        self.composition: list[bytes] | None = None
+        # A flight's own (see within): the labels of every entry its call read, which the
+        # answer it stores carries too, so that purging what it was built from purges it.
+        self.read_labels: set[str] | None = None
 
     @classmethod
     def within(cls, parent: AdvisoryCollector | None) -> AdvisoryCollector:
@@ -58,6 +65,7 @@ class AdvisoryCollector:
             collector = cls(parent.surface, None, lambda: parent.partition)
             collector.started_at = parent.started_at
         collector.nested = True
+        collector.read_labels = set()
         return collector
 
     def origin(self) -> tuple[SurfacePolicy | None, str | None, Callable[[], str | None] | None]:

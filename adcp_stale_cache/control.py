@@ -153,6 +153,8 @@ class RecentRefreshes:
             while len(self._refreshes) > self.max_keys:
                 self._refreshes.popitem()
 
+    __call__ = remember  # the old seam's name
+
     @property
     def held_bytes(self) -> int:
         """What the remembered refreshes weigh."""

@@ -47,16 +47,22 @@ CLOSURE_BYTES = 2048
 
 class Refreshed(Generic[T]):
     """What one flight hands to every caller sharing it: the value, its stored bytes (None
-    when not stored), and the advisories of stale data the value was built on."""
+    when not stored), the advisories of stale data the value was built on, and the labels
+    it was stored with (a flight around this one's carries them too)."""
 
-    __slots__ = ("advisories", "data", "value")
+    __slots__ = ("advisories", "data", "labels", "value")
 
     def __init__(
-        self, value: T, data: bytes | None, advisories: tuple[tuple[Hashable, AdcpError], ...] = ()
+        self,
+        value: T,
+        data: bytes | None,
+        advisories: tuple[tuple[Hashable, AdcpError], ...] = (),
+        labels: tuple[str, ...] = (),
     ) -> None:
         self.value = value
         self.data = data
         self.advisories = advisories
+        self.labels = labels
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +77,24 @@ class Answer(Generic[T]):
     directives: Callable[[T], Directives | None] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What a flight keeps of its lookup: where and how its answer is stored. (Never the
+    request's collector or the entry it held: a remembered refresh lives on for thousands of
+    keys, and would keep them all alive.)"""
+
+    upstream: Upstream
+    policy: SurfacePolicy
+    store_key: str
+    labels: tuple[str, ...]
+    shared: bool
+
+    @classmethod
+    def of(cls, found: Lookup) -> Target:
+        """The target of ``found``'s flight."""
+        return cls(found.upstream, found.policy, found.store_key, found.labels, found.shared)
+
+
 def as_made(origin: AdvisoryCollector | None, refresh: RememberedRefresh) -> RememberedRefresh:
     """``refresh``, to be re-run later (by the control plane) as the request that made it:
     with its surface and caller partition, never those of whoever asks for the refresh (an
@@ -80,7 +104,7 @@ def as_made(origin: AdvisoryCollector | None, refresh: RememberedRefresh) -> Rem
     # would keep every request's advisories alive. (is not None: an empty one is falsy.)
     surface, partition, partition_of = origin.origin() if origin is not None else (None, None, None)
 
-    async def again(before: object) -> Any:
+    async def again(before: object = None) -> Any:
         token = _flight.set(AdvisoryCollector(surface, partition, partition_of))
         try:
             return await refresh(before)
@@ -117,13 +141,13 @@ class Flights:
         self.call_loop, self.lease = call_loop, lease
         self.memory: RefreshMemory | None = None  # what remembers every flight's refresh
         self.flights: SingleFlight[Refreshed[Any]] = SingleFlight()
-        self.tasks: set[asyncio.Future[object]] = set()  # what runs behind an answer
+        self.tasks: set[asyncio.Future[Any]] = set()  # what runs behind an answer
 
     async def fly(
         self, found: Lookup, admitted: Admitted, answer: Answer[T]
-    ) -> Awaitable[Refreshed[T]] | None:
-        """Start (or join) the flight of this fetch. Returns what to await for its
-        :class:`Refreshed`, or None when it runs behind an answer from the entry held (the
+    ) -> tuple[Awaitable[Refreshed[T]], bool]:
+        """Start (or join) the flight of this fetch: what to await for its
+        :class:`Refreshed`, and whether it runs behind an answer from the entry held (the
         breaker's probe, or a revalidation within stale-while-revalidate)."""
         call, previous, weight = answer.call, found.previous, 0
         if self.memory is not None:  # what the remembered refresh holds, roughly
@@ -132,18 +156,22 @@ class Flights:
         if answer.revalidate is not None and previous is not None:
             call = _conditional(previous, found.upstream, answer.codec, call, answer.revalidate)
             weight += len(previous.data)  # the held value rides with the call
-        refresh = self._refresher(found, admitted.timeout, answer, call)
+        refresh = self._refresher(Target.of(found), admitted.timeout, answer, call)
         if self.memory is not None:
             remembered = as_made(found.collector, refresh)
             self.memory.remember(found.store_key, found.labels, remembered, weight)
-        flight: Awaitable[Refreshed[T]]
-        flight = self.run(found.store_key, refresh, await purge_count(self.store))
+        try:
+            epoch = await purge_count(self.store)
+        except BaseException:  # cancelled before the flight could release the probe
+            if admitted.probe is not None:
+                admitted.probe.release_probe()
+            raise
+        flight: Awaitable[Refreshed[T]] = self.run(found.store_key, refresh, epoch)
         if admitted.probe is not None:
             flight = _releasing(admitted.probe, flight)
         if found.fallback is not None and (admitted.probe is not None or found.behind):
-            self.background(flight)
-            return None
-        return flight
+            return self.background(flight), True
+        return flight, False
 
     def run(self, store_key: str, refresh: RememberedRefresh, epoch: object) -> Awaitable[Any]:
         """``refresh`` as the flight of ``store_key`` within purge count ``epoch`` (which
@@ -182,12 +210,13 @@ class Flights:
             self._longest_ttl[upstream.name] = longest = policy.ttl_seconds
         return longest + 1
 
-    def background(self, work: Awaitable[object]) -> None:
+    def background(self, work: Awaitable[T]) -> asyncio.Future[T]:
         """Run ``work`` behind the answer (kept referenced, its exception retrieved)."""
         task = asyncio.ensure_future(work)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return task
 
     async def latest(self, found: Lookup) -> Entry | None:
         """After a failed flight, the entry to fall back on: one another flight stored
@@ -203,23 +232,24 @@ class Flights:
         """One call, stored as it answers (no validation, no directives: an injected
         outage's cold cache, seeded for real). None when the answer cannot be stored."""
         before = await purge_count(self.store)  # a purge meanwhile wins here too
+        stamp = self.clock()  # as of the call, as a request's seed would be
         value = await call_with_deadline(call, found.timeout, self.call_loop)
         data = encode(codec, value, found.upstream)
         if data is None:
             return None
-        entry = Entry(data, self.clock(), found.labels)
-        await self._store(found, entry, before)
+        entry = Entry(data, stamp, found.labels)
+        await self._store(Target.of(found), entry, before)
         return entry
 
     def _refresher(
-        self, found: Lookup, timeout: float, answer: Answer[T], call: Callable[[], Awaitable[T]]
+        self, found: Target, timeout: float, answer: Answer[T], call: Callable[[], Awaitable[T]]
     ) -> RememberedRefresh:
         """The flight's work: call (or wait on another process's call), store, and report
         every way it ends to the breaker (a probe that reported nothing would hold the
         breaker open)."""
         upstream, policy = found.upstream, found.policy
 
-        async def refresh(before: object) -> Refreshed[T]:
+        async def refresh(before: object = None) -> Refreshed[T]:
             started = time.monotonic()
             try:
                 refreshed = await self._fill(found, timeout, answer, call, before)
@@ -238,7 +268,7 @@ class Flights:
         return refresh
 
     async def _fill(
-        self, found: Lookup, timeout: float, answer: Answer[T],
+        self, found: Target, timeout: float, answer: Answer[T],
         call: Callable[[], Awaitable[T]], before: object,
     ) -> Refreshed[T]:  # fmt: skip
         """Call and store; with leases, only as the holder, else wait for the holder's."""
@@ -251,13 +281,16 @@ class Flights:
                 return await self._call_and_store(found, timeout, answer, call, before)
         entry = await self._await_other_process(found.store_key, started, timeout)
         if entry is None:  # released with nothing stored: a failure, or a purge won
+            before = await purge_count(self.store)  # this call starts now: as of now
             return await self._call_and_store(found, timeout, answer, call, before)
-        return Refreshed(decode(answer.codec, entry, found.upstream), entry.data)
+        return Refreshed(decode(answer.codec, entry, found.upstream), entry.data, (), entry.labels)
 
     async def _call_and_store(
-        self, found: Lookup, timeout: float, answer: Answer[T],
+        self, found: Target, timeout: float, answer: Answer[T],
         call: Callable[[], Awaitable[T]], before: object,
     ) -> Refreshed[T]:  # fmt: skip
+        if before is None:  # run on its own (not as a flight): the count as of now
+            before = await purge_count(self.store)
         # Nested cached calls record their stale serves here, for every caller.
         inner = AdvisoryCollector.within(current_collector())
         token = _flight.set(inner)
@@ -267,23 +300,26 @@ class Flights:
             _flight.reset(token)
         if answer.validate is not None:
             answer.validate(value)
+        # Built from other entries: labelled by them too, so that purging one purges it.
+        read = inner.read_labels.difference(found.labels) if inner.read_labels else ()
+        labels = (*found.labels, *sorted(read)) if read else found.labels
         if inner:  # built on stale data: served with its advisories, never stored fresh
-            return Refreshed(value, None, tuple(inner.recorded()))
+            return Refreshed(value, None, tuple(inner.recorded()), labels)
         if answer.cacheable is not None and not answer.cacheable(value):
-            return Refreshed(value, None)
+            return Refreshed(value, None, (), labels)
         said = answer.directives(value) if answer.directives is not None else None
         if said is not None and not said.storable(found.shared):
-            return Refreshed(value, None)
+            return Refreshed(value, None, (), labels)
         data = encode(answer.codec, value, found.upstream)
         if data is None:
-            return Refreshed(value, None)
+            return Refreshed(value, None, (), labels)
         terms = said.terms() if said is not None else None
-        entry = Entry(data, self.clock(), found.labels, terms=terms)
+        entry = Entry(data, self.clock(), labels, terms=terms)
         if not await self._store(found, entry, before):
-            return Refreshed(value, None)  # a purge landed meanwhile: it wins
-        return Refreshed(value, data)
+            return Refreshed(value, None, (), labels)  # a purge landed meanwhile: it wins
+        return Refreshed(value, data, (), labels)
 
-    async def _store(self, found: Lookup, entry: Entry, before: object) -> bool:
+    async def _store(self, found: Target, entry: Entry, before: object) -> bool:
         """Store unless a purge landed since the count read ``before`` (see purges); True
         when stored. A store's fault is logged, never raised."""
         ttl = self.ttl(found.upstream, found.policy)

@@ -72,12 +72,19 @@ class Lookup:
 
 
 class Lookups:
-    """Looks fetches up in ``store`` for the policies of ``surfaces``, keyed in ``keyspace``."""
+    """Looks fetches up in ``store`` for the policies of ``surfaces``, keyed in ``keyspace``
+    (by ``key_of``: the cache's own ``store_key``, which a subclass may extend)."""
 
     def __init__(
-        self, store: Store, surfaces: Surfaces, clock: Callable[[], float], keyspace: str
+        self,
+        store: Store,
+        surfaces: Surfaces,
+        clock: Callable[[], float],
+        keyspace: str,
+        key_of: Callable[[Upstream, object, str | None], str] | None = None,
     ) -> None:
         self.store, self.surfaces, self.clock, self.keyspace = store, surfaces, clock, keyspace
+        self.key_of = key_of or self.store_key
         self._warned_default = False
 
     async def look_up(
@@ -92,7 +99,7 @@ class Lookups:
         # per caller whatever the default policy says, so a slip never widens sharing.
         shared = policy.shared_across_callers and identified
         partition = None if shared or collector is None else collector.partition
-        store_key = self.store_key(upstream, key, partition)
+        store_key = self.key_of(upstream, key, partition)
         timeout = upstream.timeout_seconds or policy.upstream_timeout_seconds
         entry = await self.read(store_key)
         step = plan(entry, self.clock(), policy)

@@ -17,23 +17,27 @@ from typing import Any
 
 from .entry import Entry
 
+#: A purge count that could not be read (the store keeps one, but did not answer).
+UNREADABLE: Any = type("Unreadable", (), {"__repr__": lambda self: "UNREADABLE"})()
+
 
 async def purge_count(store: Any) -> object:
-    """The store's purge count, or None when it keeps none or cannot be read now (a store
-    that cannot be read is no witness: the flight stores as it did before, and the tiers'
-    ``unheard_fresh_seconds`` bound what it may then serve)."""
+    """The store's purge count: None when it keeps none, :data:`UNREADABLE` when it cannot
+    be read now."""
     generation = getattr(store, "generation", None)
     if generation is None:
         return None
     try:
-        return await generation()
+        count = await generation()
     except Exception:
-        return None
+        return UNREADABLE
+    return UNREADABLE if count is None else count
 
 
 def purged_since(before: object, now: object) -> bool:
     """True when a purge landed between two readings (both known)."""
-    return before is not None and now is not None and now != before
+    known = before is not None and now is not None
+    return known and UNREADABLE not in (before, now) and now != before
 
 
 async def store_unless_purged(
@@ -41,7 +45,17 @@ async def store_unless_purged(
 ) -> bool:
     """Store ``entry`` unless a purge landed since the count read ``before``: in one step
     with the check where the store offers it, else just after it. False when a purge
-    landed (the write refused); a store's fault loses the write as ``set`` does."""
+    landed (the write refused); a store's fault loses the write as ``set`` does.
+
+    A flight that could not read the count when it started witnessed nothing: if the count
+    can be read now, the store came back meanwhile and a purge may have landed unseen, so
+    the write is refused; while it still cannot be read, the write goes as ``set`` would
+    (the tiers' ``unheard_fresh_seconds`` bound what a process that heard nothing serves)."""
+    if before is UNREADABLE:
+        if await purge_count(store) is not UNREADABLE:
+            return False
+        await store.set(key, entry, ttl_seconds)
+        return True
     conditional = getattr(store, "set_unless_purged", None)
     if before is not None and conditional is not None:
         return bool(await conditional(key, entry, ttl_seconds, before))

@@ -22,7 +22,7 @@ from .flight import Flights, Refreshed
 from .lookup import Lookup
 from .metrics import CacheMetrics
 from .policy import SurfacePolicy, Upstream
-from .values import Codec, Unreadable, decode
+from .values import Codec, Unreadable, decode, encode
 
 T = TypeVar("T")
 logger = logging.getLogger("adcp_stale_cache")
@@ -50,6 +50,7 @@ class Serving:
                 found.entry, found.step = None, Refresh(fallback=None)
             else:
                 self.metrics.hit(found.policy.name, found.upstream.name)
+                _composed(found.collector, found.step.entry.data, found.step.entry.labels)
                 return value
         if found.entry is None:
             self.metrics.miss(found.policy.name, found.upstream.name)
@@ -62,10 +63,14 @@ class Serving:
         failure: Failure | None,
         codec: Codec[T],
         exc: Exception | None = None,
+        *,
+        or_wait: bool = False,
     ) -> T:
         """Serve ``latest`` stale (recording the advisory), as a plain hit, or fail.
 
         ``failure`` is None for a stale-while-revalidate answer, where no call failed.
+        ``or_wait``: a refresh flies behind, so an entry that cannot be read is
+        :data:`NOT_FRESH` (the caller waits for the refresh), not a failure.
         """
         upstream, policy = found.upstream, found.policy
         outcome = on_failure(latest, self.clock(), policy)
@@ -73,12 +78,15 @@ class Serving:
             try:
                 value = decode(codec, outcome.entry, upstream)
             except Unreadable:
-                pass  # no usable entry after all: fail below
+                if or_wait:
+                    return NOT_FRESH  # type: ignore[no-any-return]
+                # no usable entry after all: fail below
             else:
                 if isinstance(outcome, ServeStale):
                     self.record_stale(
                         upstream, policy, outcome.age_seconds, failure, outcome.target_seconds
                     )
+                _composed(found.collector, outcome.entry.data, outcome.entry.labels)
                 return value
         failure = failure or UNKNOWN_FAILURE  # revalidating an entry that just expired
         self.metrics.unavailable(policy.name, upstream.name, failure.code)
@@ -149,10 +157,30 @@ class Serving:
         return self.from_cache(found, Entry(entry.data, now - age), FORCED_FAILURE, codec)
 
     @staticmethod
-    def flown(collector: AdvisoryCollector | None, refreshed: Refreshed[T], codec: Codec[T]) -> T:
+    def flown(found: Lookup, refreshed: Refreshed[T], codec: Codec[T]) -> T:
         """What a flight answered, to one of the callers sharing it: the stale serves it was
         built on recorded in this caller's collector, and its own copy of a stored value."""
+        collector = found.collector
         if refreshed.advisories and collector is not None:
             for name, advisory in refreshed.advisories:
                 collector.record(name, advisory)
+        if collector is not None and collector.composition is not None:
+            data = refreshed.data  # not stored (uncacheable, say): its content all the same
+            data = data if data is not None else encode(codec, refreshed.value, found.upstream)
+            collector.composition.append(
+                data if data is not None else repr(refreshed.value).encode()
+            )
+        if collector is not None and collector.read_labels is not None:
+            collector.read_labels.update(refreshed.labels)
         return refreshed.value if refreshed.data is None else codec.loads(refreshed.data)
+
+
+def _composed(collector: AdvisoryCollector | None, data: bytes, labels: tuple[str, ...]) -> None:
+    """An entry served to ``collector``'s request: its content for a conditional answer
+    being composed (see conditional), its labels for a flight's answer (see within)."""
+    if collector is None:
+        return
+    if collector.composition is not None:
+        collector.composition.append(data)
+    if collector.read_labels is not None:
+        collector.read_labels.update(labels)

@@ -23,8 +23,9 @@ from .metrics import CacheMetrics
 from .policy import SurfacePolicy, Surfaces, Upstream
 from .stores import Store
 
-#: A flight's refresh, re-runnable: given the purge count it runs under (see purges), it
-#: calls the upstream and stores the answer as the request that made it would.
+#: A flight's refresh, re-runnable: given the purge count it runs under (see purges; None:
+#: read when it calls), it calls the upstream and stores the answer as the request that
+#: made it would.
 RememberedRefresh = Callable[[object], Awaitable[Any]]
 
 
@@ -74,3 +75,23 @@ class Steerable(Protocol):
         tags: Iterable[str] = (),
     ) -> Any:
         """A fetch, as a request makes it."""
+
+
+class _Callback:
+    """A :class:`RefreshMemory` over a function of the old seam (``cache.refreshers = fn``:
+    told of each refresh as a call of no arguments, run as the key's flight)."""
+
+    def __init__(self, cache: Any, fn: Callable[..., None]) -> None:
+        self.cache, self.fn = cache, fn
+
+    def remember(
+        self, store_key: str, labels: tuple[str, ...], refresh: RememberedRefresh, weight: int
+    ) -> None:
+        self.fn(store_key, labels, lambda: self.cache.flights.run_now(store_key, refresh), weight)
+
+
+def callback_memory(cache: Any, memory: Any) -> RefreshMemory | None:
+    """``memory`` as a :class:`RefreshMemory` (a function of the old seam wrapped)."""
+    if memory is None or hasattr(memory, "remember"):
+        return memory  # type: ignore[no-any-return]
+    return _Callback(cache, memory)

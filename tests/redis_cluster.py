@@ -117,7 +117,12 @@ class RedisCluster:
             role, keys = fields.get("role", "?").strip(), redis_cli(port, "dbsize").strip()
             link = fields.get("master_link_status", "").strip()
             if role == "slave":
-                link += f" of {fields.get('master_port', '?').strip()}"
+                master = fields.get("master_port", "?").strip()
+                link += f" of {master}"
+                if master.isdigit() and self.processes[int(master)].poll() is None:
+                    mine = set(redis_cli(port, "keys", "*").split())
+                    theirs = set(redis_cli(int(master), "keys", "*").split())
+                    link += f" lacks={sorted(theirs - mine)[:3]} extra={sorted(mine - theirs)[:3]}"
             else:
                 link = fields.get("slave0", "no replica").strip()
             lines.append(f"{port}: {role} keys={keys} {link}".rstrip())

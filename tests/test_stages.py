@@ -5,12 +5,20 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from adcp_stale_cache import MemoryStore, SurfacePolicy, Surfaces, Upstream, collect_advisories
+from adcp_stale_cache import (
+    MemoryStore,
+    SurfacePolicy,
+    Surfaces,
+    Upstream,
+    UpstreamCache,
+    collect_advisories,
+)
 from adcp_stale_cache.admission import (
     FORCED_FAILURE,
     Admitted,
@@ -21,6 +29,7 @@ from adcp_stale_cache.admission import (
 from adcp_stale_cache.advisory import stale_response
 from adcp_stale_cache.breaker import BreakerPolicy
 from adcp_stale_cache.collector import AdvisoryCollector, use_collector
+from adcp_stale_cache.control import CacheControl
 from adcp_stale_cache.decision import Fresh, Refresh
 from adcp_stale_cache.entry import Entry
 from adcp_stale_cache.failures import BUDGET_SPENT, CIRCUIT_OPEN, Failure, UpstreamUnavailable
@@ -186,8 +195,8 @@ async def test_a_flight_stores_its_answer_and_callers_share_it(clock: FakeClock)
         return {"products": [1]}
 
     answer = Answer(call, JSON)
-    both = [await stages.fly(found, Admitted(5.0), answer) for _ in range(2)]
-    results = await asyncio.gather(*both)  # type: ignore[arg-type]
+    both = [(await stages.fly(found, Admitted(5.0), answer))[0] for _ in range(2)]
+    results = await asyncio.gather(*both)
     assert len(calls) == 1 and all(isinstance(r, Refreshed) for r in results)
     assert (await stages.read(found.store_key)) is not None
 
@@ -204,8 +213,8 @@ async def test_a_purge_after_the_flight_read_its_count_keeps_the_answer_out(
         await gate.wait()
         return {"products": ["before the purge"]}
 
-    flight = await stages.fly(found, Admitted(5.0), Answer(call, JSON))
-    assert flight is not None
+    flight, behind = await stages.fly(found, Admitted(5.0), Answer(call, JSON))
+    assert not behind
     await asyncio.sleep(0)
     await store.purge(lambda key, entry: True, soft=False)  # the count moves
     gate.set()
@@ -226,7 +235,8 @@ async def test_a_probe_or_a_revalidation_window_flies_behind_the_entry(clock: Fa
     async def call() -> dict[str, Any]:
         return {"formats": []}
 
-    assert await stages.fly(found, Admitted(5.0, probe=breaker), Answer(call, JSON)) is None
+    _, behind = await stages.fly(found, Admitted(5.0, probe=breaker), Answer(call, JSON))
+    assert behind
     await asyncio.gather(*stages.tasks)
     assert (await stages.read(found.store_key)).data == b'{"formats":[]}'  # type: ignore[union-attr]
 
@@ -252,7 +262,7 @@ async def test_a_flight_remembers_its_refresh_as_the_request_that_made_it(
 
     with use_collector(AdvisoryCollector(partition="tenant-a")):
         found = await lookups(clock, stages.store).look_up(INVENTORY, "k", "get_products", [])
-        await (await stages.fly(found, Admitted(5.0), Answer(call, JSON)))  # type: ignore[misc]
+        await (await stages.fly(found, Admitted(5.0), Answer(call, JSON)))[0]
     ((key, refresh, weight),) = remembered
     assert key == found.store_key and weight > len(key)
     with use_collector(AdvisoryCollector(partition="operator")):
@@ -292,15 +302,226 @@ async def test_serving_from_cache_tells_the_buyer_or_fails(clock: FakeClock) -> 
         serving.from_cache(found, None, down, JSON)
 
 
-def test_every_caller_of_a_flight_gets_its_advisories_and_its_own_copy() -> None:
+async def test_every_caller_of_a_flight_gets_its_advisories_and_its_own_copy(
+    clock: FakeClock,
+) -> None:
     down = Failure(FailureKind.CONNECTION, "CONNECTION_REFUSED", "refused")
     advisory = stale_response(INVENTORY, PRODUCTS, 90, down, 60)
     refreshed = Refreshed({"products": []}, b'{"products": []}', (("account", advisory),))
     collector = AdvisoryCollector()
-    first = Serving.flown(collector, refreshed, JSON)
-    second = Serving.flown(None, refreshed, JSON)
+    with use_collector(collector):
+        first = Serving.flown(await lookups(clock).look_up(INVENTORY, "k", PRODUCTS, []),
+                              refreshed, JSON)  # fmt: skip
+    second = Serving.flown(await looked_up(clock), refreshed, JSON)
     assert first == second == {"products": []} and first is not second
     assert collector.advisories() == [advisory]
+
+
+# The hub as users extend and reconfigure it (what a hostile review of the stages found).
+
+SWR = SurfacePolicy(name="get_products", field="products", freshness_target_seconds=10,
+                    max_stale_seconds=1000, stale_while_revalidate=True)  # fmt: skip
+
+
+def hub(clock: FakeClock, policy: SurfacePolicy = SWR, **options: Any) -> UpstreamCache:
+    return UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(policy), clock=clock,
+                         **options)  # fmt: skip
+
+
+async def test_a_reused_tags_list_labels_each_entry_as_of_its_call(clock: FakeClock) -> None:
+    cache, tags = hub(clock), []
+
+    async def call() -> dict[str, Any]:
+        return {"products": [clock()]}
+
+    for _ in range(2):
+        for account in ("acct-1", "acct-2"):
+            tags[:] = [account]  # one list, reused
+            await cache.fetch(INVENTORY, account, call, surface="get_products", tags=tags)
+        clock.advance(20)  # the second pass refreshes behind each answer
+    await asyncio.gather(*cache.flights.tasks)
+    entry = await cache.store.get(cache.store_key(INVENTORY, "acct-1"))
+    assert entry is not None and "tag=acct-1" in entry.labels
+    assert await CacheControl(cache).invalidate(tags=["acct-1"], soft=False) == 1
+
+
+async def test_a_subclass_store_key_keys_every_fetch_and_purge(clock: FakeClock) -> None:
+    region: dict[str, str] = {}
+
+    class Regional(UpstreamCache):
+        def store_key(self, upstream: Upstream, key: object, partition: str | None = None) -> str:
+            return super().store_key(upstream, (region["now"], key), partition)
+
+    cache = Regional(MemoryStore(clock=clock), surfaces=Surfaces.of(SWR), clock=clock)
+    for name in ("eu", "us"):
+        region["now"] = name
+
+        async def call(name: str = name) -> dict[str, Any]:
+            return {"products": [name]}
+
+        assert await cache.fetch(INVENTORY, "k", call, surface="get_products") == {
+            "products": [name]
+        }
+    assert await CacheControl(cache).invalidate(key="k", upstream=INVENTORY) == 1
+
+
+async def test_settings_reassigned_on_the_cache_reach_every_stage(clock: FakeClock) -> None:
+    cache = hub(clock, PRODUCTS)
+    configured = MemoryStore(clock=clock)
+    cache.store = configured  # configured at start-up, after construction
+
+    async def call() -> dict[str, Any]:
+        return {"products": [1]}
+
+    with use_collector(AdvisoryCollector(partition="p")):
+        await cache.fetch(INVENTORY, "k", call, surface="get_products")
+    assert len(await configured.scan()) == 1
+
+    class Gone(Exception):
+        pass
+
+    cache.failure_types = {Gone: "SERVICE_UNAVAILABLE"}  # type: ignore[dict-item]
+    seen: list[str] = []
+
+    class Seen(CacheMetrics):
+        def upstream_failure(self, upstream: str, code: str) -> None:
+            seen.append(code)
+
+    cache.metrics = Seen()
+
+    async def gone() -> dict[str, Any]:
+        raise Gone
+
+    clock.advance(61)
+    with use_collector(AdvisoryCollector(partition="p")):
+        assert await cache.fetch(INVENTORY, "k", gone, surface="get_products") == {"products": [1]}
+    assert seen == ["SERVICE_UNAVAILABLE"]  # the flight classified it with the new mapping
+
+
+async def test_the_old_names_read_and_write_where_the_settings_live(clock: FakeClock) -> None:
+    cache = hub(clock, PRODUCTS)
+    with pytest.warns(DeprecationWarning):
+        cache.strict_advisories = True
+    assert cache.serving.strict_advisories is True
+    with pytest.warns(DeprecationWarning):
+        cache.breaker_policy = None
+    assert cache.breakers.policy is None
+    heard: list[str] = []
+    with pytest.warns(DeprecationWarning):
+        cache.refreshers = lambda key, labels, refresh, weight: heard.append(key)  # type: ignore[assignment]
+    calls: list[int] = []
+
+    async def call() -> dict[str, Any]:
+        calls.append(1)
+        return {"products": [len(calls)]}
+
+    with use_collector(AdvisoryCollector(partition="p")):
+        await cache.fetch(INVENTORY, "k", call, surface="get_products")
+    assert len(heard) == 1
+    with pytest.warns(DeprecationWarning):
+        cache.refresh_soon_all([("k", call)], 1)
+    await asyncio.gather(*cache.flights.tasks)
+    assert len(calls) == 2
+
+
+def _reachable(root: object, stop: tuple[type, ...]) -> list[object]:
+    """Every object ``root`` keeps alive, short of modules, classes and ``stop``'s."""
+    import gc
+    import sys
+
+    modules = {id(m.__dict__) for m in list(sys.modules.values()) if m is not None}
+    seen, stack, found = set(), [root], []
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, (type, *stop)) or id(obj) in modules:
+            continue
+        seen.add(id(obj))
+        found.append(obj)
+        stack.extend(gc.get_referents(obj))
+    return found
+
+
+async def test_a_remembered_refresh_keeps_no_request_or_held_entry_alive(
+    clock: FakeClock,
+) -> None:
+    from adcp_stale_cache.flight import Flights
+    from adcp_stale_cache.lookup import Lookups
+
+    cache = hub(clock, PRODUCTS)
+    control = CacheControl(cache)
+
+    async def call() -> dict[str, Any]:
+        return {"products": ["x" * 100_000]}
+
+    for _ in range(2):  # the second round refreshes a held entry
+        with use_collector(AdvisoryCollector(partition="p")):
+            await cache.fetch(INVENTORY, "k", call, surface="get_products")
+        clock.advance(61)
+    kept = _reachable(control.recent, (UpstreamCache, Flights, Lookups, Serving, MemoryStore))
+    assert not [o for o in kept if isinstance(o, AdvisoryCollector)]
+    assert sum(len(o) for o in kept if isinstance(o, bytes)) < 10_000  # no held entry
+
+
+async def test_a_probe_cancelled_before_its_flight_gives_its_slot_back(clock: FakeClock) -> None:
+    class SlowCount(MemoryStore):
+        slow = False
+
+        async def generation(self) -> object:
+            if self.slow:
+                await asyncio.sleep(0.05)
+            return await super().generation()
+
+    store = SlowCount(clock=clock)
+    cache = UpstreamCache(store, surfaces=Surfaces.of(PRODUCTS), clock=clock,
+                          breaker=BreakerPolicy(failure_threshold=1, cooldown_seconds=5))  # fmt: skip
+    state = {"down": False}
+
+    async def call() -> dict[str, Any]:
+        if state["down"]:
+            raise ConnectionError
+        return {"products": [1]}
+
+    with use_collector(AdvisoryCollector(partition="p")):
+        await cache.fetch(INVENTORY, "k", call, surface="get_products")
+        clock.advance(61)
+        state["down"] = True
+        await cache.fetch(INVENTORY, "k", call, surface="get_products")  # opens the breaker
+        clock.advance(10)
+        state["down"], store.slow = False, True
+        probe = asyncio.ensure_future(cache.fetch(INVENTORY, "k", call, surface="get_products"))
+        await asyncio.sleep(0.01)
+        probe.cancel()  # the buyer hangs up while the probe reads the purge count
+        await asyncio.gather(probe, return_exceptions=True)
+        store.slow = False
+        await cache.fetch(INVENTORY, "k", call, surface="get_products")  # the next one probes
+        await asyncio.gather(*cache.flights.tasks)
+    assert not cache.breaker_open(INVENTORY)
+
+
+async def test_an_unreadable_entry_behind_a_revalidation_waits_for_the_refresh(
+    clock: FakeClock,
+) -> None:
+    class Drifting:
+        broken = False
+
+        def dumps(self, value: Any) -> bytes:
+            return json.dumps(value).encode()
+
+        def loads(self, data: bytes) -> Any:
+            if self.broken:
+                raise ValueError("schema drift")
+            return json.loads(data)
+
+    cache, codec = hub(clock), Drifting()
+
+    async def call() -> dict[str, Any]:
+        return {"products": [clock()]}
+
+    await cache.fetch(INVENTORY, "k", call, surface="get_products", codec=codec)  # type: ignore[arg-type]
+    codec.broken = True  # the held entry can no longer be read; the upstream is healthy
+    clock.advance(20)
+    answer = await cache.fetch(INVENTORY, "k", call, surface="get_products", codec=codec)  # type: ignore[arg-type]
+    assert answer == {"products": [clock()]}  # the refresh's own answer, never "unavailable"
 
 
 # The shape (issue 23's limits).
@@ -335,3 +556,71 @@ def test_no_core_module_imports_the_compliance_harness() -> None:
                 assert not (node.module or "").endswith("testing"), path
             if isinstance(node, ast.Import):
                 assert not any(a.name.endswith(".testing") for a in node.names), path
+
+
+# Interleavings the simulation (tests/test_simulation.py) found, as plain examples.
+
+
+async def test_purging_what_a_composite_was_built_from_purges_the_composite(
+    clock: FakeClock,
+) -> None:
+    accounts = SurfacePolicy(name="accounts", field="accounts", freshness_target_seconds=60,
+                             max_stale_seconds=600)  # fmt: skip
+    catalog = SurfacePolicy(name="catalog", field="catalog", freshness_target_seconds=60,
+                            max_stale_seconds=600)  # fmt: skip
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(accounts, catalog),
+                          clock=clock, breaker=None)  # fmt: skip
+    version = {"now": 0}
+
+    async def account() -> dict[str, Any]:
+        return {"v": version["now"]}
+
+    async def composite() -> dict[str, Any]:
+        return {"built_from": await cache.fetch(INVENTORY, "me", account, surface="accounts")}
+
+    async def ask() -> Any:
+        with use_collector(AdvisoryCollector(partition="tenant-c")):
+            return await cache.fetch(Upstream(name="catalog"), "all", composite, surface="catalog")
+
+    with use_collector(AdvisoryCollector(partition="tenant-c")):
+        await cache.fetch(INVENTORY, "me", account, surface="accounts")  # warmed first
+    assert await ask() == {"built_from": {"v": 0}}  # built from the warmed entry
+    version["now"] = 1
+    assert await CacheControl(cache).invalidate(surface="accounts", soft=False) == 2
+    assert await ask() == {"built_from": {"v": 1}}  # never the composite of purged data
+
+
+async def test_a_flight_that_could_not_read_the_purge_count_never_stores_over_a_purge(
+    clock: FakeClock,
+) -> None:
+    class Unreachable(MemoryStore):
+        down = False
+
+        async def generation(self) -> object:
+            return None if self.down else await super().generation()
+
+    store = Unreachable(clock=clock)
+    cache = UpstreamCache(store, surfaces=Surfaces.of(PRODUCTS), clock=clock, breaker=None)
+    gate, version = asyncio.Event(), {"now": 0}
+
+    async def held() -> dict[str, Any]:
+        read = version["now"]
+        await gate.wait()
+        return {"products": [read]}
+
+    async def call() -> dict[str, Any]:
+        return {"products": [version["now"]]}
+
+    store.down = True  # the store's count cannot be read as the flight starts
+    with use_collector(AdvisoryCollector(partition="p")):
+        flight = asyncio.ensure_future(cache.fetch(INVENTORY, "k", held, surface="get_products"))
+        await asyncio.sleep(0.01)
+        store.down = False  # back: the operator purges, a newer answer is stored
+        version["now"] = 1
+        await CacheControl(cache).invalidate(upstream=INVENTORY, soft=False)
+        clock.advance(1)
+        assert await cache.fetch(INVENTORY, "k", call, surface="get_products") == {"products": [1]}
+        gate.set()
+        assert await flight == {"products": [0]}  # its own callers get what it read
+        clock.advance(1)
+        assert await cache.fetch(INVENTORY, "k", call, surface="get_products") == {"products": [1]}

@@ -108,6 +108,7 @@ class RedisStore:
         self.retry_after_seconds = retry_after_seconds
         self.failures = 0  # Redis operations that failed (and were answered as "no entry")
         self._down_until = 0.0
+        self._count_down_until = 0.0  # the purge count's own: see generation
 
     def _key(self, key: str) -> str:
         # The braces are a hash tag: an entry and its lease share a Cluster slot.
@@ -353,13 +354,16 @@ class RedisStore:
         """How many purges this Redis has seen so far (None when it is down):
         processes' memory tiers watch it to hear of other processes' invalidations."""
         client = self._client_here()
-        if client is None or not self.available:
+        if client is None or not self.available or time.monotonic() < self._count_down_until:
             return None
         try:
             return int(await client.get(f"{self.prefix}:generation") or 0)
         except Exception as exc:
             # Not a reason to stay away from the whole store: the count lives in one slot,
             # and every miss reads it (see purges); the entries' own reads and writes decide.
+            # But a failing read (a cluster failing over retries for a while) is not tried
+            # again for a moment: a request would pay it on every miss.
+            self._count_down_until = time.monotonic() + self.retry_after_seconds
             logger.debug("redis_generation_unreadable error=%s", type(exc).__name__)
             return None
 

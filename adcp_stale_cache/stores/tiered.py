@@ -30,7 +30,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from ..entry import Entry
-from ..purges import store_unless_purged
+from ..purges import UNREADABLE, purge_count, store_unless_purged
 from .base import Store
 from .memory import MemoryStore
 
@@ -100,8 +100,8 @@ class TieredStore:
 
     async def generation(self) -> object:
         """Both tiers' purge counts (None when one that counts cannot be read)."""
-        counts = (await _generation(self.near), await _generation(self.far))
-        return None if _UNKNOWN in counts else counts
+        counts = (await purge_count(self.near), await purge_count(self.far))
+        return None if UNREADABLE in counts else counts
 
     async def _listen(self, now: float) -> None:
         """Read the shared tiers' purge count, at most every ``check_seconds``."""
@@ -207,21 +207,6 @@ class TieredStore:
         """Whether another process holds the refresh lease of ``key``."""
         active: Any = getattr(self.far, "lease_active", None)
         return bool(await active(key)) if active is not None else False
-
-
-_UNKNOWN = object()
-
-
-async def _generation(store: Any) -> object:
-    """A store's purge count: None for a store that keeps none, _UNKNOWN when unreadable."""
-    generation = getattr(store, "generation", None)
-    if generation is None:
-        return None
-    try:
-        current = await generation()
-    except Exception:
-        return _UNKNOWN
-    return _UNKNOWN if current is None else current
 
 
 def _grew(before: object, now: object) -> bool:

@@ -1,0 +1,147 @@
+"""Wholesale conditional fetch answered from the cache (issue 24): a seller's get_products
+wrapped in answer_wholesale, over a real UpstreamCache and an upstream that changes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from adcp_stale_cache import (
+    MemoryStore,
+    SurfacePolicy,
+    Surfaces,
+    Upstream,
+    UpstreamCache,
+    collect_advisories,
+)
+from adcp_stale_cache.conditional import InvalidConditionalRequest, answer_wholesale
+from adcp_stale_cache.wholesale import Scope, canonical
+
+from .conftest import FakeClock
+
+PRODUCTS = SurfacePolicy(name="get_products", field="products", freshness_target_seconds=2,
+                         max_stale_seconds=3600, shared_across_callers=True)  # fmt: skip
+INVENTORY = Upstream(name="inventory")
+
+
+class Inventory:
+    def __init__(self) -> None:
+        self.version, self.down, self.calls = 1, False, 0
+
+    async def read(self, filters: Any) -> list[dict[str, Any]]:
+        self.calls += 1
+        if self.down:
+            raise ConnectionRefusedError
+        return [{"product_id": f"p{i}-v{self.version}"} for i in range(3)]
+
+
+class Seller:
+    def __init__(self, clock: FakeClock, store: Any = None) -> None:
+        self.inventory = Inventory()
+        self.cache = UpstreamCache(store or MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS),
+                                   clock=clock, breaker=None)  # fmt: skip
+
+    async def get_products(self, request: dict[str, Any]) -> dict[str, Any]:
+        account = (request.get("account") or {}).get("account_id")
+        scope = Scope.ACCOUNT if account == "account-overlay.example" else Scope.PUBLIC
+
+        async def compose() -> dict[str, Any]:
+            filters = canonical(request.get("filters") or {})  # one key for either spelling
+            key = (filters, account if scope is Scope.ACCOUNT else None)
+            products = await self.cache.fetch(INVENTORY, key, lambda: self.inventory.read(filters),
+                                              surface="get_products")  # fmt: skip
+            return {"products": products, "context": request.get("context")}
+
+        with collect_advisories() as advisories:
+            answer = await answer_wholesale(request, compose, scope=scope,
+                                            account=account if scope is Scope.ACCOUNT else None)  # fmt: skip
+        if advisories:
+            answer["errors"] = advisories.errors()
+        return answer
+
+
+def wholesale(**fields: Any) -> dict[str, Any]:
+    return {"buying_mode": "wholesale", "context": {"correlation_id": fields.pop("cid", "c")},
+            **fields}  # fmt: skip
+
+
+async def test_bootstrap_probe_change_and_outage(clock: FakeClock) -> None:
+    seller = Seller(clock)
+    first = await seller.get_products(wholesale(cid="boot"))
+    token = first["wholesale_feed_version"]
+    assert first["products"] and first["cache_scope"] == "public"
+    assert first["context"] == {"correlation_id": "boot"}
+
+    probe = await seller.get_products(wholesale(if_wholesale_feed_version=token, cid="probe"))
+    assert probe == {"unchanged": True, "wholesale_feed_version": token, "cache_scope": "public",
+                     "context": {"correlation_id": "probe"}}  # fmt: skip
+
+    seller.inventory.version = 2  # the feed changes; within the target the cache says no
+    assert (await seller.get_products(wholesale(if_wholesale_feed_version=token)))["unchanged"]
+    clock.advance(3)
+    changed = await seller.get_products(wholesale(if_wholesale_feed_version=token))
+    assert "unchanged" not in changed and changed["products"][0]["product_id"] == "p0-v2"
+    new = changed["wholesale_feed_version"]
+    assert new != token
+
+    seller.inventory.down = True
+    clock.advance(3)  # past the target, the upstream down: the cached feed, told so
+    stale = await seller.get_products(wholesale(if_wholesale_feed_version=new, cid="down"))
+    assert "unchanged" not in stale and stale["products"] == changed["products"]
+    assert stale["wholesale_feed_version"] == new  # the cached feed's token
+    assert [e["code"] for e in stale["errors"]] == ["STALE_RESPONSE"]
+    assert stale["context"] == {"correlation_id": "down"}
+
+
+async def test_reordered_filters_share_a_token_and_scopes_never_do(clock: FakeClock) -> None:
+    seller = Seller(clock)
+    one = await seller.get_products(
+        wholesale(filters={"channels": ["display", "olv"], "format_kinds": ["image", "html5"]})
+    )
+    other = await seller.get_products(
+        wholesale(filters={"format_kinds": ["html5", "image"], "channels": ["olv", "display"]})
+    )
+    assert one["wholesale_feed_version"] == other["wholesale_feed_version"]
+    assert seller.inventory.calls == 1  # one cache entry too
+
+    overlay = {"account_id": "account-overlay.example"}
+    mine = await seller.get_products(wholesale(account=overlay))
+    public = await seller.get_products(wholesale())
+    assert mine["cache_scope"] == "account" and public["cache_scope"] == "public"
+    assert mine["wholesale_feed_version"] != public["wholesale_feed_version"]
+    crossed = await seller.get_products(
+        wholesale(account=overlay, if_wholesale_feed_version=public["wholesale_feed_version"])
+    )
+    assert "products" in crossed and "unchanged" not in crossed  # no short-circuit across scopes
+    back = await seller.get_products(
+        wholesale(if_wholesale_feed_version=mine["wholesale_feed_version"])
+    )
+    assert "products" in back and "unchanged" not in back
+
+
+async def test_a_lone_pricing_token_is_refused(clock: FakeClock) -> None:
+    with pytest.raises(InvalidConditionalRequest) as refused:
+        await Seller(clock).get_products(wholesale(if_pricing_version="stale-pricing-token"))
+    assert refused.value.error.code == "INVALID_REQUEST"
+    assert refused.value.error.field == "if_pricing_version"
+
+
+async def test_two_processes_on_one_store_and_a_restart_agree_on_the_token(
+    clock: FakeClock,
+) -> None:
+    store = MemoryStore(clock=clock)
+    a, b = Seller(clock, store), Seller(clock, store)
+    token = (await a.get_products(wholesale()))["wholesale_feed_version"]
+    assert (await b.get_products(wholesale(if_wholesale_feed_version=token)))["unchanged"]
+    restarted = Seller(clock, store)
+    assert (await restarted.get_products(wholesale(if_wholesale_feed_version=token)))["unchanged"]
+    assert a.inventory.calls == 1 and b.inventory.calls == restarted.inventory.calls == 0
+
+
+async def test_answer_wholesale_needs_a_collector(clock: FakeClock) -> None:
+    async def compose() -> dict[str, Any]:
+        return {"products": []}
+
+    with pytest.raises(RuntimeError, match="collector"):
+        await answer_wholesale(wholesale(), compose)
