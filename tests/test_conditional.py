@@ -145,3 +145,43 @@ async def test_answer_wholesale_needs_a_collector(clock: FakeClock) -> None:
 
     with pytest.raises(RuntimeError, match="collector"):
         await answer_wholesale(wholesale(), compose)
+
+
+PER_CALLER = PRODUCTS.model_copy(update={"shared_across_callers": False})
+
+
+async def test_the_scope_follows_the_keying_and_a_public_claim_of_per_caller_rows_is_caught(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PER_CALLER), clock=clock,
+                          breaker=None)  # fmt: skip
+
+    async def compose() -> dict[str, Any]:
+        async def read() -> list[dict[str, Any]]:
+            return [{"product_id": "negotiated"}]
+
+        return {"products": await cache.fetch(INVENTORY, "feed", read, surface="get_products")}
+
+    from adcp_stale_cache import AdvisoryCollector, use_collector
+
+    def request(**fields: Any) -> dict[str, Any]:
+        return wholesale(account={"account_id": "acme"}, **fields)
+
+    with use_collector(AdvisoryCollector(partition="acme-digest")):
+        keyed = await answer_wholesale(request(), compose)
+        assert keyed["cache_scope"] == "account"  # keyed per caller: an account answer
+        other = await answer_wholesale(wholesale(), compose)
+        assert other["cache_scope"] == "public"  # no account in the request: public
+        with caplog.at_level("WARNING"):
+            declared = await answer_wholesale(request(), compose, scope=Scope.PUBLIC)
+        assert declared["cache_scope"] == "public"
+        assert "cache_scope_contradicts_keying" in caplog.text
+        from adcp_stale_cache.conditional import ScopeContradictsKeying
+
+        with pytest.raises(ScopeContradictsKeying):
+            await answer_wholesale(request(), compose, scope=Scope.PUBLIC, strict=True)
+    with use_collector(AdvisoryCollector(partition="other-digest")):
+        theirs = await answer_wholesale(
+            request(if_wholesale_feed_version=keyed["wholesale_feed_version"]), compose
+        )
+    assert "unchanged" not in theirs  # another caller's account token never short-circuits
