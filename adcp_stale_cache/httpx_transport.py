@@ -31,8 +31,9 @@ HTTP's caching contract (RFC 9111, RFC 5861):
   ``Vary`` names request headers that join the key (variants kept side by side; the first
   answer that names new ones is served, not stored) and ``Vary: *`` is never stored.
   ``no-store`` is always honoured.
-- **Negative caching, opt-in** (``negative_ttl_seconds``): a 404 or 410 is kept that long,
-  never as an outage fallback, and never over a good entry.
+- **Negative caching, opt-in** (``negative_ttl_seconds``): a 403, 404 or 410 is kept that
+  long (a denial exactly as "not found": nothing tells them apart), never as an outage
+  fallback, and never over a good entry.
 """
 
 from __future__ import annotations
@@ -157,7 +158,10 @@ class CachingTransport(httpx.AsyncBaseTransport):
         )  # fmt: skip
 
     def _negative(self, response: httpx.Response) -> bool:
-        return self.negative_ttl_seconds is not None and response.status_code in (404, 410)
+        # "Exists but denied" (403) is kept exactly as "not found" (404, 410): hits, misses,
+        # ages and timings must never tell a caller which of the two an ID is (AdCP's
+        # existence-leak uniformity). The key is per caller: a denial is never shared.
+        return self.negative_ttl_seconds is not None and response.status_code in (403, 404, 410)
 
     def _varying(self, request: httpx.Request) -> list[str]:
         """The values of the vary headers, in order ("" when absent): one pass over the

@@ -428,6 +428,38 @@ async def test_negative_caching_is_brief_and_never_an_outage_fallback(
         await client.get(upstream.url)
 
 
+async def test_exists_but_denied_is_cached_exactly_as_not_found(clock: FakeClock) -> None:
+    """AdCP's existence-leak uniformity: negative caching, headers, timings and metric
+    events never tell a 403 ("exists, not yours") from a 404 ("no such thing")."""
+    from adcp_stale_cache.metrics import CacheMetrics
+
+    class Recording(CacheMetrics):
+        def __init__(self) -> None:
+            self.events: list[tuple[str, ...]] = []
+
+        def hit(self, surface: str, upstream: str) -> None:
+            self.events.append(("hit", surface, upstream))
+
+        def miss(self, surface: str, upstream: str) -> None:
+            self.events.append(("miss", surface, upstream))
+
+    seen: dict[int, list[tuple[str, ...]]] = {}
+    for status in (403, 404):
+        recording = Recording()
+        with respx.mock(assert_all_called=False) as mock:
+            route = mock.get("https://inventory.example/products").mock(
+                return_value=httpx.Response(status, json={"error": "not found"})
+            )
+            client = client_for(clock, honor=False, negative_ttl_seconds=10)
+            client.cache.metrics = recording  # type: ignore[attr-defined]
+            answers = [await client.get("https://inventory.example/products") for _ in range(3)]
+        assert route.call_count == 1, status  # kept, as a 404 is
+        assert [a.status_code for a in answers] == [status] * 3
+        headers = [sorted(k for k in a.headers if k not in ("content-length",)) for a in answers]
+        seen[status] = [*recording.events, *map(tuple, headers)]
+    assert seen[403] == seen[404]
+
+
 async def test_a_404_never_replaces_a_good_entry(clock: FakeClock, upstream: Scripted) -> None:
     client = client_for(clock, honor=False, negative_ttl_seconds=10)
     await client.get(upstream.url)
