@@ -57,6 +57,10 @@ class RedisCluster:
         )  # fmt: skip
         self.wait_ok()
         self.wait_agreed()
+        # The replicas' first full syncs, before any write: a replica that synced while the
+        # first writes landed was seen holding another shard's keys, at its own master's
+        # offset, "up" (and a failover then promoted it).
+        self.wait_replicated()
         return self
 
     def wait_agreed(self, timeout: float = 30) -> None:
@@ -95,10 +99,23 @@ class RedisCluster:
         connection only, and redis-cli's has none, so it answered at once.)"""
         deadline = time.monotonic() + timeout
         for port in self.masters():
-            while not caught_up(redis_cli(port, "info", "replication")):
+            while not (caught_up(redis_cli(port, "info", "replication")) and self.same_keys(port)):
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"the replica of {port} did not catch up")
+                    raise TimeoutError(f"the replica of {port} did not catch up: {self.describe()}")
                 time.sleep(0.05)
+
+    def same_keys(self, master: int) -> bool:
+        """Whether ``master``'s replica holds exactly its keys (offsets can agree while
+        the keys do not: see start)."""
+        info = redis_cli(master, "info", "replication")
+        fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
+        replica = dict(
+            item.split("=", 1) for item in fields.get("slave0", "").split(",") if "=" in item
+        )
+        if not replica.get("port", "").isdigit():
+            return False
+        mine = set(redis_cli(master, "keys", "*").split())
+        return mine == set(redis_cli(int(replica["port"]), "keys", "*").split())
 
     def kill(self, port: int) -> None:
         self.processes[port].kill()
