@@ -174,7 +174,7 @@ class UpstreamCache:
         fails and no entry within max-stale exists; failures the policy does not count as an
         outage are re-raised as they are.
         """
-        injected = self._injected(upstream, surface) if self.outages is not None else None
+        injected = None if self.outages is None else self._injected(self.outages, upstream, surface)
         found = await self.lookups.look_up(upstream, key, surface, tags)  # 1. look up
         if injected is not None:  # compliance testing: an injected outage comes first
             return await self.serving.injected(found, injected, self.flights, call, codec)
@@ -266,12 +266,11 @@ class UpstreamCache:
     # Compliance testing (see admission's OutageInjector; testing implements it).
 
     def _injected(
-        self, upstream: Upstream, surface: str | SurfacePolicy | None
+        self, outages: OutageInjector, upstream: Upstream, surface: str | SurfacePolicy | None
     ) -> InjectedOutage | None:
         """The injected outage this fetch claims (before it reads the store)."""
         collector = current_collector()
-        policy = self.lookups.policy(surface, collector)[0]
-        return self.outages.claim(policy, upstream, collector) if self.outages is not None else None
+        return outages.claim(self.lookups.policy(surface, collector)[0], upstream, collector)
 
     def force_upstream_unavailable(
         self,
