@@ -149,8 +149,12 @@ def test_frozen_agent_answers_within_the_deadline_and_frees_the_worker() -> None
             future.result(timeout=1)
         freed_in = time.monotonic() - free
     assert len(frozen) == 20
-    assert max(each for _, each in frozen) < 2 + 1, [round(t, 2) for _, t in frozen]
-    assert took < 2 + 1 + 1  # the round, 20 calls over 4 sessions and their set-up
+    # What the bounds tell apart: with the budget at work, the first 4 requests wait out the
+    # 2 s timeout and the 16 queued behind them answer from cache at once (about 2.5 s here,
+    # 3 s on a busy CI machine); without it, each wave of 4 workers would wait 2 s more, so
+    # the second wave answers at 4 s and the round takes 10 s.
+    assert max(each for _, each in frozen) < 2 * 2, [round(t, 2) for _, t in frozen]
+    assert took < 2 * 2 + 1  # the round, 20 calls over 4 sessions and their set-up
     assert freed_in < 0.5
     for answer, _ in frozen:
         advisories = {a["details"]["upstream"]["name"]: a for a in stale_of(answer)}
