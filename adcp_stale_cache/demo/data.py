@@ -25,15 +25,17 @@ def creative_formats(agent_url: str, agent_name: str, count: int) -> list[dict[s
     return formats
 
 
-def products(count: int, principal: str | None = None) -> list[dict[str, Any]]:
-    """``count`` products; a ``principal`` gets products of its own (ids and prices vary)."""
+def products(count: int, principal: str | None = None, revision: int = 0) -> list[dict[str, Any]]:
+    """``count`` products; a ``principal`` gets products of its own (ids and prices vary),
+    and each ``revision`` of the inventory changes every product's name and price."""
     tag = hashlib.sha256(principal.encode()).hexdigest()[:8] if principal else "public"
+    edition = f", revision {revision}" if revision else ""
     items = []
     for i in range(count):
         items.append(
             {
                 "product_id": f"{tag}-display-{i}",
-                "name": f"Run of network display #{i} ({tag})",
+                "name": f"Run of network display #{i} ({tag}{edition})",
                 "description": "Non-guaranteed display across the Acme Outdoor network.",
                 "publisher_properties": [
                     {"publisher_domain": "acme-outdoor.example", "selection_type": "all"}
@@ -55,7 +57,7 @@ def products(count: int, principal: str | None = None) -> list[dict[str, Any]]:
                         "pricing_option_id": f"cpm-{tag}-{i}",
                         "pricing_model": "cpm",
                         "currency": "USD",
-                        "fixed_price": round(2.5 + i + (len(tag) % 3), 2),
+                        "fixed_price": round(2.5 + i + (len(tag) % 3) + revision / 4, 2),
                     }
                 ],
                 "reporting_capabilities": {

@@ -1,9 +1,12 @@
 """A mock internal inventory service: ``GET /products`` -> ``{"products": [...]}``.
 
 A request with a bearer token gets that principal's own products, so that tenant isolation
-in the seller's cache shows end to end. Answers carry an ``ETag`` (a hash of the body) and
+in the seller's cache shows end to end; ``?account=A`` gets account ``A``'s overlay (its own
+rows and prices), and ``?filters=JSON`` (AdCP ``product_filters``) keeps the products that
+match ``channels`` and ``format_kinds``. Answers carry an ``ETag`` (a hash of the body) and
 a matching ``If-None-Match`` gets a ``304``; ``max_age`` adds ``Cache-Control: max-age``.
-``GET /stats`` counts the answers to ``/products`` by status: ``{"200": n, "304": m}``.
+``GET /stats`` counts the answers to ``/products`` by status: ``{"200": n, "304": m}``;
+``POST /revision`` publishes a new revision of the inventory (every name and price changes).
 """
 
 from __future__ import annotations
@@ -22,11 +25,18 @@ from .data import products
 def create_inventory_app(*, count: int = 3, max_age: int | None = None) -> Starlette:
     """The inventory service app."""
     answered = {"200": 0, "304": 0}
+    revision = [0]
 
     async def list_products(request: Request) -> Response:
         auth = request.headers.get("authorization", "")
         principal = auth[7:] if auth.lower().startswith("bearer ") else None
-        body = orjson.dumps({"products": products(count, principal)})
+        owner = request.query_params.get("account") or principal
+        try:
+            filters = orjson.loads(request.query_params.get("filters") or "{}")
+        except orjson.JSONDecodeError:
+            return JSONResponse({"detail": "filters is not JSON"}, status_code=400)
+        rows = products(count, owner, revision[0]) if _matches(filters) else []
+        body = orjson.dumps({"products": rows})
         headers = {"ETag": f'"{hashlib.sha256(body).hexdigest()[:32]}"'}
         if max_age is not None:
             headers["Cache-Control"] = f"max-age={max_age}"
@@ -39,6 +49,10 @@ def create_inventory_app(*, count: int = 3, max_age: int | None = None) -> Starl
     async def stats(request: Request) -> JSONResponse:
         return JSONResponse(answered)
 
+    async def publish(request: Request) -> JSONResponse:
+        revision[0] += 1
+        return JSONResponse({"revision": revision[0]})
+
     async def health(request: Request) -> JSONResponse:
         return JSONResponse({"ok": True})
 
@@ -46,9 +60,19 @@ def create_inventory_app(*, count: int = 3, max_age: int | None = None) -> Starl
         routes=[
             Route("/products", list_products),
             Route("/stats", stats),
+            Route("/revision", publish, methods=["POST"]),
             Route("/health", health),
         ]
     )
+
+
+def _matches(filters: object) -> bool:
+    """Whether this inventory's products (display banners: image formats) match the AdCP
+    ``product_filters`` ``filters`` (``channels`` and ``format_kinds``; others match all)."""
+    if not isinstance(filters, dict):
+        return True
+    channels, kinds = filters.get("channels"), filters.get("format_kinds")
+    return (not channels or "display" in channels) and (not kinds or "image" in kinds)
 
 
 def _etags(header: str) -> set[str]:

@@ -14,15 +14,17 @@ from .tool_failed import ToolFailed
 Json = dict[str, Any]
 
 
-def create_mcp_app(tools: object, names: Sequence[str], *, json_response: bool = False) -> Any:
-    """An ASGI app serving ``names`` at ``/mcp``: each tool is ``tools``'s async method of
-    that name (the seller's tools; this module knows nothing else of the seller)."""
+def create_mcp_app(
+    call: Callable[[str, Json], Awaitable[Json]], names: Sequence[str], *,
+    json_response: bool = False,
+) -> Any:  # fmt: skip
+    """An ASGI app serving ``names`` at ``/mcp``: ``call(name, params)`` answers each (the
+    seller's tools; this module knows nothing else of the seller)."""
     server = MCPServer(name="example-seller")
 
     async def run(name: str, params: Json) -> Json | CallToolResult:
-        method: Callable[[Json], Awaitable[Json]] = getattr(tools, name)
         try:
-            return await method({k: v for k, v in params.items() if v is not None})
+            return await call(name, {k: v for k, v in params.items() if v is not None})
         except ToolFailed as exc:  # a fatal error: isError with the adcp_error payload
             text = json.dumps(exc.payload)
             return CallToolResult(
@@ -31,10 +33,17 @@ def create_mcp_app(tools: object, names: Sequence[str], *, json_response: bool =
                 is_error=True,
             )
 
-    # Tools take the AdCP request fields they use; MCP drops the others.
+    # Tools take the AdCP request fields they use (and the release pins every request may
+    # carry); MCP drops the others.
     @server.tool(name="get_adcp_capabilities", description="What this seller supports.")
-    async def get_adcp_capabilities(context: Json | None = None, ext: Json | None = None) -> Any:
-        return await run("get_adcp_capabilities", {"context": context})
+    async def get_adcp_capabilities(
+        context: Json | None = None, ext: Json | None = None,
+        adcp_version: str | None = None, adcp_major_version: int | None = None,
+    ) -> Any:  # fmt: skip
+        return await run("get_adcp_capabilities", {
+            "context": context, "adcp_version": adcp_version,
+            "adcp_major_version": adcp_major_version,
+        })  # fmt: skip
 
     @server.tool(name="get_products", description="Products matching a brief.")
     async def get_products(
@@ -43,16 +52,31 @@ def create_mcp_app(tools: object, names: Sequence[str], *, json_response: bool =
         filters: Json | None = None,
         account: Json | None = None,
         brand: Json | None = None,
+        if_wholesale_feed_version: str | None = None,
+        if_pricing_version: str | None = None,
         context: Json | None = None,
         ext: Json | None = None,
+        adcp_version: str | None = None,
+        adcp_major_version: int | None = None,
     ) -> Any:
-        return await run("get_products", {"brief": brief, "context": context})
+        return await run("get_products", {
+            "brief": brief, "buying_mode": buying_mode, "filters": filters, "account": account,
+            "if_wholesale_feed_version": if_wholesale_feed_version,
+            "if_pricing_version": if_pricing_version, "context": context,
+            "adcp_version": adcp_version, "adcp_major_version": adcp_major_version,
+        })  # fmt: skip
 
     @server.tool(
         name="list_creative_formats", description="Creative formats of every creative agent."
     )
-    async def list_creative_formats(context: Json | None = None, ext: Json | None = None) -> Any:
-        return await run("list_creative_formats", {"context": context})
+    async def list_creative_formats(
+        context: Json | None = None, ext: Json | None = None,
+        adcp_version: str | None = None, adcp_major_version: int | None = None,
+    ) -> Any:  # fmt: skip
+        return await run("list_creative_formats", {
+            "context": context, "adcp_version": adcp_version,
+            "adcp_major_version": adcp_major_version,
+        })  # fmt: skip
 
     if "comply_test_controller" in names:
 

@@ -6,7 +6,10 @@
 
 ``list_creative_formats`` asks every creative agent at once over MCP (the generic wrapper);
 ``get_products`` asks the internal inventory service over HTTP (the httpx transport),
-forwarding the buyer's bearer token. One ``StaleAdvisoryMiddleware`` serves all three.
+forwarding the buyer's bearer token; in ``buying_mode: "wholesale"`` it serves the wholesale
+feed with AdCP's conditional fetch (:mod:`.feed`). Every answer echoes the request's
+``context`` and the release served (``adcp_version``, :mod:`.versions`). One
+``StaleAdvisoryMiddleware`` serves all three transports.
 """
 
 from __future__ import annotations
@@ -34,18 +37,27 @@ from .. import (
     UpstreamUnavailable,
     service_unavailable,
 )
+from ..conditional import InvalidConditionalRequest
 from ..control import CacheControl
 from ..integrations.mcp_client import call_mcp_tool
 from ..metrics import PrometheusMetrics
 from ..stores import MemoryStore, Store
+from .feed import WholesaleFeed
 from .tool_failed import ToolFailed
+from .versions import SUPPORTED_VERSIONS, VersionUnsupported, served_version
 
 TOOLS = ("get_adcp_capabilities", "get_products", "list_creative_formats")
 
-# What get_adcp_capabilities answers: valid for the AdCP 3.0 and 3.1 schemas.
+# What get_adcp_capabilities answers: valid for the AdCP 3.0, 3.1 and 3.2 schemas.
 CAPABILITIES: dict[str, Any] = {
-    "adcp": {"major_versions": [3], "idempotency": {"supported": False}},
+    "adcp": {
+        "major_versions": [3],
+        "supported_versions": list(SUPPORTED_VERSIONS),
+        "idempotency": {"supported": False},
+    },
     "supported_protocols": ["media_buy"],
+    # Conditional fetch of the wholesale feed, with an account overlay (feed.py).
+    "wholesale_feed_versioning": {"supported": True, "cache_scope_account": True},
 }
 
 _authorization: ContextVar[str | None] = ContextVar("seller_authorization", default=None)
@@ -71,7 +83,16 @@ def seller_surfaces(freshness_target: int, max_stale: int, upstream_timeout: flo
     return Surfaces.of(
         surface("list_creative_formats", "formats", shared=True),  # public: one entry for all
         surface("get_products", "products", ("inventory-service",)),
-    )
+        # The wholesale feed's public rate card: no tool of its own, one entry for all.
+        SurfacePolicy(
+            name=RATE_CARD, field="products", upstreams=("inventory-service",),
+            shared_across_callers=True, freshness_target_seconds=freshness_target,
+            max_stale_seconds=max_stale, upstream_timeout_seconds=upstream_timeout,
+        ),
+    )  # fmt: skip
+
+
+RATE_CARD = "wholesale_rate_card"
 
 
 class SellerTools:
@@ -84,19 +105,39 @@ class SellerTools:
         inventory: httpx.AsyncClient,
         *,
         test_controller: bool,
+        feed: WholesaleFeed | None = None,
     ) -> None:
         self.cache = cache
         self.agents = agents
         self.inventory = inventory
         self.test_controller = test_controller
+        self.feed = feed or WholesaleFeed(inventory, inventory)
+
+    async def call(self, name: str, params: Mapping[str, Any]) -> dict[str, Any]:
+        """The tool ``name``'s answer to ``params``, with the release served echoed (raises
+        :class:`ToolFailed` for a release not spoken here, as for any fatal error)."""
+        try:
+            version = served_version(params)
+        except VersionUnsupported as exc:
+            raise ToolFailed(_fatal([exc.error.to_dict()], params)) from exc
+        try:
+            answer: dict[str, Any] = await getattr(self, name)(params)
+        except ToolFailed as exc:
+            exc.payload["adcp_version"] = version
+            raise
+        answer["adcp_version"] = version
+        return answer
 
     async def get_adcp_capabilities(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """Declare media buying."""
         return _echo({**CAPABILITIES, "sandbox": self.test_controller}, params)
 
     async def get_products(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        """Products from the inventory service, for the calling principal."""
+        """Products from the inventory service, for the calling principal (the wholesale
+        feed for ``buying_mode: "wholesale"``)."""
         auth = _authorization.get()
+        if params.get("buying_mode") == "wholesale":
+            return await self._wholesale(params, auth)
         try:
             response = await self.inventory.get(
                 "/products", headers={"authorization": auth} if auth else None
@@ -110,6 +151,16 @@ class SellerTools:
             "cache_scope": "account" if auth else "public",
         }
         return _echo(payload, params)
+
+    async def _wholesale(self, params: Mapping[str, Any], auth: str | None) -> dict[str, Any]:
+        try:
+            return _echo(await self.feed.answer(params, auth), params)
+        except InvalidConditionalRequest as exc:
+            raise ToolFailed(_fatal([exc.error.to_dict()], params)) from exc
+        except UpstreamUnavailable as exc:
+            raise ToolFailed(
+                _fatal([service_unavailable(exc, field="products").to_dict()], params)
+            ) from exc
 
     async def list_creative_formats(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """Formats of every creative agent, asked concurrently; a dead agent's from cache."""
@@ -223,20 +274,26 @@ def create_seller_app(
     transport = CachingTransport(cache, inventory, surface="get_products", validate=_has_products,
                                  honor_cache_control=honor_cache_control)  # fmt: skip
     client = httpx.AsyncClient(base_url=inventory_url, transport=transport)
+    rate_card = httpx.AsyncClient(base_url=inventory_url, transport=CachingTransport(
+        cache, inventory, surface=RATE_CARD, validate=_has_products,
+        honor_cache_control=honor_cache_control,
+    ))  # fmt: skip
     agents = [Upstream(name=name, url=url) for name, url in creative_agents.items()]
-    tools = SellerTools(cache, agents, client, test_controller=test_controller)
+    tools = SellerTools(cache, agents, client, test_controller=test_controller,
+                        feed=WholesaleFeed(rate_card, client))  # fmt: skip
     names = (*TOOLS, "comply_test_controller") if test_controller else TOOLS
 
     from .a2a_app import FatalSkillError, create_a2a_routes
     from .mcp_app import create_mcp_app
 
-    mcp_app = create_mcp_app(tools, names)
+    mcp_app = create_mcp_app(tools.call, names)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with mcp_app.router.lifespan_context(app):
             yield
         await client.aclose()
+        await rate_card.aclose()
 
     app = FastAPI(title="adcp-stale-cache example seller", lifespan=lifespan)
     app.state.cache = cache
@@ -247,13 +304,14 @@ def create_seller_app(
         if name not in names:
             return JSONResponse({"detail": f"unknown tool {name!r}"}, status_code=404)
         try:
-            return await getattr(tools, name)(await _json_body(request))
-        except ToolFailed as exc:
-            return JSONResponse(exc.payload, status_code=503)
+            return await tools.call(name, await _json_body(request))
+        except ToolFailed as exc:  # the buyer's to correct: 400; the seller's: 503
+            correctable = exc.payload["adcp_error"].get("recovery") == "correctable"
+            return JSONResponse(exc.payload, status_code=400 if correctable else 503)
 
     async def skill(name: str, params: dict[str, Any]) -> dict[str, Any]:
         try:
-            result: dict[str, Any] = await getattr(tools, name)(params)
+            result: dict[str, Any] = await tools.call(name, params)
         except ToolFailed as exc:
             raise FatalSkillError(exc.payload) from exc
         return result

@@ -1,0 +1,167 @@
+"""AdCP's wholesale conditional fetch, end to end: the example seller and the inventory
+service behind it as real processes on loopback, a 2 s freshness target, a buyer on each of
+the seller's transports (its REST route, MCP with the ``mcp`` client, A2A ``SendMessage``).
+
+The story is issue 24's acceptance, in order: bootstrap; matching probe; lone pricing token;
+reordered filters; the overlay account and scope isolation; the inventory changes; the
+inventory goes down. Every answer must echo its own request's ``context``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+from uuid import uuid4
+
+import httpx
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import TextContent
+
+from .deployment import Deployment
+
+pytestmark = pytest.mark.e2e
+
+TARGET = 2  # seconds: the seller's freshness target
+ACCOUNT = {"brand": {"domain": "acmeoutdoor.example"}, "operator": "pinnacle-agency.example"}
+OVERLAY = {"brand": {"domain": "account-overlay.example"}, "operator": "pinnacle-agency.example"}
+FILTERS = {"channels": ["display", "olv"], "format_kinds": ["image", "html5"]}
+REORDERED = {"format_kinds": ["html5", "image"], "channels": ["olv", "display"]}
+
+#: A call of get_products: the AdCP answer, and whether the transport said the task failed.
+Ask = Callable[[dict[str, Any]], Awaitable[tuple[dict[str, Any], bool]]]
+
+
+@contextlib.asynccontextmanager
+async def buyer(seller: str, transport: str) -> AsyncIterator[Ask]:
+    async with httpx.AsyncClient(timeout=10) as http:
+        if transport == "rest":
+
+            async def rest(params: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+                response = await http.post(f"{seller}/api/get_products", json=params)
+                assert response.status_code in (200, 400), response.text
+                return response.json(), response.status_code != 200
+
+            yield rest
+        elif transport == "mcp":
+            async with (
+                streamable_http_client(f"{seller}/mcp", http_client=http) as (read, write, *_),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+
+                async def mcp(params: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+                    result = await session.call_tool("get_products", params)
+                    text = result.content[0]
+                    assert isinstance(text, TextContent)  # the seller's tools answer JSON text
+                    return result.structured_content or json.loads(text.text), result.is_error
+
+                yield mcp
+        else:
+
+            async def a2a(params: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+                message = {"messageId": str(uuid4()), "role": "ROLE_USER", "parts": [
+                    {"data": {"skill": "get_products", "parameters": params}}
+                ]}  # fmt: skip
+                body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                        "params": {"message": message}}  # fmt: skip
+                response = await http.post(f"{seller}/", json=body, headers={"A2A-Version": "1.0"})
+                task = response.json()["result"]["task"]
+                state = task["status"]["state"]
+                assert state in ("TASK_STATE_COMPLETED", "TASK_STATE_FAILED")
+                parts = task["artifacts"][-1]["parts"]
+                payload: dict[str, Any] = [p["data"] for p in parts if "data" in p][-1]
+                return payload, state == "TASK_STATE_FAILED"
+
+            yield a2a
+
+
+def stale(answer: dict[str, Any]) -> list[dict[str, Any]]:
+    return [e for e in answer.get("errors") or [] if e["code"] == "STALE_RESPONSE"]
+
+
+async def served(deployment: Deployment) -> int:
+    """How many full answers the inventory service has given."""
+    async with httpx.AsyncClient(timeout=5) as http:
+        return int((await http.get(f"{deployment.inventory.url}/stats")).json()["200"])
+
+
+@pytest.mark.parametrize("transport", ["rest", "mcp", "a2a"])
+def test_wholesale_conditional_fetch_end_to_end(transport: str) -> None:
+    with Deployment("--freshness-target", str(TARGET), "--upstream-timeout", "2",
+                    agents="a") as deployment:  # fmt: skip
+        asyncio.run(story(deployment, transport))
+
+
+async def story(deployment: Deployment, transport: str) -> None:
+    async with buyer(deployment.url, transport) as ask:
+        step = 0
+
+        async def get(**params: Any) -> tuple[dict[str, Any], bool]:
+            nonlocal step
+            step += 1
+            context = {"correlation_id": f"{transport}-{step}"}
+            answer, failed = await ask({"buying_mode": "wholesale", "account": ACCOUNT,
+                                        **params, "context": context})  # fmt: skip
+            assert answer["context"] == context  # its own request's, every time
+            return answer, failed
+
+        # Bootstrap: products, a token, the public layer.
+        boot, failed = await get()
+        assert not failed and boot["products"] and boot["cache_scope"] == "public"
+        token = boot["wholesale_feed_version"]
+        assert "unchanged" not in boot and not stale(boot)
+        # The same token: unchanged, no products, the token echoed.
+        probe, _ = await get(if_wholesale_feed_version=token)
+        assert probe["unchanged"] is True and "products" not in probe
+        assert (probe["wholesale_feed_version"], probe["cache_scope"]) == (token, "public")
+        # A lone pricing token: INVALID_REQUEST, as a failed task.
+        refused, failed = await get(if_pricing_version="stale-pricing-token")
+        assert failed and refused["adcp_error"]["code"] == "INVALID_REQUEST"
+        assert refused["adcp_error"]["field"] == "if_pricing_version"
+        # Filters and the same filters reordered: one token, one inventory call.
+        before = await served(deployment)
+        one, _ = await get(filters=FILTERS)
+        other, _ = await get(filters=REORDERED)
+        assert one["wholesale_feed_version"] == other["wholesale_feed_version"] != token
+        assert one["products"] == other["products"] and await served(deployment) == before + 1
+        # The overlay account: its own scope, rows and token; no token crosses scopes.
+        overlay, _ = await get(account=OVERLAY)
+        assert overlay["cache_scope"] == "account" and overlay["products"]
+        mine = overlay["wholesale_feed_version"]
+        assert mine != token
+        assert {p["product_id"] for p in overlay["products"]}.isdisjoint(
+            p["product_id"] for p in boot["products"]
+        )
+        crossed, _ = await get(account=OVERLAY, if_wholesale_feed_version=token)
+        assert "unchanged" not in crossed and crossed["products"] == overlay["products"]
+        back, _ = await get(if_wholesale_feed_version=mine)
+        assert "unchanged" not in back and back["products"] == boot["products"]
+        assert (await get(account=OVERLAY, if_wholesale_feed_version=mine))[0]["unchanged"]
+        # The inventory changes; once the target passes the old token gets the new feed.
+        async with httpx.AsyncClient(timeout=5) as http:
+            (await http.post(f"{deployment.inventory.url}/revision")).raise_for_status()
+        still, _ = await get(if_wholesale_feed_version=token)
+        assert still["unchanged"] is True  # within the target: the cache answers
+        await asyncio.sleep(TARGET + 0.3)
+        changed, _ = await get(if_wholesale_feed_version=token)
+        assert "unchanged" not in changed and not stale(changed)
+        assert all("revision 1" in p["name"] for p in changed["products"])
+        current = changed["wholesale_feed_version"]
+        assert current != token
+        # The inventory goes down, the entry past its target: the full cached feed, one
+        # STALE_RESPONSE and the cached feed's token, never unchanged.
+        deployment.inventory.kill()
+        await asyncio.sleep(TARGET + 0.3)
+        down, failed = await get(if_wholesale_feed_version=current)
+        assert not failed and "unchanged" not in down
+        assert down["products"] == changed["products"]
+        assert down["wholesale_feed_version"] == current
+        [advisory] = stale(down)
+        assert advisory["field"] == "products"
+        assert advisory["details"]["upstream"] == {"name": "inventory-service"}
+        assert advisory["details"]["cache_age_seconds"] >= TARGET
