@@ -32,7 +32,7 @@ class AdvisoryCollector:
 
     __slots__ = (
         "_by_upstream", "_partition", "_partition_of", "composition", "nested", "read_labels",
-        "started_at", "surface",
+        "served_context", "started_at", "surface",
     )  # fmt: skip
 
     def __init__(
@@ -53,6 +53,9 @@ class AdvisoryCollector:
         # A flight's own (see within): the labels of every entry its call read, which the
         # answer it stores carries too, so that purging what it was built from purges it.
         self.read_labels: set[str] | None = None
+        # A value served from the store (or from another caller's flight) held a "context":
+        # the middleware then checks that the answer's context is this request's own.
+        self.served_context = False
 
     @classmethod
     def within(cls, parent: AdvisoryCollector | None) -> AdvisoryCollector:

@@ -18,6 +18,10 @@ route path, the MCP tool name or the A2A skill.
 When the request recorded no advisory, every response message passes straight through,
 unbuffered and byte for byte. Otherwise the payload's ``errors[]`` is extended (one
 ``STALE_RESPONSE`` per stale upstream), ``Content-Length`` recomputed and the status kept.
+An answer's ``context`` is always its own request's: when the answer is rewritten, or when
+the cache served the request a value holding a ``context`` (another buyer's, cached with an
+upstream's answer), an answer whose ``context`` is not the request's gets the request's
+instead (none, when the request had none), counted in ``contexts_replaced`` and logged once.
 Anything that cannot carry advisories goes out untouched, with a log line saying why. A
 stale plain-HTTP answer also gets ``Age`` and RFC 9211 ``Cache-Status`` (``fwd=stale``,
 negative ``ttl``) for HTTP tooling (``stale_headers=False`` turns them off).
@@ -33,6 +37,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .codecs import RpcCall, RpcEventStream, Untouched, inject_body, inject_json, parse_calls
+from .codecs.json import KEEP, NO_CONTEXT, Delivery, loads
 from .collector import STATE_KEY, AdvisoryCollector, _current
 from .keys import CREDENTIAL_HEADERS, caller_partition
 from .policy import SurfacePolicy, Surfaces
@@ -60,6 +65,8 @@ class StaleAdvisoryMiddleware:
         self.surfaces = surfaces or Surfaces()
         self.partition = partition
         self.stale_headers = stale_headers
+        #: Answers whose ``context`` was another request's, given their own request's.
+        self.contexts_replaced = 0
         self._warned_uncredentialed = False
         # Route path -> surface, trailing slashes ignored (Surfaces.for_path, precomputed).
         self._by_path = {
@@ -85,6 +92,16 @@ class StaleAdvisoryMiddleware:
                 )
         return self.partition(scope)
 
+    def _replaced(self) -> None:
+        if not self.contexts_replaced:
+            logger.warning(
+                "answer_context_replaced: an answer carried a context that was not its own "
+                "request's (a cached value's?): replaced by the request's. Echo the request's "
+                "context in your tool rather than a cached one (logged once; counted in "
+                "contexts_replaced)"
+            )
+        self.contexts_replaced += 1
+
     def _surface_at(self, path: str) -> SurfacePolicy | None:
         surface = self._by_path.get(path)
         if surface is None and path.endswith("/"):
@@ -101,13 +118,14 @@ class StaleAdvisoryMiddleware:
             surface = self._surface_at(scope.get("path", ""))
         collector = AdvisoryCollector(surface, None, partition_of)
         scope.setdefault("state", {})[STATE_KEY] = collector
-        # A declared plain-JSON route carries no JSON-RPC call: its body is not peeked at.
-        request: _Request | _NoCalls = _NO_CALLS
-        if surface is None:
-            request = _Request(self.surfaces, collector, scope, receive, self.max_peek_bytes)
-            if request.peeking:
-                receive = request.receive
-        response = _Response(collector, scope, request, send, self.stale_headers)
+        # A declared plain-JSON route carries no JSON-RPC call: its body is kept for its
+        # context only.
+        request = _Request(
+            self.surfaces, collector, scope, receive, self.max_peek_bytes, surface is not None
+        )
+        if request.peeking:
+            receive = request.receive
+        response = _Response(collector, scope, request, send, self.stale_headers, self._replaced)
         token = _current.set(collector)
         try:
             await self.app(scope, receive, response.send)
@@ -134,11 +152,12 @@ def route_path(scope: Scope) -> str:
 
 
 class _Request:
-    """Reads the JSON-RPC calls off a POST body as the app receives it."""
+    """Reads the JSON-RPC calls off a POST body as the app receives it (a declared plain-JSON
+    route's body is kept instead, for its ``context``)."""
 
     __slots__ = (
-        "_chunks", "_receive", "_size", "calls", "collector", "limit", "oversized", "peeking",
-        "surfaces",
+        "_body", "_chunks", "_receive", "_size", "calls", "collector", "declared", "limit",
+        "oversized", "peeking", "surfaces",
     )  # fmt: skip
 
     def __init__(
@@ -148,9 +167,12 @@ class _Request:
         scope: Scope,
         receive: Receive,
         limit: int = MAX_PEEK_BYTES,
+        declared: bool = False,
     ) -> None:
         self.surfaces = surfaces
         self.collector = collector
+        self.declared = declared  # a declared plain-JSON route: the body is the request
+        self._body: bytes | None = None
         self._receive = receive
         self.limit = limit
         self.oversized = False  # too large to read: its calls, if any, are unknown
@@ -174,9 +196,24 @@ class _Request:
                 self.peeking = False
                 if self._chunks:  # most bodies come in one message: no copy then
                     body, self._chunks = b"".join((*self._chunks, body)), []
-                if b'"jsonrpc"' in body:  # else a plain JSON route: no call to read
+                if self.declared:
+                    self._body = body  # read only if an answer's context is in doubt
+                elif b'"jsonrpc"' in body:  # else a plain JSON route: no call to read
                     self._read_calls(body)
         return message
+
+    def context(self) -> Any:
+        """The request's ``context`` (``NO_CONTEXT``: none), ``KEEP`` when unknown (a
+        batch, a body not read, not JSON)."""
+        if self.calls:
+            return self.calls[0].context if len(self.calls) == 1 else KEEP
+        if self._body is None:
+            return KEEP
+        try:
+            request = loads(self._body)
+        except Untouched:
+            return KEEP
+        return request.get("context", NO_CONTEXT) if isinstance(request, dict) else KEEP
 
     def _read_calls(self, body: bytes) -> None:
         self.calls = parse_calls(body)
@@ -186,33 +223,25 @@ class _Request:
             self.collector.surface = policy
 
 
-class _NoCalls:
-    """The request side of a plain-JSON route: nothing to read."""
-
-    calls: list[RpcCall] = []  # never appended to
-    oversized = False
-
-
-_NO_CALLS = _NoCalls()
-
-
 class _Response:
     """The state of one response: passing through, buffering JSON, or rewriting events."""
 
     __slots__ = (
-        "_send", "chunks", "collector", "delivered", "mode", "request", "scope",
-        "stale_headers", "start", "stream",
+        "_send", "chunks", "collector", "delivered", "deliveries", "mode", "replaced",
+        "request", "scope", "stale_headers", "start", "stream",
     )  # fmt: skip
 
     def __init__(
         self,
         collector: AdvisoryCollector,
         scope: Scope,
-        request: _Request | _NoCalls,
+        request: _Request,
         send: Send,
         stale_headers: bool = True,
+        replaced: Callable[[], None] | None = None,
     ) -> None:
         self.stale_headers = stale_headers
+        self.replaced = replaced
         self.collector = collector
         self.scope = scope
         self.request = request
@@ -222,6 +251,7 @@ class _Response:
         self.chunks: list[bytes] = []
         self.stream: RpcEventStream | None = None
         self.delivered = 0  # advisories handed to the payload (or already reported lost)
+        self.deliveries: list[Delivery] = []  # what was handed over, context mends counted
 
     async def send(self, message: Message) -> None:
         if self.mode == "pass":  # the common case, first
@@ -245,40 +275,44 @@ class _Response:
 
     def _begin(self, start: Message) -> None:
         self.mode = "pass"
-        if not self.collector and not self.request.calls:
+        collector = self.collector
+        if not collector and not self.request.calls and not collector.served_context:
             return  # the common case: nothing to add, nothing to watch
         self.delivered = len(self.collector)  # reported below if they cannot be delivered
         reason = _ineligible(self.scope, start)
         content_type = _content_type(start.get("headers", []))
         if reason is None and content_type == b"text/event-stream" and len(self.request.calls) == 1:
             self.mode = "stream"
-            self.stream = RpcEventStream(self.request.calls[0], self._errors, self._dropped)
+            self.stream = RpcEventStream(self.request.calls[0], self._delivery, self._dropped)
             start["headers"] = [
                 (k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"
             ]
-        elif not self.collector:
+        elif not collector and not collector.served_context:
             return
         elif reason is None and content_type in _JSON:
             self.mode = "buffer"
             self.start = start
-        else:
+        elif collector:  # (a context in doubt on what carries no payload: nothing to mend)
             self._dropped(reason or f"content type {content_type.decode('latin-1') or 'missing'}")
 
     async def _finish(self) -> None:
         body = b"".join(self.chunks)
         self.chunks = []
-        errors = self._errors()
+        errors = self._delivery()
         injected = False
         try:
             body = (
                 inject_body(body, self.request.calls, errors)
                 if self.request.calls
                 # On a route not declared plain, JSON-RPC answers belong to calls, never here.
-                else inject_json(body, errors, rpc_is_envelope=self.request is not _NO_CALLS)
+                else inject_json(body, errors, rpc_is_envelope=not self.request.declared)
             )
-            injected = True
+            injected = bool(errors)
         except Untouched as exc:
-            self._dropped(str(exc))
+            if errors:
+                self._dropped(str(exc))
+        if errors.replaced and self.replaced is not None:
+            self.replaced()  # one answer (its payload and any mirror of it)
         replaced = (b"content-length", b"age", b"cache-status")
         headers = [(k, v) for k, v in self.start.get("headers", []) if k.lower() not in replaced]
         headers.append((b"content-length", str(len(body)).encode()))
@@ -293,8 +327,19 @@ class _Response:
         body = self.stream.feed(message.get("body", b""))
         if not more:
             body += self.stream.close()
+        if not more and self.replaced is not None and any(d.replaced for d in self.deliveries):
+            self.replaced()
         if body or not more:
             await self._send({"type": "http.response.body", "body": body, "more_body": more})
+
+    def _delivery(self) -> Delivery:
+        """The advisories to deliver now, and the request's context when the answer's may
+        not be its own (a value served from the cache held one)."""
+        errors = self._errors()
+        in_doubt = errors or self.collector.served_context
+        delivery = Delivery(errors, self.request.context() if in_doubt else KEEP)
+        self.deliveries.append(delivery)
+        return delivery
 
     def _errors(self) -> list[dict[str, Any]]:
         """The advisories to deliver now (counted as delivered)."""

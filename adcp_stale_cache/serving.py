@@ -9,7 +9,7 @@ within max-stale, with one ``STALE_RESPONSE`` recorded in the request's collecto
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from .admission import FORCED_FAILURE, InjectedOutage
@@ -172,15 +172,26 @@ class Serving:
             )
         if collector is not None and collector.read_labels is not None:
             collector.read_labels.update(refreshed.labels)
+        if collector is not None and (
+            _CONTEXT in refreshed.data if refreshed.data is not None
+            else isinstance(refreshed.value, Mapping) and "context" in refreshed.value
+        ):  # fmt: skip
+            collector.served_context = True  # another caller's flight may have been asked
         return refreshed.value if refreshed.data is None else codec.loads(refreshed.data)
 
 
 def _composed(collector: AdvisoryCollector | None, data: bytes, labels: tuple[str, ...]) -> None:
     """An entry served to ``collector``'s request: its content for a conditional answer
-    being composed (see conditional), its labels for a flight's answer (see within)."""
+    being composed (see conditional), its labels for a flight's answer (see within), and
+    whether it holds a ``context`` (another request's, which must not reach this answer)."""
     if collector is None:
         return
     if collector.composition is not None:
         collector.composition.append(data)
     if collector.read_labels is not None:
         collector.read_labels.update(labels)
+    if _CONTEXT in data:  # a byte search: a false alarm only costs the answer a check
+        collector.served_context = True
+
+
+_CONTEXT = b'"context"'

@@ -1,11 +1,13 @@
 """Sellers built on the ``adcp`` SDK server (examples/adcp_sdk_seller.py), called by the
-official ``adcp`` Python client: once with the ASGI middleware, once with the skill middleware.
+official ``adcp`` Python client: once with the ASGI middleware, once with the skill middleware,
+and once with bearer tokens and the SDK's idempotency store (replays keep their advisories).
 
 The SDK takes about half a minute to import, so both sellers start once, side by side.
 """
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -48,6 +50,7 @@ def sellers(inventory: App) -> Iterator[dict[str, SdkSeller]]:
     started = {
         "asgi": SdkSeller(inventory.url),
         "skill": SdkSeller(inventory.url, "--skill-middleware"),
+        "idempotent": SdkSeller(inventory.url, "--token", f"{TOKEN}=buyer-1"),
     }
     try:
         for seller in started.values():
@@ -60,14 +63,19 @@ def sellers(inventory: App) -> Iterator[dict[str, SdkSeller]]:
             seller.process.wait(10)
 
 
-async def get_products(url: str, protocol: str) -> Any:
+TOKEN = "buyer-token-1"
+
+
+async def get_products(url: str, protocol: str, token: str | None = None, **fields: Any) -> Any:
     from adcp import ADCPClient
     from adcp.types import GetProductsRequest
     from adcp.types.core import AgentConfig, Protocol
 
-    client = ADCPClient(AgentConfig(id="seller", agent_uri=url, protocol=Protocol(protocol)))
+    config = AgentConfig(id="seller", agent_uri=url, protocol=Protocol(protocol), auth_token=token,
+                         auth_type="bearer", auth_header="Authorization")  # fmt: skip
+    client = ADCPClient(config)
     return await client.get_products(
-        GetProductsRequest(buying_mode="brief", brief="outdoor display")
+        GetProductsRequest(buying_mode="brief", brief="outdoor display", **fields)
     )
 
 
@@ -76,8 +84,9 @@ def outage(inventory: App, sellers: dict[str, SdkSeller]) -> dict[str, SdkSeller
     """Warm both sellers' caches over MCP, then kill the inventory service."""
     import asyncio
 
-    for seller in sellers.values():
-        healthy = asyncio.run(get_products(f"{seller.url}/mcp", "mcp"))
+    for mode, seller in sellers.items():
+        token = TOKEN if mode == "idempotent" else None
+        healthy = asyncio.run(get_products(f"{seller.url}/mcp", "mcp", token))
         assert healthy.success and healthy.data.products
         assert not healthy.data.errors  # no advisory while the upstream is healthy
     inventory.kill()
@@ -118,3 +127,34 @@ async def test_a2a_wire_of_the_sdk_seller(outage: dict[str, SdkSeller], mode: st
     payload = [p["data"] for p in task["artifacts"][-1]["parts"] if "data" in p][-1]
     assert payload["products"]
     assert [e["code"] for e in payload["errors"]] == ["STALE_RESPONSE"]
+
+
+async def test_an_idempotent_replay_keeps_its_advisories_with_the_current_context(
+    outage: dict[str, SdkSeller],
+) -> None:
+    """The SDK's store replays what the handler returned; with_advisories put the advisory
+    in it, so the replay carries the original one (the same age: it is the kept answer, not
+    a new stale serve), and the SDK echoes the replaying request's own context."""
+    url = f"{outage['idempotent'].url}/mcp"
+    key = "replay-key-0123456789"
+    first = await get_products(url, "mcp", TOKEN, idempotency_key=key,
+                               context={"correlation_id": "first"})  # fmt: skip
+    assert first.success is True and first.data.products
+    [advisory] = first.data.errors
+    assert advisory.code == "STALE_RESPONSE"
+    assert first.data.context.correlation_id == "first"
+    await asyncio.sleep(1.1)  # a new stale serve would be older
+    replay = await get_products(url, "mcp", TOKEN, idempotency_key=key,
+                                context={"correlation_id": "second"})  # fmt: skip
+    assert replay.success is True
+    assert replay.data.model_dump(mode="json")["replayed"] is True
+    assert [e.model_dump(mode="json") for e in replay.data.errors] == [
+        advisory.model_dump(mode="json")
+    ]  # the original advisory, age and all
+    assert replay.data.context.correlation_id == "second"
+    assert replay.data.products == first.data.products
+    # Another key is a new request: a new stale serve, one advisory, its own age.
+    other = await get_products(url, "mcp", TOKEN, idempotency_key="another-key-0123456789")
+    [fresh_advisory] = other.data.errors
+    assert other.data.model_dump(mode="json").get("replayed") in (None, False)
+    assert fresh_advisory.details["cache_age_seconds"] > advisory.details["cache_age_seconds"]

@@ -482,3 +482,92 @@ def test_parse_reads_rfc_9111_and_5861_directives() -> None:
     for odd in ("max-age=-1", "max-age=1e9", "max-age=inf", "max-age="):
         assert parse({"cache-control": odd}).max_age is None
     assert parse({"cache-control": "max-age=99999999999"}).max_age == 2**31
+
+
+async def test_denied_and_not_found_look_alike_through_the_whole_seller(clock: FakeClock) -> None:
+    """Existence-leak uniformity past the transport: a seller with the middleware, negative
+    caching, Prometheus metrics, span events and a start-up warm. The buyer's statuses,
+    headers (``Age``/``Cache-Status`` included) and bodies' shapes, the metric samples, the
+    span events and the warm count are the same for a 403 and a 404, fresh, cached and
+    while the upstream is down past the entry's target."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from prometheus_client import CollectorRegistry
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    from adcp_stale_cache import StaleAdvisoryMiddleware, service_unavailable
+    from adcp_stale_cache.control import CacheControl, Warm
+    from adcp_stale_cache.metrics import CombinedMetrics, PrometheusMetrics
+    from adcp_stale_cache.tracing import SpanEvents
+
+    async def observe(status: int) -> list[Any]:
+        registry = CollectorRegistry()
+        surface = policy(paths=("/api/get_products",), freshness_target_seconds=10)
+        cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(surface),
+                              clock=clock, breaker=None)  # fmt: skip
+        spans = SpanEvents()
+        cache.metrics = CombinedMetrics(PrometheusMetrics(registry), spans)
+        transport = CachingTransport(cache, INVENTORY, surface="get_products",
+                                     negative_ttl_seconds=10)  # fmt: skip
+        inventory = httpx.AsyncClient(transport=transport)
+
+        async def get_products(request: Request) -> Response:
+            try:
+                answer = await inventory.get("https://inventory.example/products")
+            except UpstreamUnavailable as exc:  # a negative entry is never served stale
+                error = service_unavailable(exc, field="products").to_dict()
+                return JSONResponse({"adcp_error": error, "errors": [error]}, status_code=503)
+            return Response(answer.content, status_code=answer.status_code,
+                            media_type="application/json")  # fmt: skip
+
+        app = StaleAdvisoryMiddleware(
+            Starlette(routes=[Route("/api/get_products", get_products, methods=["POST"])]),
+            surfaces=cache.surfaces,
+        )
+        tracer = TracerProvider().get_tracer("test")
+        seen: list[Any] = []
+        statuses: list[int] = []
+        with respx.mock(assert_all_called=False) as mock:
+            route = mock.get("https://inventory.example/products").mock(
+                return_value=httpx.Response(status, json={"error": "no such product list"})
+            )
+            mock.route(host="seller").pass_through()
+            control = CacheControl(cache)
+
+            async def product_list() -> Any:  # what a warmer asks: the list, or an error
+                answer = await inventory.get("https://inventory.example/products")
+                return answer.raise_for_status().json()
+
+            warmed = await control.warm([Warm(INVENTORY, "product list", product_list)])
+            seen.append(("warmed", warmed))
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                         base_url="http://seller") as buyer:  # fmt: skip
+                for moment in ("cached", "cached again", "down past the target"):
+                    if moment == "down past the target":
+                        clock.advance(11)
+                        route.mock(side_effect=httpx.ConnectError("refused"))
+                    with tracer.start_as_current_span("request") as span:
+                        response = await buyer.post("/api/get_products", json={})
+                    events = [
+                        (e.name, {k: v for k, v in (e.attributes or {}).items()
+                                  if not k.endswith("duration_ms")})  # timings differ
+                        for e in span.events  # type: ignore[attr-defined]
+                    ]  # fmt: skip
+                    headers = {k: v for k, v in response.headers.items() if k != "content-length"}
+                    statuses.append(response.status_code)
+                    seen.append((moment, headers, events))
+        samples = [
+            (s.name, tuple(sorted(s.labels.items())), s.value)
+            for metric in registry.collect() for s in metric.samples
+            # timings (histogram sums and buckets) and creation times differ between runs
+            if not s.name.endswith(("_created", "_seconds_sum", "_seconds_bucket"))
+        ]  # fmt: skip
+        return [statuses, *seen, sorted(samples)]
+
+    denied, not_found = await observe(403), await observe(404)
+    assert denied[0] == [403, 403, 503] and not_found[0] == [404, 404, 503]  # told as is
+    for moment_403, moment_404 in zip(denied[1:], not_found[1:], strict=True):
+        assert moment_403 == moment_404
+    assert denied[1] == ("warmed", 0)  # a warmer's failure, the same for both

@@ -122,7 +122,10 @@ async def test_a_cold_seller_survives_a_master_killed_under_load(cluster: RedisC
     answered = sum(await runs)
     seconds = await failover
     assert failures == [] and answered > 200
-    assert slowest < 3, slowest  # a few socket timeouts at worst, never a hang
+    # Bounded by the client's own timeouts (0.25 s sockets, a few retries and slot-map
+    # refreshes: under 1 s alone, 3.3 s once on a CI machine busy with other work), never by
+    # the load window: a request held until the 6 s window ends is the hang this rules out.
+    assert slowest < 5, slowest
 
     colder = seller(cluster)  # after the failover, a cold seller finds every entry again
     settle = time.monotonic() + 10  # clients learn the new slot map on their first MOVED

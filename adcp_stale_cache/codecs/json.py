@@ -33,6 +33,41 @@ class Untouched(Exception):
     """The body must pass through unchanged; the message says why."""
 
 
+class _Marker:
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+#: A :class:`Delivery` that leaves every payload's ``context`` as it is.
+KEEP: Any = _Marker("KEEP")
+#: The request carried no ``context``: an answer's ``context`` is then another request's.
+NO_CONTEXT: Any = _Marker("NO_CONTEXT")
+
+
+class Delivery(list[dict[str, Any]]):
+    """The advisories handed to one answer (a list, appended to its payload's ``errors[]``),
+    and the ``context`` of the request it answers: a payload whose ``context`` is not that
+    one (a cached value's, another buyer's) gets the request's instead, or none when the
+    request had none (:data:`NO_CONTEXT`). ``replaced`` counts the payloads so mended."""
+
+    def __init__(self, errors: list[dict[str, Any]], context: Any = KEEP) -> None:
+        super().__init__(errors)
+        self.context = context
+        self.replaced = 0
+
+
+def foreign_context(payload: Any, context: Any) -> bool:
+    """Whether ``payload`` carries a ``context`` other than the request's ``context``."""
+    if context is KEEP or not isinstance(payload, dict) or "context" not in payload:
+        return False
+    return context is NO_CONTEXT or payload["context"] != context
+
+
 def present(obj: Any, key: str) -> bool:
     """True when the object ``obj`` holds ``key`` with a value other than null.
 
@@ -44,18 +79,28 @@ def present(obj: Any, key: str) -> bool:
 
 
 def inject_payload(payload: Any, errors: list[dict[str, Any]]) -> None:
-    """Append ``errors`` to an AdCP payload's ``errors[]`` in place (creating it).
+    """Append ``errors`` to an AdCP payload's ``errors[]`` in place (creating it), and, for a
+    :class:`Delivery`, make its ``context`` the request's.
 
     Leaves alone what it must not touch: a non-object, an ``errors`` that is not a list, and a
     failed task (``adcp_error`` present: a stale advisory is never promoted to a fatal error,
     nor mixed into one).
     """
-    _check(payload)
-    existing = payload.get("errors")
-    if existing is None:
-        payload["errors"] = list(errors)
-    else:
-        existing.extend(errors)
+    if errors:
+        _check(payload)
+        existing = payload.get("errors")
+        if existing is None:
+            payload["errors"] = list(errors)
+        else:
+            existing.extend(errors)
+    elif not isinstance(payload, dict):
+        raise Untouched("payload is not a JSON object")
+    if isinstance(errors, Delivery) and foreign_context(payload, errors.context):
+        if errors.context is NO_CONTEXT:
+            del payload["context"]
+        else:
+            payload["context"] = errors.context
+        errors.replaced += 1
 
 
 def _check(payload: Any) -> None:
@@ -150,8 +195,12 @@ def inject_json(
     payload = loads(body)  # the splice below keeps every byte: no exact parse needed for it
     if rpc_is_envelope and present(payload, "jsonrpc"):
         raise Untouched("a JSON-RPC message, not a payload: its call was not read")
-    _check(payload)
-    if "errors" not in payload:  # absent (not null): splice, keeping every byte
+    foreign = isinstance(errors, Delivery) and foreign_context(payload, errors.context)
+    if not errors and not foreign:
+        return body  # nothing to deliver: every byte as it came
+    if errors:
+        _check(payload)
+    if "errors" not in payload and not foreign:  # absent (not null): splice every byte
         head = body.rstrip()
         separator = b"," if payload else b""
         return (

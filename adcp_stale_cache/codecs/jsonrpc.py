@@ -6,12 +6,12 @@ surface of the request and which response message carries the tool's payload.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import orjson
 
-from .json import Untouched, dumps, parse, present
+from .json import KEEP, NO_CONTEXT, Delivery, Untouched, dumps, parse, present
 
 MCP_TOOL_CALL = "tools/call"
 A2A_SEND = frozenset({"message/send", "SendMessage"})
@@ -25,6 +25,8 @@ class RpcCall:
     protocol: Literal["mcp", "a2a"]
     id: Any
     surface: str | None
+    #: The AdCP request's ``context`` (:data:`~.json.NO_CONTEXT`: none; ``KEEP``: unread).
+    context: Any = field(default=KEEP, compare=False)
 
 
 def parse_calls(body: bytes) -> list[RpcCall]:
@@ -44,20 +46,32 @@ def parse_calls(body: bytes) -> list[RpcCall]:
             params = {}
         if method == MCP_TOOL_CALL:
             name = params.get("name")
-            calls.append(RpcCall("mcp", message["id"], name if isinstance(name, str) else None))
+            context = _context_of(params.get("arguments"))
+            calls.append(
+                RpcCall("mcp", message["id"], name if isinstance(name, str) else None, context)
+            )
         elif method in A2A_SEND or method in A2A_STREAM:
-            calls.append(RpcCall("a2a", message["id"], a2a_skill(params.get("message"))))
+            skill, arguments = a2a_call(params.get("message"))
+            calls.append(RpcCall("a2a", message["id"], skill, _context_of(arguments)))
     return calls
 
 
-def a2a_skill(message: Any) -> str | None:
-    """The AdCP skill an A2A message invokes: a DataPart ``{"skill": ..., ...}``."""
+def _context_of(arguments: Any) -> Any:
+    """The ``context`` of an AdCP request's arguments (``KEEP`` when they are not read)."""
+    if not isinstance(arguments, dict):
+        return KEEP
+    return arguments.get("context", NO_CONTEXT)
+
+
+def a2a_call(message: Any) -> tuple[str | None, Any]:
+    """The AdCP skill an A2A message invokes (a DataPart ``{"skill": ..., "parameters":
+    ...}``) and its arguments (``parameters``, or ``input``; None when there are none)."""
     parts = message.get("parts") if isinstance(message, dict) else None
     for part in parts if isinstance(parts, list) else []:
         data = part.get("data") if isinstance(part, dict) else None
         if isinstance(data, dict) and isinstance(data.get("skill"), str):
-            return str(data["skill"])
-    return None
+            return str(data["skill"]), data.get("parameters", data.get("input"))
+    return None, None
 
 
 def inject_response(message: Any, call: RpcCall, errors: list[dict[str, Any]]) -> None:
@@ -82,4 +96,6 @@ def inject_body(body: bytes, calls: list[RpcCall], errors: list[dict[str, Any]])
     messages = data if isinstance(data, list) else [data]
     answer = next((m for m in messages if isinstance(m, dict) and m.get("id") == calls[0].id), None)
     inject_response(answer, calls[0], errors)
+    if not errors and not (isinstance(errors, Delivery) and errors.replaced):
+        return body  # nothing delivered: every byte as it came
     return dumps(data)

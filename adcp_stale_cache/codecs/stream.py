@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import a2a
-from .json import Untouched, dumps, parse, present, read
+from .json import KEEP, Delivery, Untouched, dumps, parse, present, read
 from .jsonrpc import RpcCall, inject_response
 from .sse import EventSplitter, event_data, rewrite_data
 
@@ -20,7 +20,8 @@ Errors = Callable[[], list[dict[str, Any]]]
 
 
 class RpcEventStream:
-    """Rewrite one SSE response answering ``call``; ``errors()`` gives the advisories so far."""
+    """Rewrite one SSE response answering ``call``; ``errors()`` gives the advisories so far
+    (a :class:`~.json.Delivery` also says whose ``context`` the answer must carry)."""
 
     def __init__(self, call: RpcCall, errors: Errors, on_untouched: Callable[[str], None]) -> None:
         self.call = call
@@ -50,7 +51,7 @@ class RpcEventStream:
             return self._release(inject=False) + self._rewritten(event, message, data, exact)
         found = a2a.kind_of(message.get("result"))
         kind, obj = found if found else ("", {})
-        if kind == "artifact" and self.errors() and _has_data_part(obj):
+        if kind == "artifact" and _delivers(self.errors()) and _has_data_part(obj):
             out = self._release(inject=False)
             self._held, self._held_size = [event], len(event)
             return out
@@ -73,15 +74,18 @@ class RpcEventStream:
 
     def _rewritten(self, event: bytes, message: dict[str, Any], data: bytes, exact: bool) -> bytes:
         errors = self.errors()
-        if not errors:
+        if not _delivers(errors):
             return event
         try:
             if not exact:
                 message = parse(data)  # the fast parse may have rounded: parse exactly
             inject_response(message, self.call, errors)
         except Untouched as exc:
-            self.on_untouched(str(exc))
+            if errors:
+                self.on_untouched(str(exc))
             return event
+        if not errors and not _replaced(errors):
+            return event  # its context was its own: every byte as it came
         return rewrite_data(event, lambda _: dumps(message))
 
     def _release(self, *, inject: bool) -> bytes:
@@ -90,14 +94,18 @@ class RpcEventStream:
             return b"".join(held)
 
         def add(data: bytes) -> bytes | None:
+            errors = self.errors()
             try:
                 message = parse(data)
                 found = a2a.kind_of(message.get("result"))
                 assert found is not None
-                a2a.inject_parts(found[1].get("artifact", {}).get("parts"), self.errors())
+                a2a.inject_parts(found[1].get("artifact", {}).get("parts"), errors)
             except Untouched as exc:
-                self.on_untouched(str(exc))
+                if errors:
+                    self.on_untouched(str(exc))
                 return None
+            if not errors and not _replaced(errors):
+                return None  # its context was its own: every byte as it came
             return dumps(message)
 
         held[0] = rewrite_data(held[0], add)
@@ -120,6 +128,15 @@ def _answer(event: bytes, call: RpcCall) -> tuple[dict[str, Any], bytes, bool] |
     if isinstance(message, dict) and message.get("id") == call.id:
         return message, data, exact
     return None
+
+
+def _delivers(errors: list[dict[str, Any]]) -> bool:
+    """Whether an answer may be rewritten: advisories to add, or a context in doubt."""
+    return bool(errors) or (isinstance(errors, Delivery) and errors.context is not KEEP)
+
+
+def _replaced(errors: list[dict[str, Any]]) -> bool:
+    return isinstance(errors, Delivery) and errors.replaced > 0
 
 
 def _has_data_part(artifact_event: dict[str, Any]) -> bool:

@@ -17,6 +17,17 @@ the HTTP layer altogether::
 Use one of the two for a given app, not both. (The SDK's ``response_enhancer`` runs
 synchronously after the handler and cannot open a collector around it, so it is not offered.)
 
+**Idempotent tools**: the SDK's ``IdempotencyStore`` keeps what the handler returned and
+replays it for the same ``idempotency_key``, without calling the handler, so advisories added
+outside it (by either way in) would be missing from every replay. Put :func:`with_advisories`
+inside ``@idempotency.wrap``: the advisories are then part of what the store keeps, and a
+replay returns the original ones (``replayed: true``; the SDK echoes the current request's
+``context``, as it leaves a kept answer without one)::
+
+    @idempotency.wrap
+    @with_advisories(cache.surfaces)
+    async def create_media_buy(self, params, context=None): ...
+
 :func:`stale_cache_test_controller` is a ready ``TestControllerStore`` implementing the spec's
 ``force_upstream_unavailable`` scenario, for sandbox/test deployments only.
 
@@ -25,17 +36,19 @@ Needs the ``adcp`` extra.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..cache import UpstreamCache
 from ..codecs import Untouched, inject_payload
-from ..collector import collect_advisories
+from ..collector import collect_advisories, current_collector
 from ..policy import Surfaces
 
 logger = logging.getLogger("adcp_stale_cache.adcp_sdk")
 
+Handler = Callable[..., Awaitable[Any]]
 SkillMiddleware = Callable[[str, dict[str, Any], Any, Callable[[], Awaitable[Any]]], Awaitable[Any]]
 
 
@@ -66,6 +79,45 @@ def skill_middleware(surfaces: Surfaces) -> SkillMiddleware:
         return payload
 
     return stale_advisories
+
+
+def with_advisories(surfaces: Surfaces, tool: str | None = None) -> Callable[[Handler], Handler]:
+    """Decorate an ``ADCPHandler`` tool method: its answer carries the advisories its own
+    fetches recorded (see the module's note on idempotent tools). ``tool`` names its surface
+    (default: the method's name). Works under either way in: the advisories go in once,
+    here, never again on the way out."""
+
+    def decorate(method: Handler) -> Handler:
+        surface = surfaces.find(tool or method.__name__)
+
+        @functools.wraps(method)
+        async def answer(*args: Any, **kwargs: Any) -> Any:
+            outer = current_collector()  # the request's (ASGI middleware), or the skill's
+            partition = outer.partition if outer is not None else None
+            with collect_advisories(surface or (outer.surface if outer else None),
+                                    partition) as collector:  # fmt: skip
+                if outer is not None:
+                    collector.started_at = outer.started_at  # one request, one budget
+                result = await method(*args, **kwargs)
+            if outer is not None and collector.served_context:
+                outer.served_context = True  # the way out still checks the answer's context
+            if not collector:
+                return result
+            payload = (
+                result.model_dump(mode="json", exclude_none=True)
+                if hasattr(result, "model_dump")
+                else result
+            )
+            try:
+                inject_payload(payload, collector.errors())
+            except Untouched as exc:
+                logger.warning("advisories_not_delivered tool=%s reason=%s", method.__name__, exc)
+                return result
+            return payload
+
+        return answer
+
+    return decorate
 
 
 def stale_cache_test_controller(cache: UpstreamCache) -> Any:
