@@ -32,7 +32,7 @@ class AdvisoryCollector:
 
     __slots__ = (
         "_by_upstream", "_partition", "_partition_of", "composition", "nested", "read_labels",
-        "served_context", "started_at", "surface",
+        "request_field", "served_context", "started_at", "surface",
     )  # fmt: skip
 
     def __init__(
@@ -53,6 +53,9 @@ class AdvisoryCollector:
         # A flight's own (see within): the labels of every entry its call read, which the
         # answer it stores carries too, so that purging what it was built from purges it.
         self.read_labels: set[str] | None = None
+        # A field of the AdCP request being answered (the middleware reads the request's
+        # body), for what keys by it: the pinned release (see adcp_version).
+        self.request_field: Callable[[str], Any] = _no_field
         # A value served from the store (or from another caller's flight) held a "context":
         # the middleware then checks that the answer's context is this request's own.
         self.served_context = False
@@ -67,6 +70,7 @@ class AdvisoryCollector:
         else:
             collector = cls(parent.surface, None, lambda: parent.partition)
             collector.started_at = parent.started_at
+            collector.request_field = parent.request_field
         collector.nested = True
         collector.read_labels = set()
         return collector
@@ -83,6 +87,16 @@ class AdvisoryCollector:
         if self._partition_of is not None:
             self._partition, self._partition_of = self._partition_of(), None
         return self._partition
+
+    @property
+    def adcp_version(self) -> str | None:
+        """The AdCP release the request pins: ``adcp_version``, else ``adcp_major_version``
+        (as ``"3"``), else None (the seller's own default)."""
+        for name in ("adcp_version", "adcp_major_version"):
+            pinned = self.request_field(name)
+            if isinstance(pinned, str) or (isinstance(pinned, (int, float)) and pinned > 0):
+                return str(pinned) if isinstance(pinned, str) else str(int(pinned))
+        return None
 
     def budget_left(self, policy: SurfacePolicy) -> float | None:
         """Seconds left of the surface's request budget, or None without a budget."""
@@ -123,6 +137,10 @@ class AdvisoryCollector:
     def errors(self) -> list[dict[str, Any]]:
         """The recorded advisories in wire form, ready for a payload's ``errors[]``."""
         return [advisory.to_dict() for advisory in self._by_upstream.values()]
+
+
+def _no_field(name: str) -> Any:
+    return None
 
 
 def _age(advisory: AdcpError) -> int:

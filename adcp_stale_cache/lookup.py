@@ -99,6 +99,8 @@ class Lookups:
         # per caller whatever the default policy says, so a slip never widens sharing.
         shared = policy.shared_across_callers and identified
         partition = None if shared or collector is None else collector.partition
+        if policy.varies_by_version:  # an answer shaped for one release is not another's
+            key = ("adcp_version", None if collector is None else collector.adcp_version, key)
         store_key = self.key_of(upstream, key, partition)
         timeout = upstream.timeout_seconds or policy.upstream_timeout_seconds
         entry = await self.read(store_key)

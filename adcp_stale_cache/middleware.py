@@ -125,6 +125,7 @@ class StaleAdvisoryMiddleware:
         )
         if request.peeking:
             receive = request.receive
+            collector.request_field = request.field
         response = _Response(collector, scope, request, send, self.stale_headers, self._replaced)
         token = _current.set(collector)
         try:
@@ -156,8 +157,8 @@ class _Request:
     route's body is kept instead, for its ``context``)."""
 
     __slots__ = (
-        "_body", "_chunks", "_receive", "_size", "calls", "collector", "declared", "limit",
-        "oversized", "peeking", "surfaces",
+        "_body", "_chunks", "_parsed", "_receive", "_size", "calls", "collector", "declared",
+        "limit", "oversized", "peeking", "surfaces",
     )  # fmt: skip
 
     def __init__(
@@ -173,6 +174,7 @@ class _Request:
         self.collector = collector
         self.declared = declared  # a declared plain-JSON route: the body is the request
         self._body: bytes | None = None
+        self._parsed: Any = KEEP  # the declared route's request, once read
         self._receive = receive
         self.limit = limit
         self.oversized = False  # too large to read: its calls, if any, are unknown
@@ -205,15 +207,25 @@ class _Request:
     def context(self) -> Any:
         """The request's ``context`` (``NO_CONTEXT``: none), ``KEEP`` when unknown (a
         batch, a body not read, not JSON)."""
-        if self.calls:
-            return self.calls[0].context if len(self.calls) == 1 else KEEP
-        if self._body is None:
-            return KEEP
-        try:
-            request = loads(self._body)
-        except Untouched:
-            return KEEP
+        request = self._request()
         return request.get("context", NO_CONTEXT) if isinstance(request, dict) else KEEP
+
+    def field(self, name: str) -> Any:
+        """A field of the AdCP request (None when absent or unknown)."""
+        request = self._request()
+        return request.get(name) if isinstance(request, dict) else None
+
+    def _request(self) -> Any:
+        """The AdCP request: the one call's arguments, or the declared route's body (read
+        once, when first asked); ``KEEP`` when unknown."""
+        if self.calls:
+            return self.calls[0].arguments if len(self.calls) == 1 else KEEP
+        if self._parsed is KEEP and self._body is not None:
+            try:
+                self._parsed = loads(self._body)
+            except Untouched:
+                self._parsed = None
+        return self._parsed
 
     def _read_calls(self, body: bytes) -> None:
         self.calls = parse_calls(body)

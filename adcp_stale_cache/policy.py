@@ -97,6 +97,11 @@ class SurfacePolicy(BaseModel):
         description="Honoured max-age: the longest freshness target allowed (default: the "
         "freshness target).",
     )
+    varies_by_version: bool = Field(
+        default=False,
+        description="Answers differ by AdCP release: entries are keyed by the release the "
+        "request pins (adcp_version, else adcp_major_version), never served across them.",
+    )
     keep_seconds: int = Field(
         default=0,
         ge=0,

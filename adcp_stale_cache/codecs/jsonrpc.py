@@ -25,8 +25,16 @@ class RpcCall:
     protocol: Literal["mcp", "a2a"]
     id: Any
     surface: str | None
-    #: The AdCP request's ``context`` (:data:`~.json.NO_CONTEXT`: none; ``KEEP``: unread).
-    context: Any = field(default=KEEP, compare=False)
+    #: The AdCP request: the tool's arguments, the skill's parameters (None: not read).
+    arguments: Any = field(default=None, compare=False)
+
+    @property
+    def context(self) -> Any:
+        """The AdCP request's ``context`` (:data:`~.json.NO_CONTEXT`: none; ``KEEP``:
+        the request was not read)."""
+        if not isinstance(self.arguments, dict):
+            return KEEP
+        return self.arguments.get("context", NO_CONTEXT)
 
 
 def parse_calls(body: bytes) -> list[RpcCall]:
@@ -46,21 +54,14 @@ def parse_calls(body: bytes) -> list[RpcCall]:
             params = {}
         if method == MCP_TOOL_CALL:
             name = params.get("name")
-            context = _context_of(params.get("arguments"))
+            arguments = params.get("arguments")
             calls.append(
-                RpcCall("mcp", message["id"], name if isinstance(name, str) else None, context)
+                RpcCall("mcp", message["id"], name if isinstance(name, str) else None, arguments)
             )
         elif method in A2A_SEND or method in A2A_STREAM:
             skill, arguments = a2a_call(params.get("message"))
-            calls.append(RpcCall("a2a", message["id"], skill, _context_of(arguments)))
+            calls.append(RpcCall("a2a", message["id"], skill, arguments))
     return calls
-
-
-def _context_of(arguments: Any) -> Any:
-    """The ``context`` of an AdCP request's arguments (``KEEP`` when they are not read)."""
-    if not isinstance(arguments, dict):
-        return KEEP
-    return arguments.get("context", NO_CONTEXT)
 
 
 def a2a_call(message: Any) -> tuple[str | None, Any]:

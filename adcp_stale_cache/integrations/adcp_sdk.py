@@ -94,10 +94,11 @@ def with_advisories(surfaces: Surfaces, tool: str | None = None) -> Callable[[Ha
         async def answer(*args: Any, **kwargs: Any) -> Any:
             outer = current_collector()  # the request's (ASGI middleware), or the skill's
             partition = outer.partition if outer is not None else None
-            with collect_advisories(surface or (outer.surface if outer else None),
+            with collect_advisories(surface or (outer.surface if outer is not None else None),
                                     partition) as collector:  # fmt: skip
                 if outer is not None:
                     collector.started_at = outer.started_at  # one request, one budget
+                    collector.request_field = outer.request_field
                 result = await method(*args, **kwargs)
             if outer is not None and collector.served_context:
                 outer.served_context = True  # the way out still checks the answer's context
