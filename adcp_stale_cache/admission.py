@@ -70,6 +70,9 @@ class OutageInjector(Protocol):
     ) -> InjectedOutage | None:
         """The outage affecting this call, claimed for the current response."""
 
+    def __len__(self) -> int:
+        """How many injected outages are waiting for the response they affect."""
+
 
 _compliance: list[Callable[[], OutageInjector]] = []
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
+import math
 import sys
 import time
 from collections.abc import Callable, Hashable, Iterator
@@ -31,8 +32,8 @@ class AdvisoryCollector:
     """Advisories of one request: one per upstream, the oldest age winning."""
 
     __slots__ = (
-        "_by_upstream", "_partition", "_partition_of", "composition", "nested", "read_labels",
-        "request_field", "served_context", "started_at", "surface",
+        "_by_upstream", "_partition", "_partition_of", "composition", "fresh_until", "nested",
+        "read_labels", "request_field", "served_context", "started_at", "surface",
     )  # fmt: skip
 
     def __init__(
@@ -50,6 +51,8 @@ class AdvisoryCollector:
         # While a conditional answer is composed (see conditional): the stored content of
         # every entry the request's fetches answered with. None: not recorded.
         self.composition: list[bytes] | None = None
+        # ... and until when all of them are fresh (-inf: one was not, or is unknown).
+        self.fresh_until = math.inf
         # A flight's own (see within): the labels of every entry its call read, which the
         # answer it stores carries too, so that purging what it was built from purges it.
         self.read_labels: set[str] | None = None

@@ -47,10 +47,10 @@ CLOSURE_BYTES = 2048
 
 class Refreshed(Generic[T]):
     """What one flight hands to every caller sharing it: the value, its stored bytes (None
-    when not stored), the advisories of stale data the value was built on, and the labels
-    it was stored with (a flight around this one's carries them too)."""
+    when not stored), the advisories of stale data the value was built on, the labels it was
+    stored with (a flight around this one's carries them too), and the entry stored."""
 
-    __slots__ = ("advisories", "data", "labels", "value")
+    __slots__ = ("advisories", "data", "entry", "labels", "value")
 
     def __init__(
         self,
@@ -58,11 +58,13 @@ class Refreshed(Generic[T]):
         data: bytes | None,
         advisories: tuple[tuple[Hashable, AdcpError], ...] = (),
         labels: tuple[str, ...] = (),
+        entry: Entry | None = None,
     ) -> None:
         self.value = value
         self.data = data
         self.advisories = advisories
         self.labels = labels
+        self.entry = entry
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,7 +285,8 @@ class Flights:
         if entry is None:  # released with nothing stored: a failure, or a purge won
             before = await purge_count(self.store)  # this call starts now: as of now
             return await self._call_and_store(found, timeout, answer, call, before)
-        return Refreshed(decode(answer.codec, entry, found.upstream), entry.data, (), entry.labels)
+        value = decode(answer.codec, entry, found.upstream)
+        return Refreshed(value, entry.data, (), entry.labels, entry)
 
     async def _call_and_store(
         self, found: Target, timeout: float, answer: Answer[T],
@@ -317,7 +320,7 @@ class Flights:
         entry = Entry(data, self.clock(), labels, terms=terms)
         if not await self._store(found, entry, before):
             return Refreshed(value, None, (), labels)  # a purge landed meanwhile: it wins
-        return Refreshed(value, data, (), labels)
+        return Refreshed(value, data, (), labels, entry)
 
     async def _store(self, found: Target, entry: Entry, before: object) -> bool:
         """Store unless a purge landed since the count read ``before`` (see purges); True

@@ -9,13 +9,14 @@ within max-stale, with one ``STALE_RESPONSE`` recorded in the request's collecto
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from .admission import FORCED_FAILURE, InjectedOutage
 from .advisory import stale_response
 from .collector import AdvisoryCollector, AdvisoryLost, current_collector
-from .decision import Fail, Fresh, Refresh, ServeStale, on_failure, whole_seconds
+from .decision import Fail, Fresh, Refresh, ServeStale, on_failure, target_seconds, whole_seconds
 from .entry import Entry
 from .failures import UNKNOWN_FAILURE, Failure, UpstreamUnavailable, classify
 from .flight import Flights, Refreshed
@@ -50,7 +51,8 @@ class Serving:
                 found.entry, found.step = None, Refresh(fallback=None)
             else:
                 self.metrics.hit(found.policy.name, found.upstream.name)
-                _composed(found.collector, found.step.entry.data, found.step.entry.labels)
+                entry = found.step.entry
+                _composed(found.collector, entry.data, entry.labels, _fresh_until(entry, found))
                 return value
         if found.entry is None:
             self.metrics.miss(found.policy.name, found.upstream.name)
@@ -82,11 +84,14 @@ class Serving:
                     return NOT_FRESH  # type: ignore[no-any-return]
                 # no usable entry after all: fail below
             else:
+                until = -math.inf
                 if isinstance(outcome, ServeStale):
                     self.record_stale(
                         upstream, policy, outcome.age_seconds, failure, outcome.target_seconds
                     )
-                _composed(found.collector, outcome.entry.data, outcome.entry.labels)
+                else:  # refreshed meanwhile by another call: a plain hit
+                    until = _fresh_until(outcome.entry, found)
+                _composed(found.collector, outcome.entry.data, outcome.entry.labels, until)
                 return value
         failure = failure or UNKNOWN_FAILURE  # revalidating an entry that just expired
         self.metrics.unavailable(policy.name, upstream.name, failure.code)
@@ -170,6 +175,9 @@ class Serving:
             collector.composition.append(
                 data if data is not None else repr(refreshed.value).encode()
             )
+            stored = refreshed.entry  # None: not stored, so nothing says until when
+            until = -math.inf if stored is None else _fresh_until(stored, found)
+            collector.fresh_until = min(collector.fresh_until, until)
         if collector is not None and collector.read_labels is not None:
             collector.read_labels.update(refreshed.labels)
         if collector is not None and (
@@ -180,14 +188,24 @@ class Serving:
         return refreshed.value if refreshed.data is None else codec.loads(refreshed.data)
 
 
-def _composed(collector: AdvisoryCollector | None, data: bytes, labels: tuple[str, ...]) -> None:
-    """An entry served to ``collector``'s request: its content for a conditional answer
-    being composed (see conditional), its labels for a flight's answer (see within), and
-    whether it holds a ``context`` (another request's, which must not reach this answer)."""
+def _fresh_until(entry: Entry, found: Lookup) -> float:
+    """When ``entry`` stops being fresh (for a conditional answer's memo: see conditional)."""
+    return entry.stored_at + target_seconds(entry, found.policy)
+
+
+def _composed(
+    collector: AdvisoryCollector | None, data: bytes, labels: tuple[str, ...],
+    fresh_until: float,
+) -> None:  # fmt: skip
+    """An entry served to ``collector``'s request: its content (and until when it is fresh)
+    for a conditional answer being composed (see conditional), its labels for a flight's
+    answer (see within), and whether it holds a ``context`` (another request's, which must
+    not reach this answer)."""
     if collector is None:
         return
     if collector.composition is not None:
         collector.composition.append(data)
+        collector.fresh_until = min(collector.fresh_until, fresh_until)
     if collector.read_labels is not None:
         collector.read_labels.update(labels)
     if _CONTEXT in data:  # a byte search: a false alarm only costs the answer a check

@@ -46,6 +46,16 @@ class ForcedOutage:
         # No upstream named: the tool's default upstream (its first), else any of its upstreams.
         return not policy.upstreams or policy.upstreams[0] == upstream.name
 
+    def affects(
+        self, policy: SurfacePolicy, upstream: Upstream, collector: AdvisoryCollector | None
+    ) -> bool:
+        """True when this call is affected: by its own surface, or by the tool the request
+        answers (a tool's answer read through a surface of another name, say a shared one)."""
+        asked = collector.surface if collector is not None else None
+        return self.matches(policy, upstream) or (
+            asked is not None and asked is not policy and self.matches(asked, upstream)
+        )
+
 
 class ForcedOutages:
     """The outages forced so far, each used up by the response it affects."""
@@ -78,7 +88,7 @@ class ForcedOutages:
         """The outage affecting this call, claimed for the current response."""
         owner: object = collector if collector is not None else object()
         for outage in list(self._outages):
-            if not outage.matches(policy, upstream):
+            if not outage.affects(policy, upstream, collector):
                 continue
             if outage.claimed_by is None:
                 outage.claimed_by = owner

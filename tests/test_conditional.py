@@ -37,16 +37,21 @@ class Inventory:
 
 
 class Seller:
-    def __init__(self, clock: FakeClock, store: Any = None) -> None:
+    """``memo``: matching probes answered without composing (``answer_wholesale(cache=)``)."""
+
+    def __init__(self, clock: FakeClock, store: Any = None, memo: bool = True) -> None:
         self.inventory = Inventory()
         self.cache = UpstreamCache(store or MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS),
                                    clock=clock, breaker=None)  # fmt: skip
+        self.memo = memo
+        self.composed = 0
 
     async def get_products(self, request: dict[str, Any]) -> dict[str, Any]:
         account = (request.get("account") or {}).get("account_id")
         scope = Scope.ACCOUNT if account == "account-overlay.example" else Scope.PUBLIC
 
         async def compose() -> dict[str, Any]:
+            self.composed += 1
             filters = canonical(request.get("filters") or {})  # one key for either spelling
             key = (filters, account if scope is Scope.ACCOUNT else None)
             products = await self.cache.fetch(INVENTORY, key, lambda: self.inventory.read(filters),
@@ -55,7 +60,8 @@ class Seller:
 
         with collect_advisories() as advisories:
             answer = await answer_wholesale(request, compose, scope=scope,
-                                            account=account if scope is Scope.ACCOUNT else None)  # fmt: skip
+                                            account=account if scope is Scope.ACCOUNT else None,
+                                            cache=self.cache if self.memo else None)  # fmt: skip
         if advisories:
             answer["errors"] = advisories.errors()
         return answer
@@ -66,8 +72,9 @@ def wholesale(**fields: Any) -> dict[str, Any]:
             **fields}  # fmt: skip
 
 
-async def test_bootstrap_probe_change_and_outage(clock: FakeClock) -> None:
-    seller = Seller(clock)
+@pytest.mark.parametrize("memo", [True, False], ids=["memo", "composed"])
+async def test_bootstrap_probe_change_and_outage(clock: FakeClock, memo: bool) -> None:
+    seller = Seller(clock, memo=memo)
     first = await seller.get_products(wholesale(cid="boot"))
     token = first["wholesale_feed_version"]
     assert first["products"] and first["cache_scope"] == "public"
@@ -94,8 +101,11 @@ async def test_bootstrap_probe_change_and_outage(clock: FakeClock) -> None:
     assert stale["context"] == {"correlation_id": "down"}
 
 
-async def test_reordered_filters_share_a_token_and_scopes_never_do(clock: FakeClock) -> None:
-    seller = Seller(clock)
+@pytest.mark.parametrize("memo", [True, False], ids=["memo", "composed"])
+async def test_reordered_filters_share_a_token_and_scopes_never_do(
+    clock: FakeClock, memo: bool
+) -> None:
+    seller = Seller(clock, memo=memo)
     one = await seller.get_products(
         wholesale(filters={"channels": ["display", "olv"], "format_kinds": ["image", "html5"]})
     )
@@ -185,3 +195,93 @@ async def test_the_scope_follows_the_keying_and_a_public_claim_of_per_caller_row
             request(if_wholesale_feed_version=keyed["wholesale_feed_version"]), compose
         )
     assert "unchanged" not in theirs  # another caller's account token never short-circuits
+
+
+# Probes answered without composing (answer_wholesale(cache=)): the same answers, cheaper.
+
+
+async def test_a_matching_probe_is_answered_without_composing(clock: FakeClock) -> None:
+    seller = Seller(clock)
+    token = (await seller.get_products(wholesale()))["wholesale_feed_version"]
+    for cid in ("a", "b", "c"):
+        probe = await seller.get_products(wholesale(if_wholesale_feed_version=token, cid=cid))
+        assert probe["unchanged"] is True and probe["context"] == {"correlation_id": cid}
+    assert seller.composed == 1  # the bootstrap only
+    assert (await seller.get_products(wholesale(if_wholesale_feed_version="other")))["products"]
+    assert seller.composed == 2  # a mismatching token: the full answer, composed
+
+
+@pytest.mark.parametrize("purge", ["soft", "hard", "refresh"])
+async def test_a_purge_ends_the_memory_in_every_process(clock: FakeClock, purge: str) -> None:
+    """A purge through another process on the shared store, with the feed changed: the next
+    probe composes, and gets the new feed; never the token of what was purged."""
+    from adcp_stale_cache.control import CacheControl
+
+    store = MemoryStore(clock=clock)
+    a, b = Seller(clock, store), Seller(clock, store)
+    token = (await a.get_products(wholesale()))["wholesale_feed_version"]
+    assert (await a.get_products(wholesale(if_wholesale_feed_version=token)))["unchanged"]
+    a.inventory.version = b.inventory.version = 2
+    control = CacheControl(b.cache)
+    if purge == "refresh":
+        await control.refresh(upstream="inventory")  # re-runs nothing remembered in b: a purge
+    else:
+        await control.invalidate(upstream="inventory", soft=purge == "soft")
+    after = await a.get_products(wholesale(if_wholesale_feed_version=token))
+    assert "unchanged" not in after and after["products"][0]["product_id"] == "p0-v2"
+    assert after["wholesale_feed_version"] != token
+
+
+async def test_past_the_target_the_memory_is_not_used(clock: FakeClock) -> None:
+    seller = Seller(clock)
+    token = (await seller.get_products(wholesale()))["wholesale_feed_version"]
+    seller.inventory.down = True
+    clock.advance(3)  # past the 2 s target, the upstream down: stale and told, never unchanged
+    stale = await seller.get_products(wholesale(if_wholesale_feed_version=token))
+    assert "unchanged" not in stale and [e["code"] for e in stale["errors"]] == ["STALE_RESPONSE"]
+    # And a stale composition is never remembered: back up, within the target again.
+    seller.inventory.down = False
+    assert (await seller.get_products(wholesale(if_wholesale_feed_version=token)))["unchanged"]
+    assert seller.composed == 3  # the bootstrap, the stale answer, the refreshed probe
+
+
+async def test_the_memory_is_per_request_and_per_caller(clock: FakeClock) -> None:
+    """Another account, other filters: not the remembered request. A per-caller answer is
+    remembered for its caller only."""
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PER_CALLER), clock=clock,
+                          breaker=None)  # fmt: skip
+
+    async def ask(partition: str, **fields: Any) -> dict[str, Any]:
+        async def compose() -> dict[str, Any]:
+            async def read() -> list[dict[str, Any]]:
+                return [{"product_id": f"{partition}-p1"}]
+
+            return {"products": await cache.fetch(INVENTORY, "k", read, surface="get_products")}
+
+        with collect_advisories(PER_CALLER, partition=partition):
+            return await answer_wholesale(wholesale(account={"account_id": partition}, **fields),
+                                          compose, cache=cache)  # fmt: skip
+
+    mine = (await ask("acct-a"))["wholesale_feed_version"]
+    assert (await ask("acct-a", if_wholesale_feed_version=mine))["unchanged"]
+    theirs = await ask("acct-b", if_wholesale_feed_version=mine)
+    assert "unchanged" not in theirs and theirs["products"] == [{"product_id": "acct-b-p1"}]
+    filtered = await ask("acct-a", if_wholesale_feed_version=mine, filters={"channels": ["olv"]})
+    assert "unchanged" not in filtered  # other filters: another scope, another token
+
+
+async def test_an_answer_composed_of_nothing_cached_is_never_remembered(clock: FakeClock) -> None:
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock)
+    rows = [{"product_id": "p1"}]
+
+    async def compose() -> dict[str, Any]:
+        return {"products": list(rows)}  # straight from the seller's own memory
+
+    with collect_advisories():
+        token = (await answer_wholesale(wholesale(), compose, cache=cache))[
+            "wholesale_feed_version"
+        ]
+        rows[0] = {"product_id": "p2"}
+        changed = await answer_wholesale(wholesale(if_wholesale_feed_version=token), compose,
+                                         cache=cache)  # fmt: skip
+    assert "unchanged" not in changed and changed["products"] == [{"product_id": "p2"}]

@@ -58,6 +58,11 @@ async def test_the_example_seller_passes(upstreams: dict[str, App], transport: s
     assert {"exact_age", "recovery_transient", "schema_valid", "no_leaks",
             "one_advisory_per_upstream", "not_in_adcp_error",
             "nothing_when_nothing_cached"} <= rules  # fmt: skip
+    # AdCP's own caching contract, as the example seller declares it.
+    assert {"supported_versions_advertised", "adcp_version_echoed", "wholesale_bootstrap",
+            "unchanged_probe", "unchanged_echoes_token_and_scope", "context_echoed",
+            "lone_pricing_token_refused", "overlay_is_account_scoped", "no_token_across_scopes",
+            "stale_probe_is_full"} <= rules  # fmt: skip
     two = await check_seller(seller(upstreams), transport=transport,
                              tool="list_creative_formats", upstreams=["a", "b"])  # fmt: skip
     assert two.passed, two.text()
@@ -165,6 +170,33 @@ def password_in_url(payload: dict[str, Any]) -> None:
         error["details"]["upstream"]["url"] = "https://user:hunter2@inventory.example/api"
 
 
+def global_token(payload: dict[str, Any]) -> None:
+    if payload.get("cache_scope") == "account":  # any token short-circuits the overlay
+        payload.pop("products", None)
+        payload["unchanged"] = True
+
+
+def unchanged_while_stale(payload: dict[str, Any]) -> None:
+    if "wholesale_feed_version" in payload and stale_ones(payload):
+        payload.pop("products", None)
+        payload.pop("errors", None)
+        payload["unchanged"] = True
+
+
+def products_with_unchanged(payload: dict[str, Any]) -> None:
+    if payload.get("unchanged") is True:
+        payload["products"] = [{"product_id": "p1"}]
+
+
+def context_of_another(payload: dict[str, Any]) -> None:
+    if "wholesale_feed_version" in payload:
+        payload["context"] = {"correlation_id": "someone-else"}
+
+
+def no_release_echo(payload: dict[str, Any]) -> None:
+    payload.pop("adcp_version", None)
+
+
 def target_past_age(payload: dict[str, Any]) -> None:
     for error in stale_ones(payload):
         details = error["details"]
@@ -185,9 +217,15 @@ def target_past_age(payload: dict[str, Any]) -> None:
         (promoted, {}, "not_in_adcp_error"),
         (wrong_age, {}, "exact_age"),
         (advisory_with_nothing_cached, {}, "nothing_when_nothing_cached"),
+        (global_token, {}, "no_token_across_scopes"),
+        (unchanged_while_stale, {}, "stale_probe_is_full"),
+        (products_with_unchanged, {}, "unchanged_probe"),
+        (context_of_another, {}, "context_echoed"),
+        (no_release_echo, {}, "adcp_version_echoed"),
     ],
     ids=["made-up-payload", "leaky-details", "password-in-url", "target-past-age", "wrong-recovery", "advisory-on-fresh-hit", "aggregated", "promoted", "wrong-age",
-         "advisory-with-nothing-cached"],
+         "advisory-with-nothing-cached", "global-token", "unchanged-while-stale",
+         "products-with-unchanged", "context-of-another", "no-release-echo"],
 )  # fmt: skip
 async def test_broken_sellers_fail_on_the_right_rule(
     upstreams: dict[str, App], change: Any, options: dict[str, Any], rule: str

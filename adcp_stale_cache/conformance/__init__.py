@@ -15,6 +15,13 @@ advisory; with a controller that acknowledges ``empty_cache``, a forced outage w
 cached must stay a failure with no advisory. A seller without the controller fails, never
 passes. Schemas come from the
 installed ``adcp`` package (``pip install 'adcp-stale-cache[check]'``).
+
+AdCP's own caching contract is checked where the seller declares it (:mod:`.caching`): the
+release it serves echoed as ``adcp_version``; wholesale conditional fetch (a bootstrap with
+its token and ``cache_scope``, a matching probe answered ``unchanged: true`` without products,
+a lone ``if_pricing_version`` refused with ``INVALID_REQUEST``); the overlay account never
+short-circuited by the public token; and a probe while the upstream is forced down answered
+in full with one ``STALE_RESPONSE`` and the cached feed's token, never ``unchanged``.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from uuid import uuid4
 
 import httpx
 
-from . import rules
+from . import caching, rules
 from .rules import Result
 from .wire import A2aWire, McpWire, Reply, lifespan
 
@@ -124,6 +131,8 @@ async def _run(
     payload = capabilities.payload or {}
     results.append(Result("capabilities", capabilities.transport_ok and "adcp_error" not in
                           payload and bool(payload), capabilities.transport))  # fmt: skip
+    results += caching.versions(payload)
+    wholesale, overlays = caching.declared(payload) if "get_products" in tools else (False, False)
     results += rules.healthy(await wire.call(tool, call_args("healthy")), "before")
     if CONTROLLER not in tools:
         results.append(Result("controller", False,
@@ -143,7 +152,45 @@ async def _run(
                            secrets=[auth] if auth else [],
                            validators=rules.official_validators())  # fmt: skip
     results += rules.healthy(await wire.call(tool, call_args("after")), "after")
+    if wholesale:
+        results += await _wholesale(wire, overlays, arguments)
+    else:
+        results.append(Result("wholesale_conditional_fetch", None, "not applicable: the seller "
+                              "declares no wholesale_feed_versioning"))  # fmt: skip
     results.append(await _nothing_cached(wire, tool, names, call_args("empty")))
+
+
+async def _wholesale(
+    wire: McpWire | A2aWire, overlays: bool, arguments: dict[str, Any]
+) -> list[Result]:
+    """Conditional fetch, as the ``wholesale_feed_products`` storyboards play it, then a probe
+    while the upstream is forced down."""
+    results: list[Result] = []
+
+    async def read(step: str, **fields: Any) -> tuple[Reply, dict[str, Any]]:
+        context = {"correlation_id": f"adcp-stale-cache-check--wholesale-{step}"}
+        request = {**arguments, "buying_mode": "wholesale", "account": caching.ACCOUNT,
+                   **fields, "context": context}  # fmt: skip
+        return await wire.call("get_products", request), context
+
+    reply, context = await read("bootstrap")
+    results += caching.bootstrap(reply, context)
+    payload = reply.payload or {}
+    token, scope = payload.get("wholesale_feed_version"), payload.get("cache_scope")
+    if not isinstance(token, str):
+        return results
+    reply, context = await read("probe", if_wholesale_feed_version=token)
+    results += caching.probe(reply, token, scope, context)
+    reply, _ = await read("pricing", if_pricing_version="stale-pricing-token")
+    results.append(caching.lone_pricing_token(reply))
+    if overlays:
+        reply, _ = await read("overlay", account=caching.OVERLAY, if_wholesale_feed_version=token)
+        results += caching.scope_isolation(reply, token)
+    forced = await _force(wire, "get_products", None)
+    if forced.transport_ok and (forced.payload or {}).get("success") is True:
+        reply, _ = await read("stale-probe", if_wholesale_feed_version=token)
+        results.append(caching.stale_and_unchanged(reply, token))
+    return results
 
 
 async def _nothing_cached(

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from ..cache import UpstreamCache
 from ..conditional import answer_wholesale
 from ..wholesale import canonical
 
@@ -25,9 +26,13 @@ OVERLAY_ACCOUNT = "account-overlay.example"
 
 class WholesaleFeed:
     """Wholesale answers from the inventory service: ``rate_card`` is a client on a surface
-    shared across callers, ``overlays`` one on a per-caller surface."""
+    shared across callers, ``overlays`` one on a per-caller surface, both through ``cache``
+    (which also answers matching probes without composing)."""
 
-    def __init__(self, rate_card: httpx.AsyncClient, overlays: httpx.AsyncClient) -> None:
+    def __init__(
+        self, cache: UpstreamCache, rate_card: httpx.AsyncClient, overlays: httpx.AsyncClient
+    ) -> None:
+        self.cache = cache
         self.rate_card = rate_card
         self.overlays = overlays
 
@@ -49,7 +54,7 @@ class WholesaleFeed:
                 response = await self.rate_card.get("/products", params=query)
             return {"products": response.json()["products"]}
 
-        return await answer_wholesale(request, compose)
+        return await answer_wholesale(request, compose, cache=self.cache)
 
 
 def account_domain(request: Mapping[str, Any]) -> str | None:

@@ -111,7 +111,7 @@ class SellerTools:
         self.agents = agents
         self.inventory = inventory
         self.test_controller = test_controller
-        self.feed = feed or WholesaleFeed(inventory, inventory)
+        self.feed = feed or WholesaleFeed(cache, inventory, inventory)
 
     async def call(self, name: str, params: Mapping[str, Any]) -> dict[str, Any]:
         """The tool ``name``'s answer to ``params``, with the release served echoed (raises
@@ -250,6 +250,7 @@ def create_seller_app(
     schema_version: str | None = None,
     admin_token: str | None = None,
     honor_cache_control: bool = False,
+    inventory_transport: httpx.AsyncBaseTransport | None = None,
 ) -> FastAPI:
     """The seller app; ``creative_agents`` maps each agent's name to its MCP URL.
 
@@ -257,7 +258,9 @@ def create_seller_app(
     test mode): never in production. ``admin_token`` mounts the operator app
     (:mod:`adcp_stale_cache.admin`) at ``/admin``; without one there is none.
     ``honor_cache_control`` lets the inventory service's ``Cache-Control`` set its entries'
-    freshness within the policy (its ETags revalidate either way).
+    freshness within the policy (its ETags revalidate either way). ``inventory_transport``
+    reaches the inventory service another way than over the network (an in-process
+    ``httpx.ASGITransport``, say: the benchmarks do).
     """
     surfaces = seller_surfaces(freshness_target, max_stale, upstream_timeout)
     store = store if store is not None else MemoryStore()
@@ -272,15 +275,16 @@ def create_seller_app(
     )
     inventory = Upstream(name="inventory-service")  # internal: its URL is never reported
     transport = CachingTransport(cache, inventory, surface="get_products", validate=_has_products,
-                                 honor_cache_control=honor_cache_control)  # fmt: skip
+                                 honor_cache_control=honor_cache_control,
+                                 transport=inventory_transport)  # fmt: skip
     client = httpx.AsyncClient(base_url=inventory_url, transport=transport)
     rate_card = httpx.AsyncClient(base_url=inventory_url, transport=CachingTransport(
         cache, inventory, surface=RATE_CARD, validate=_has_products,
-        honor_cache_control=honor_cache_control,
+        honor_cache_control=honor_cache_control, transport=inventory_transport,
     ))  # fmt: skip
     agents = [Upstream(name=name, url=url) for name, url in creative_agents.items()]
     tools = SellerTools(cache, agents, client, test_controller=test_controller,
-                        feed=WholesaleFeed(rate_card, client))  # fmt: skip
+                        feed=WholesaleFeed(cache, rate_card, client))  # fmt: skip
     names = (*TOOLS, "comply_test_controller") if test_controller else TOOLS
 
     from .a2a_app import FatalSkillError, create_a2a_routes
