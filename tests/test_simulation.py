@@ -233,7 +233,9 @@ class SharedRedis(Shared):
     def process_store(self) -> Any:
         from adcp_stale_cache.stores.redis import RedisStore
 
-        store = RedisStore(url=self.url, socket_timeout=2.0)
+        # Generous, as the file's busy timeout: a machine too busy to run the loop for 2 s
+        # (CI once) must not turn a step into a wall-clock fault the model does not draw.
+        store = RedisStore(url=self.url, socket_timeout=10.0)
         store.clock = self.clock  # type: ignore[method-assign]  # tombstones: the sim's time
         return store
 
