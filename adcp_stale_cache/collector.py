@@ -10,16 +10,28 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
-import math
+import json
 import sys
 import time
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
 from .advisory import AdcpError
 from .policy import SurfacePolicy
+
+
+@dataclass(frozen=True, slots=True)
+class Composed:
+    """One entry a conditional answer read: its stored content, its store key and when it
+    was stored (None, 0: not stored), and until when it is fresh (-inf: it is not)."""
+
+    data: bytes
+    store_key: str | None = None
+    stored_at: float = 0.0
+    fresh_until: float = float("-inf")
 
 
 class AdvisoryLost(RuntimeError):
@@ -32,8 +44,8 @@ class AdvisoryCollector:
     """Advisories of one request: one per upstream, the oldest age winning."""
 
     __slots__ = (
-        "_by_upstream", "_partition", "_partition_of", "composition", "fresh_until", "nested",
-        "read_labels", "request_field", "served_context", "started_at", "surface",
+        "_by_upstream", "_partition", "_partition_of", "composition", "nested", "read_labels",
+        "request_field", "served_context", "started_at", "surface",
     )  # fmt: skip
 
     def __init__(
@@ -50,9 +62,7 @@ class AdvisoryCollector:
         self.nested = False  # a flight's own collector (see within)
         # While a conditional answer is composed (see conditional): the stored content of
         # every entry the request's fetches answered with. None: not recorded.
-        self.composition: list[bytes] | None = None
-        # ... and until when all of them are fresh (-inf: one was not, or is unknown).
-        self.fresh_until = math.inf
+        self.composition: list[Composed] | None = None
         # A flight's own (see within): the labels of every entry its call read, which the
         # answer it stores carries too, so that purging what it was built from purges it.
         self.read_labels: set[str] | None = None
@@ -91,14 +101,17 @@ class AdvisoryCollector:
             self._partition, self._partition_of = self._partition_of(), None
         return self._partition
 
-    @property
-    def adcp_version(self) -> str | None:
-        """The AdCP release the request pins: ``adcp_version``, else ``adcp_major_version``
-        (as ``"3"``), else None (the seller's own default)."""
+    def pinned_release(self) -> Any:
+        """The AdCP release the request pins, as entries are keyed by it: its
+        ``adcp_version``, else its ``adcp_major_version``, exactly as sent (any JSON value:
+        an odd one keys apart, never crashes); None when it pins none; :data:`UNREAD` when
+        the request could not be read (then nothing it stores may be shared)."""
         for name in ("adcp_version", "adcp_major_version"):
             pinned = self.request_field(name)
-            if isinstance(pinned, str) or (isinstance(pinned, (int, float)) and pinned > 0):
-                return str(pinned) if isinstance(pinned, str) else str(int(pinned))
+            if pinned is UNREAD:
+                return UNREAD
+            if pinned is not None:
+                return f"{name}={json.dumps(pinned, sort_keys=True, default=str)}"
         return None
 
     def budget_left(self, policy: SurfacePolicy) -> float | None:
@@ -142,8 +155,12 @@ class AdvisoryCollector:
         return [advisory.to_dict() for advisory in self._by_upstream.values()]
 
 
+#: What :attr:`AdvisoryCollector.request_field` gives when the request could not be read.
+UNREAD: Any = type("Unread", (), {"__repr__": lambda self: "UNREAD"})()
+
+
 def _no_field(name: str) -> Any:
-    return None
+    return None  # no request known (collect_advisories): it pins nothing
 
 
 def _age(advisory: AdcpError) -> int:

@@ -19,28 +19,24 @@ answer with its advisory and the cached feed's token, never ``unchanged: true``:
 cannot know the current version then, and an advisory rides only on a non-empty payload.
 
 Pass ``cache=`` (the cache the answer is composed from) and a matching probe is answered
-without composing at all, while every entry the last full answer read is still fresh and no
-purge has landed since (the store's purge count, shared by every process): the probe then
-costs a digest of the request and one read of the count, not a decoded feed (see
-:class:`ProbeMemo`).
+without composing at all, while every entry the last full answer read is still in the store
+as it was and fresh (see :mod:`~adcp_stale_cache.probes`).
+
+What is not a products answer (the 3.2 rejected arm ``status: "rejected"``, a failure with
+``adcp_error``, an answer without a ``products`` list) passes as composed: no token, never
+``unchanged``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import math
-import weakref
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from cachetools import LRUCache
-
 from .advisory import STALE_RESPONSE, AdcpError
-from .collector import current_collector
-from .purges import UNREADABLE, purge_count
+from .collector import AdvisoryCollector, current_collector
+from .probes import ProbeMemo, memo_of
 from .wholesale import (
     Outcome,
     Scope,
@@ -80,60 +76,12 @@ def keyed_scope(request: Mapping[str, Any], labels: set[str]) -> Scope:
     callers, ``account`` when one was keyed per caller."""
     if not request.get("account"):
         return Scope.PUBLIC
-    keyed = any(label.startswith("partition=") for label in labels)
-    return Scope.ACCOUNT if keyed else Scope.PUBLIC
+    return Scope.ACCOUNT if per_caller(labels) else Scope.PUBLIC
 
 
-@dataclass(frozen=True, slots=True)
-class Known:
-    """What the last full answer to a request was: its token and scope, the caller partition
-    it was keyed by (None: shared entries only), until when every entry it read is fresh, and
-    the purge count it was composed under."""
-
-    token: str
-    scope: Scope
-    partition: str | None
-    fresh_until: float
-    purges: object
-
-
-class ProbeMemo:
-    """The last full answer's token per request, for answering matching probes without
-    composing (one per cache, at most ``size`` requests, least recently used first out).
-
-    Sound because within its entries' freshness a composition reads the same entries (each a
-    fresh hit), and anything that changes them before that (a purge, a soft purge, an
-    operator's refresh) moves the purge count first."""
-
-    def __init__(self, size: int = 10_000) -> None:
-        self._known: LRUCache[str, Known] = LRUCache(size)
-
-    @staticmethod
-    def key(request: Mapping[str, Any], *parts: object) -> str:
-        """What identifies a request's answer: the request, canonical, less what does not
-        change the answer (its context, idempotency key, the tokens), and ``parts``."""
-        asked = {k: v for k, v in request.items() if k not in _NOT_THE_ANSWER}
-        text = json.dumps([canonical(asked), [str(p) for p in parts]], sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()
-
-    def get(self, key: str) -> Known | None:
-        return self._known.get(key)
-
-    def put(self, key: str, known: Known) -> None:
-        self._known[key] = known
-
-
-_NOT_THE_ANSWER = frozenset(
-    {"context", "idempotency_key", "if_wholesale_feed_version", "if_pricing_version"}
-)
-_memos: weakref.WeakKeyDictionary[Any, ProbeMemo] = weakref.WeakKeyDictionary()
-
-
-def _memo_of(cache: Any) -> ProbeMemo:
-    memo = _memos.get(cache)
-    if memo is None:
-        memo = _memos[cache] = ProbeMemo()
-    return memo
+def per_caller(labels: set[str]) -> bool:
+    """Whether one of the entries with ``labels`` was keyed per caller."""
+    return any(label.startswith("partition=") for label in labels)
 
 
 async def answer_wholesale(
@@ -171,47 +119,78 @@ async def answer_wholesale(
             "answer_wholesale runs in a request's collector: mount StaleAdvisoryMiddleware "
             "or wrap the call in collect_advisories()"
         )
-    memo, key, purges = None, None, None
-    if cache is not None:
-        memo, key = _memo_of(cache), ProbeMemo.key(request, scope, account, agent)
-        purges = await purge_count(cache.store)  # before composing: a purge after it counts
+    try:
+        memo, key = (memo_of(cache), ProbeMemo.key(request, scope, account, agent)) if (
+            cache is not None) else (None, "")  # fmt: skip
+    except (TypeError, ValueError) as exc:  # what canonical refuses: nesting past its bound
+        raise InvalidConditionalRequest(invalid_request(str(exc))) from exc
+    if memo is not None and await _from_memory(memo, key, request, collector, cache):
         known = memo.get(key)
-        outages = getattr(cache, "outages", None)  # an injected outage must reach its call
-        if (
-            known is not None
-            and (outages is None or len(outages) == 0)
-            and evaluate(request, known.token) is Outcome.UNCHANGED
-            and cache.clock() < known.fresh_until
-            and purges not in (None, UNREADABLE) and known.purges == purges
-            and (known.partition is None or known.partition == collector.partition)
-        ):  # fmt: skip
-            return unchanged_answer(known.token, known.scope, context=request.get("context"))
-    outer = collector.composition, collector.read_labels, collector.fresh_until
-    collector.composition, collector.read_labels, collector.fresh_until = [], set(), math.inf
+        assert known is not None
+        return unchanged_answer(known.token, known.scope, context=request.get("context"))
+    outer = collector.composition, collector.read_labels
+    collector.composition, collector.read_labels = [], set()
     try:
         answer = await compose()
         composition, labels = collector.composition, collector.read_labels
-        fresh_until = collector.fresh_until
     finally:
-        collector.composition, collector.read_labels, collector.fresh_until = outer
+        collector.composition, collector.read_labels = outer
+    if not _products_answer(answer):  # the rejected arm, a failure: no token, as composed
+        return answer
     keyed = keyed_scope(request, labels)
     if scope is None:
         scope = keyed
     elif scope is Scope.PUBLIC and keyed is Scope.ACCOUNT:  # the other way round is safe
         _contradiction(scope, keyed, strict)
     if scope is Scope.ACCOUNT and account is None:
-        account = collector.partition or str(request.get("account"))
-    if not composition:  # composed of nothing cached: its own content is the version
-        composition = [json.dumps(answer.get("products"), sort_keys=True, default=str).encode()]
-        fresh_until = -math.inf  # and nothing says until when: never answered from memory
-    token = feed_version(feed_scope(request, scope, account, agent), composition)
-    current = not any(a.code == STALE_RESPONSE for a in collector.advisories())
-    if memo is not None and key is not None and current and purges not in (None, UNREADABLE):
-        partition = collector.partition if keyed is Scope.ACCOUNT else None
-        memo.put(key, Known(token, scope, partition, fresh_until, purges))
+        account = collector.partition or json.dumps(canonical(request.get("account")))
+    contents = [part.data for part in composition]
+    if not contents:  # composed of nothing cached: its own content is the version
+        contents = [json.dumps(answer.get("products"), sort_keys=True, default=str).encode()]
+    try:
+        token = feed_version(feed_scope(request, scope, account, agent), contents)
+    except (TypeError, ValueError) as exc:
+        raise InvalidConditionalRequest(invalid_request(str(exc))) from exc
+    current = not _stale(collector)
+    if memo is not None and current:  # a stale composition is never remembered
+        partition = collector.partition if per_caller(labels) else None
+        memo.remember(key, token, scope, partition, composition)
     if evaluate(request, token, known=current) is Outcome.UNCHANGED:
         return unchanged_answer(token, scope, context=request.get("context"))
     return {**answer, "wholesale_feed_version": token, "cache_scope": scope.value}
+
+
+async def _from_memory(
+    memo: ProbeMemo, key: str, request: Mapping[str, Any], collector: AdvisoryCollector,
+    cache: Any,
+) -> bool:  # fmt: skip
+    """Whether the probe can be answered from what the last full answer read (see probes):
+    never while an injected outage waits for its call, nor for a request that already drew
+    on stale data, nor for another caller's per-caller answer."""
+    known = memo.get(key)
+    outages = getattr(cache, "outages", None)
+    if (
+        known is None
+        or (outages is not None and len(outages) > 0)
+        or evaluate(request, known.token) is not Outcome.UNCHANGED
+        or _stale(collector)
+        or (known.partition is not None and known.partition != collector.partition)
+    ):
+        return False
+    return await ProbeMemo.still_current(known, cache.store, cache.clock())
+
+
+def _stale(collector: AdvisoryCollector) -> bool:
+    return any(a.code == STALE_RESPONSE for a in collector.advisories())
+
+
+def _products_answer(answer: Any) -> bool:
+    return (
+        isinstance(answer, dict)
+        and isinstance(answer.get("products"), list)
+        and answer.get("status") not in ("rejected", "failed")
+        and answer.get("adcp_error") is None
+    )
 
 
 _warned: set[tuple[Scope, Scope]] = set()

@@ -8,10 +8,11 @@ flight, serving) read. It knows nothing of them.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from .collector import AdvisoryCollector, current_collector
+from .collector import UNREAD, AdvisoryCollector, current_collector
 from .decision import Fresh, Refresh, plan
 from .entry import Entry
 from .keys import cache_key
@@ -86,6 +87,7 @@ class Lookups:
         self.store, self.surfaces, self.clock, self.keyspace = store, surfaces, clock, keyspace
         self.key_of = key_of or self.store_key
         self._warned_default = False
+        self._warned_unread = False
 
     async def look_up(
         self, upstream: Upstream, key: object, surface: str | SurfacePolicy | None,
@@ -100,7 +102,7 @@ class Lookups:
         shared = policy.shared_across_callers and identified
         partition = None if shared or collector is None else collector.partition
         if policy.varies_by_version:  # an answer shaped for one release is not another's
-            key = ("adcp_version", None if collector is None else collector.adcp_version, key)
+            key = ("adcp_version", self.release_of(collector), key)
         store_key = self.key_of(upstream, key, partition)
         timeout = upstream.timeout_seconds or policy.upstream_timeout_seconds
         entry = await self.read(store_key)
@@ -108,6 +110,20 @@ class Lookups:
         tags = tags if isinstance(tags, tuple) else tuple(tags)  # as of the call, not later
         return Lookup(upstream, key, policy, shared, partition, store_key, tags, timeout,
                       collector, entry, step)  # fmt: skip
+
+    def release_of(self, collector: AdvisoryCollector | None) -> str | None:
+        """The release a fetch's entry is keyed by (see ``varies_by_version``). A request
+        whose pin could not be read keys apart from every other: its answer is never
+        served to another request, pinned or not."""
+        pinned = None if collector is None else collector.pinned_release()
+        if pinned is UNREAD:
+            if not self._warned_unread:
+                self._warned_unread = True
+                logger.warning("adcp_version_unread: a surface varies by AdCP release but a "
+                               "request's pin could not be read (no body read, or too large "
+                               "for max_peek_bytes): its entries are its own")  # fmt: skip
+            return f"unread-{uuid.uuid4()}"
+        return str(pinned) if pinned is not None else None
 
     def store_key(self, upstream: Upstream, key: object, partition: str | None = None) -> str:
         """The store key of ``key`` for ``upstream`` (and the caller partition, if any; and

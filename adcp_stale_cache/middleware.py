@@ -37,8 +37,8 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .codecs import RpcCall, RpcEventStream, Untouched, inject_body, inject_json, parse_calls
-from .codecs.json import KEEP, NO_CONTEXT, Delivery, loads
-from .collector import STATE_KEY, AdvisoryCollector, _current
+from .codecs.json import KEEP, NO_CONTEXT, UNKNOWN, Delivery, Unmendable, loads
+from .collector import STATE_KEY, UNREAD, AdvisoryCollector, _current
 from .keys import CREDENTIAL_HEADERS, caller_partition
 from .policy import SurfacePolicy, Surfaces
 
@@ -179,9 +179,8 @@ class _Request:
         self.limit = limit
         self.oversized = False  # too large to read: its calls, if any, are unknown
         self.calls: list[RpcCall] = []
-        self.peeking = (
-            scope.get("method") == "POST" and _content_type(scope.get("headers", [])) in _JSON
-        )
+        # Every POST body: a JSON body may come labelled text/plain, or not at all.
+        self.peeking = scope.get("method") == "POST"
         self._chunks: list[bytes] = []
         self._size = 0
 
@@ -198,22 +197,26 @@ class _Request:
                 self.peeking = False
                 if self._chunks:  # most bodies come in one message: no copy then
                     body, self._chunks = b"".join((*self._chunks, body)), []
-                if self.declared:
-                    self._body = body  # read only if an answer's context is in doubt
-                elif b'"jsonrpc"' in body:  # else a plain JSON route: no call to read
+                if not self.declared and b'"jsonrpc"' in body:
                     self._read_calls(body)
+                else:  # a plain JSON request: read only if an answer's context is in doubt
+                    self._body = body
         return message
 
     def context(self) -> Any:
-        """The request's ``context`` (``NO_CONTEXT``: none), ``KEEP`` when unknown (a
-        batch, a body not read, not JSON)."""
+        """The request's ``context`` (``NO_CONTEXT``: none, or null), ``UNKNOWN`` when it
+        cannot be read (no body read, too large, not JSON, a batch: see inject_body)."""
         request = self._request()
-        return request.get("context", NO_CONTEXT) if isinstance(request, dict) else KEEP
+        if not isinstance(request, dict):
+            return UNKNOWN
+        context = request.get("context")
+        return NO_CONTEXT if context is None else context
 
     def field(self, name: str) -> Any:
-        """A field of the AdCP request (None when absent or unknown)."""
+        """A field of the AdCP request (None when absent, ``UNREAD`` when the request
+        could not be read)."""
         request = self._request()
-        return request.get(name) if isinstance(request, dict) else None
+        return request.get(name) if isinstance(request, dict) else UNREAD
 
     def _request(self) -> Any:
         """The AdCP request: the one call's arguments, or the declared route's body (read
@@ -323,8 +326,14 @@ class _Response:
         except Untouched as exc:
             if errors:
                 self._dropped(str(exc))
+            elif isinstance(exc, Unmendable):
+                logger.warning("answer_context_not_mended reason=%s", exc)
         if errors.replaced and self.replaced is not None:
             self.replaced()  # one answer (its payload and any mirror of it)
+        if not injected and not errors.replaced:  # nothing changed: as it came, headers too
+            await self._send(self.start)
+            await self._send({"type": "http.response.body", "body": body, "more_body": False})
+            return
         replaced = (b"content-length", b"age", b"cache-status")
         headers = [(k, v) for k, v in self.start.get("headers", []) if k.lower() not in replaced]
         headers.append((b"content-length", str(len(body)).encode()))
@@ -348,8 +357,13 @@ class _Response:
         """The advisories to deliver now, and the request's context when the answer's may
         not be its own (a value served from the cache held one)."""
         errors = self._errors()
-        in_doubt = errors or self.collector.served_context
-        delivery = Delivery(errors, self.request.context() if in_doubt else KEEP)
+        context = KEEP
+        if self.collector.served_context:  # in doubt: an unreadable request's context too
+            context = self.request.context()
+        elif errors:  # rewritten anyway: mended when the request's context is known
+            known = self.request.context()
+            context = KEEP if known is UNKNOWN else known
+        delivery = Delivery(errors, context)
         self.deliveries.append(delivery)
         return delivery
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from .admission import FORCED_FAILURE, InjectedOutage
 from .advisory import stale_response
-from .collector import AdvisoryCollector, AdvisoryLost, current_collector
+from .collector import AdvisoryLost, Composed, current_collector
 from .decision import Fail, Fresh, Refresh, ServeStale, on_failure, target_seconds, whole_seconds
 from .entry import Entry
 from .failures import UNKNOWN_FAILURE, Failure, UpstreamUnavailable, classify
@@ -51,8 +52,7 @@ class Serving:
                 found.entry, found.step = None, Refresh(fallback=None)
             else:
                 self.metrics.hit(found.policy.name, found.upstream.name)
-                entry = found.step.entry
-                _composed(found.collector, entry.data, entry.labels, _fresh_until(entry, found))
+                _composed(found, found.step.entry, fresh=True)
                 return value
         if found.entry is None:
             self.metrics.miss(found.policy.name, found.upstream.name)
@@ -84,14 +84,13 @@ class Serving:
                     return NOT_FRESH  # type: ignore[no-any-return]
                 # no usable entry after all: fail below
             else:
-                until = -math.inf
+                stale = isinstance(outcome, ServeStale)
                 if isinstance(outcome, ServeStale):
                     self.record_stale(
                         upstream, policy, outcome.age_seconds, failure, outcome.target_seconds
                     )
-                else:  # refreshed meanwhile by another call: a plain hit
-                    until = _fresh_until(outcome.entry, found)
-                _composed(found.collector, outcome.entry.data, outcome.entry.labels, until)
+                # (not stale: refreshed meanwhile by another call, a plain hit)
+                _composed(found, outcome.entry, fresh=not stale)
                 return value
         failure = failure or UNKNOWN_FAILURE  # revalidating an entry that just expired
         self.metrics.unavailable(policy.name, upstream.name, failure.code)
@@ -158,8 +157,11 @@ class Serving:
         age = outage.cache_age_seconds
         if age is None:
             age = max(whole_seconds(entry.age(now)), policy.freshness_target_seconds)
-        # The aged copy is served, never stored: the real entry keeps its real age.
-        return self.from_cache(found, Entry(entry.data, now - age), FORCED_FAILURE, codec)
+        # The aged copy is served, never stored: the real entry keeps its real age (and the
+        # copy its labels and terms: what the answer's scope and token are read from).
+        terms = None if entry.terms is None else replace(entry.terms, age=0)
+        aged = replace(entry, stored_at=now - age, terms=terms)
+        return self.from_cache(found, aged, FORCED_FAILURE, codec)
 
     @staticmethod
     def flown(found: Lookup, refreshed: Refreshed[T], codec: Codec[T]) -> T:
@@ -170,46 +172,49 @@ class Serving:
             for name, advisory in refreshed.advisories:
                 collector.record(name, advisory)
         if collector is not None and collector.composition is not None:
-            data = refreshed.data  # not stored (uncacheable, say): its content all the same
-            data = data if data is not None else encode(codec, refreshed.value, found.upstream)
-            collector.composition.append(
-                data if data is not None else repr(refreshed.value).encode()
-            )
-            stored = refreshed.entry  # None: not stored, so nothing says until when
-            until = -math.inf if stored is None else _fresh_until(stored, found)
-            collector.fresh_until = min(collector.fresh_until, until)
+            stored = refreshed.entry
+            if stored is not None:
+                collector.composition.append(_part(found, stored, fresh=True))
+            else:  # not stored (uncacheable, say): its content all the same, never remembered
+                data = encode(codec, refreshed.value, found.upstream)
+                collector.composition.append(
+                    Composed(data if data is not None else repr(refreshed.value).encode())
+                )
         if collector is not None and collector.read_labels is not None:
             collector.read_labels.update(refreshed.labels)
-        if collector is not None and (
-            _CONTEXT in refreshed.data if refreshed.data is not None
-            else isinstance(refreshed.value, Mapping) and "context" in refreshed.value
-        ):  # fmt: skip
+        if collector is not None and _holds_context(refreshed):
             collector.served_context = True  # another caller's flight may have been asked
         return refreshed.value if refreshed.data is None else codec.loads(refreshed.data)
 
 
-def _fresh_until(entry: Entry, found: Lookup) -> float:
-    """When ``entry`` stops being fresh (for a conditional answer's memo: see conditional)."""
-    return entry.stored_at + target_seconds(entry, found.policy)
+def _holds_context(refreshed: Refreshed[Any]) -> bool:
+    if refreshed.data is not None:
+        return _CONTEXT in refreshed.data
+    value = refreshed.value
+    return isinstance(value, (Mapping, str)) and "context" in value
 
 
-def _composed(
-    collector: AdvisoryCollector | None, data: bytes, labels: tuple[str, ...],
-    fresh_until: float,
-) -> None:  # fmt: skip
-    """An entry served to ``collector``'s request: its content (and until when it is fresh)
-    for a conditional answer being composed (see conditional), its labels for a flight's
-    answer (see within), and whether it holds a ``context`` (another request's, which must
-    not reach this answer)."""
+def _part(found: Lookup, entry: Entry, *, fresh: bool) -> Composed:
+    """``entry`` as a part of a conditional answer (see conditional and probes)."""
+    until = entry.stored_at + target_seconds(entry, found.policy) if fresh else -math.inf
+    return Composed(entry.data, found.store_key, entry.stored_at, until)
+
+
+def _composed(found: Lookup, entry: Entry, *, fresh: bool) -> None:
+    """An entry served to the request: a part of a conditional answer being composed (see
+    conditional), its labels for a flight's answer (see within), and whether it holds a
+    ``context`` (another request's, which must not reach this answer)."""
+    collector = found.collector
     if collector is None:
         return
     if collector.composition is not None:
-        collector.composition.append(data)
-        collector.fresh_until = min(collector.fresh_until, fresh_until)
+        collector.composition.append(_part(found, entry, fresh=fresh))
     if collector.read_labels is not None:
-        collector.read_labels.update(labels)
-    if _CONTEXT in data:  # a byte search: a false alarm only costs the answer a check
+        collector.read_labels.update(entry.labels)
+    if _CONTEXT in entry.data:  # a byte search: a false alarm only costs the answer a check
         collector.served_context = True
 
 
-_CONTEXT = b'"context"'
+# Unquoted: a value stored as a JSON string (a sub-agent's answer kept as text) holds it
+# escaped, as \"context\".
+_CONTEXT = b"context"

@@ -8,9 +8,11 @@ answer ``unchanged: true`` without the products. Three rules make that safe, and
 function here:
 
 - :func:`canonical` puts a request's filters in one form before they key anything: keys
-  sorted, an omitted key equal to a null one, set-semantics arrays sorted and deduplicated
+  sorted, an omitted key equal to a null one (and, in a token's scope, an empty object to an
+  omitted one), set-semantics arrays sorted and deduplicated
   (every array, and every field this library does not know, unless it is a sequence:
-  ``preferred_delivery_types``), sequence arrays kept in order. The cache's keys and the
+  ``preferred_delivery_types``, ``refine``), sequence arrays kept in order; values nested
+  deeper than :data:`MAX_DEPTH` are refused. The cache's keys and the
   token keyspace both read it, so two spellings of one request are one entry and one token.
 - :func:`feed_scope` is the token's scope: ``(agent, buying_mode, filters, targeting_overlay,
   required_overlay_support, property_list, catalog)``, plus the account for ``cache_scope:
@@ -36,7 +38,11 @@ from typing import Any
 
 #: Arrays whose order means something (the spec's sequence arrays); every other array of a
 #: request is a set (the spec's default for fields it adds later).
-SEQUENCE_FIELDS = frozenset({"preferred_delivery_types"})
+SEQUENCE_FIELDS = frozenset({"preferred_delivery_types", "refine"})
+
+#: How deep a request value may nest: deeper is refused (``ValueError``), never recursed
+#: into until the interpreter's own limit.
+MAX_DEPTH = 32
 
 #: The request fields a feed token is scoped to (``cache_scope: "account"`` adds the account).
 SCOPE_FIELDS = (
@@ -56,14 +62,18 @@ class Scope(str, enum.Enum):
     ACCOUNT = "account"  # this account's own rows (overrides, negotiated prices)
 
 
-def canonical(value: Any, field: str | None = None) -> Any:
+def canonical(value: Any, field: str | None = None, depth: int = 0) -> Any:
     """``value`` in the one form that keys it (see the module's rules). Raises
-    :class:`TypeError` for what JSON cannot carry (a request never holds it)."""
+    :class:`TypeError` for what JSON cannot carry (a request never holds it), and
+    :class:`ValueError` past :data:`MAX_DEPTH` levels of nesting."""
+    if depth > MAX_DEPTH:
+        raise ValueError(f"request values nest deeper than {MAX_DEPTH} levels")
     if isinstance(value, Mapping):
-        pairs = ((str(k), canonical(v, str(k))) for k, v in value.items() if v is not None)
+        pairs = ((str(k), canonical(v, str(k), depth + 1)) for k, v in value.items()
+                 if v is not None)  # fmt: skip
         return dict(sorted(pairs, key=lambda pair: pair[0]))
     if isinstance(value, (list, tuple)):
-        items = [canonical(item) for item in value]
+        items = [canonical(item, None, depth + 1) for item in value]
         if field in SEQUENCE_FIELDS:
             return items
         unique = {_json(item): item for item in items}  # a set: order and repeats mean nothing
@@ -80,8 +90,9 @@ def feed_scope(
     with ``account`` (its identity, as the seller keys accounts) for ``Scope.ACCOUNT``."""
     scoped: dict[str, Any] = {"agent": agent, "cache_scope": scope.value}
     for name in SCOPE_FIELDS:
-        if request.get(name) is not None:
-            scoped[name] = canonical(request[name], name)
+        value = canonical(request.get(name), name)
+        if value is not None and value != {}:  # an empty object is an omitted one
+            scoped[name] = value
     if scope is Scope.ACCOUNT:
         if not account:
             raise ValueError("an account-scoped token needs the account it is scoped to")

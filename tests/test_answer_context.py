@@ -164,3 +164,136 @@ async def test_an_answer_with_its_own_context_passes_byte_for_byte(transport: st
     _, bare = await ask(Bare(), transport, {"correlation_id": "buyer-b"})
     assert through == bare
     assert middleware.contexts_replaced == 0
+
+
+# Hostile review: every way the request's context could go unread, and values kept as text.
+
+
+async def _post(
+    app: Any, content: bytes, headers: dict[str, str], path: str = "/api/get_products"
+) -> Any:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://seller") as http:  # fmt: skip
+        return await http.post(path, content=content, headers=headers)
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", None])
+async def test_a_json_request_however_labelled_gets_its_own_context(
+    content_type: str | None,
+) -> None:
+    _, middleware, _ = seller(echo=False)
+    await ask(middleware, "rest", {"correlation_id": "buyer-a"})
+    body = json.dumps({"brief": "b", "context": {"correlation_id": "buyer-b"}}).encode()
+    headers = {"content-type": content_type} if content_type else {}
+    answer = (await _post(middleware, body, headers)).json()
+    assert answer["context"] == {"correlation_id": "buyer-b"}
+
+
+async def test_an_unreadable_request_never_gets_another_buyers_context() -> None:
+    """Too large to read (max_peek_bytes), or never read by the app: its own context is
+    unknown, so the one the cache served goes."""
+    _, middleware, _ = seller(echo=False)
+    await ask(middleware, "rest", {"correlation_id": "buyer-a"})
+    padded = {"brief": "b", "ext": {"pad": "x" * (1024 * 1024 + 1)},
+              "context": {"correlation_id": "buyer-b"}}  # fmt: skip
+    answer = (await _post(middleware, json.dumps(padded).encode(), {})).json()
+    assert "context" not in answer and answer["products"]
+
+
+async def test_each_answer_of_a_batch_gets_its_own_calls_context() -> None:
+    calls = [{"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {
+        "name": "get_products", "arguments": {"context": {"correlation_id": f"b-{i}"}}}}
+        for i in (1, 2)]  # fmt: skip
+
+    # A batch reaches one route answering each message, each from a value holding "a".
+    async def batch_route(request: Request) -> Response:
+        answers = []
+        for call in await request.json():
+            payload = {"products": [{"product_id": "p1"}], "context": {"correlation_id": "a"}}
+            result = {"content": [], "structuredContent": payload, "isError": False}
+            answers.append({"jsonrpc": "2.0", "id": call["id"], "result": result})
+        collector = request.scope["state"]["adcp_stale_cache"]
+        collector.served_context = True  # as when the cache served a value holding one
+        return JSONResponse(answers)
+
+    wrapped = StaleAdvisoryMiddleware(Starlette(routes=[Route("/rpc", batch_route,
+                                                              methods=["POST"])]))  # fmt: skip
+    response = await _post(
+        wrapped, json.dumps(calls).encode(), {"content-type": "application/json"}, "/rpc"
+    )
+    contexts = [m["result"]["structuredContent"]["context"] for m in response.json()]
+    assert contexts == [{"correlation_id": "b-1"}, {"correlation_id": "b-2"}]
+
+
+async def test_an_a2a_call_in_a_text_part_is_read_for_its_context() -> None:
+    from adcp_stale_cache.codecs.jsonrpc import parse_calls
+
+    text = json.dumps({"skill": "get_products", "parameters": {"context": {"correlation_id": "t"}}})
+    message = {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": text}]}
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                       "params": {"message": message}}).encode()  # fmt: skip
+    [call] = parse_calls(body)
+    assert (call.surface, call.context) == ("get_products", {"correlation_id": "t"})
+    two = {**message, "parts": [{"text": text}, {"data": json.loads(text)}]}  # ambiguous
+    [ambiguous] = parse_calls(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                                          "params": {"message": two}}).encode())  # fmt: skip
+    assert ambiguous.surface is None  # as the adcp SDK server reads it: no invocation
+
+
+async def test_a_value_kept_as_text_is_checked_for_its_context() -> None:
+    cache = UpstreamCache(MemoryStore(), surfaces=Surfaces.of(PRODUCTS))
+
+    async def route(request: Request) -> Response:
+        asked = await request.json()
+
+        async def sub_agent() -> str:  # the sub-agent's answer, kept as the text it was
+            return json.dumps({"products": [{"product_id": "p1"}], "context": asked.get("context")})
+
+        return Response(await cache.fetch(SUB_AGENT, "text", sub_agent),
+                        media_type="application/json")  # fmt: skip
+
+    app = StaleAdvisoryMiddleware(Starlette(routes=[Route("/api/get_products", route,
+                                                          methods=["POST"])]),
+                                  surfaces=cache.surfaces)  # fmt: skip
+    for buyer in ("buyer-a", "buyer-b"):
+        body = json.dumps({"context": {"correlation_id": buyer}}).encode()
+        answer = (await _post(app, body, {"content-type": "application/json"})).json()
+        assert answer["context"] == {"correlation_id": buyer}
+
+
+async def test_a_null_context_is_no_context_and_unchanged_answers_keep_their_headers() -> None:
+    _, middleware, _ = seller(echo=False)
+    await ask(middleware, "rest", {"correlation_id": "buyer-a"})
+    body = json.dumps({"brief": "b", "context": None}).encode()
+    answer = (await _post(middleware, body, {"content-type": "application/json"})).json()
+    assert "context" not in answer
+
+    async def route(request: Request) -> Response:
+        await request.body()
+        request.scope["state"]["adcp_stale_cache"].served_context = True
+        return Response(b'{"products": [], "context": {"correlation_id": "c"}}',
+                        headers={"age": "42", "cache-status": "edge; hit"},
+                        media_type="application/json")  # fmt: skip
+
+    app = StaleAdvisoryMiddleware(Starlette(routes=[Route("/api/get_products", route,
+                                                          methods=["POST"])]))  # fmt: skip
+    body = json.dumps({"context": {"correlation_id": "c"}}).encode()
+    response = await _post(app, body, {"content-type": "application/json"})
+    assert response.headers["age"] == "42" and response.headers["cache-status"] == "edge; hit"
+    assert response.content == b'{"products": [], "context": {"correlation_id": "c"}}'
+
+
+async def test_a_foreign_context_that_cannot_be_mended_is_said_loudly(caplog: Any) -> None:
+    async def route(request: Request) -> Response:
+        await request.body()
+        request.scope["state"]["adcp_stale_cache"].served_context = True
+        return Response(
+            b'{"cpm": NaN, "context": {"correlation_id": "a"}}', media_type="application/json"
+        )
+
+    app = StaleAdvisoryMiddleware(Starlette(routes=[Route("/api/get_products", route,
+                                                          methods=["POST"])]))  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="adcp_stale_cache.middleware"):
+        body = json.dumps({"context": {"correlation_id": "b"}}).encode()
+        await _post(app, body, {"content-type": "application/json"})
+    assert any("answer_context_not_mended" in r.getMessage() for r in caplog.records)

@@ -285,3 +285,136 @@ async def test_an_answer_composed_of_nothing_cached_is_never_remembered(clock: F
         changed = await answer_wholesale(wholesale(if_wholesale_feed_version=token), compose,
                                          cache=cache)  # fmt: skip
     assert "unchanged" not in changed and changed["products"] == [{"product_id": "p2"}]
+
+
+# Hostile review: what the memory must never do, and what is not a products answer.
+
+
+async def test_a_per_caller_answer_is_remembered_for_its_caller_even_without_an_account(
+    clock: FakeClock,
+) -> None:
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PER_CALLER), clock=clock,
+                          breaker=None)  # fmt: skip
+
+    async def ask(partition: str, **fields: Any) -> dict[str, Any]:
+        async def compose() -> dict[str, Any]:
+            async def read() -> list[dict[str, Any]]:
+                return [{"product_id": f"{partition}-only"}]
+
+            return {"products": await cache.fetch(INVENTORY, "k", read, surface="get_products")}
+
+        with collect_advisories(PER_CALLER, partition=partition):
+            return await answer_wholesale(wholesale(**fields), compose, cache=cache)
+
+    token = (await ask("alice"))["wholesale_feed_version"]
+    assert (await ask("alice", if_wholesale_feed_version=token))["unchanged"]
+    bob = await ask("bob", if_wholesale_feed_version=token)
+    assert "unchanged" not in bob and bob["products"] == [{"product_id": "bob-only"}]
+
+
+async def test_an_evicted_entry_ends_the_memory(clock: FakeClock) -> None:
+    seller = Seller(clock, MemoryStore(clock=clock, max_entries=1))
+    token = (await seller.get_products(wholesale()))["wholesale_feed_version"]
+    seller.inventory.version = 2
+    await seller.get_products(wholesale(filters={"channels": ["olv"]}))  # evicts the feed
+    newer = await seller.get_products(wholesale())  # refetched: the new feed, a new token
+    assert newer["wholesale_feed_version"] != token
+    probe = await seller.get_products(wholesale(if_wholesale_feed_version=token))
+    assert "unchanged" not in probe and probe["products"] == newer["products"]  # one current
+
+
+async def test_a_request_that_already_drew_on_stale_data_is_never_unchanged(
+    clock: FakeClock,
+) -> None:
+    seller = Seller(clock)
+    token = (await seller.get_products(wholesale()))["wholesale_feed_version"]
+    settings = SurfacePolicy(name="settings", freshness_target_seconds=1, max_stale_seconds=60)
+    seller.cache.surfaces = Surfaces.of(PRODUCTS, settings)
+    calls = {"n": 0}
+
+    async def account_settings() -> dict[str, Any]:
+        calls["n"] += 1
+        if calls["n"] > 1:
+            raise ConnectionRefusedError
+        return {"tier": "gold"}
+
+    with collect_advisories() as advisories:
+        await seller.cache.fetch(
+            Upstream(name="accounts"), "s", account_settings, surface="settings"
+        )
+        clock.advance(1.5)  # the settings past their target, the feed still fresh
+        await seller.cache.fetch(
+            Upstream(name="accounts"), "s", account_settings, surface="settings"
+        )
+
+        async def compose() -> dict[str, Any]:
+            return {
+                "products": await seller.cache.fetch(
+                    INVENTORY, ({}, None), lambda: seller.inventory.read({}), surface="get_products"
+                )
+            }
+
+        answer = await answer_wholesale(wholesale(if_wholesale_feed_version=token), compose,
+                                        scope=Scope.PUBLIC, cache=seller.cache)  # fmt: skip
+    assert [e["code"] for e in advisories.errors()] == ["STALE_RESPONSE"]
+    assert "unchanged" not in answer and answer["products"]  # the advisory rides on products
+
+
+@pytest.mark.parametrize("answer", [
+    {"status": "rejected", "reason": "Category not accepted on this inventory"},
+    {"adcp_error": {"code": "SERVICE_UNAVAILABLE", "message": "down"}},
+    {"proposals": []},
+])  # fmt: skip
+async def test_what_is_not_a_products_answer_gets_no_token(
+    clock: FakeClock, answer: dict[str, Any]
+) -> None:
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock)
+
+    async def compose() -> dict[str, Any]:
+        return dict(answer)
+
+    with collect_advisories():
+        first = await answer_wholesale(wholesale(), compose, cache=cache)
+        probe = await answer_wholesale(wholesale(if_wholesale_feed_version="anything"), compose,
+                                       cache=cache)  # fmt: skip
+    assert first == answer and probe == answer  # as composed: no token, never unchanged
+
+
+async def test_filters_nested_past_the_bound_are_refused_not_recursed(clock: FakeClock) -> None:
+    import json
+
+    deep = json.loads('{"x":' * 600 + "{}" + "}" * 600)
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock)
+
+    async def compose() -> dict[str, Any]:
+        return {"products": []}
+
+    for memo in (cache, None):
+        with collect_advisories(), pytest.raises(InvalidConditionalRequest) as refused:
+            await answer_wholesale(wholesale(filters=deep), compose, cache=memo)
+        assert refused.value.error.code == "INVALID_REQUEST"
+
+
+async def test_an_injected_outage_keeps_the_overlays_scope_and_token(clock: FakeClock) -> None:
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PER_CALLER), clock=clock,
+                          breaker=None, test_mode=True)  # fmt: skip
+
+    async def ask(**fields: Any) -> dict[str, Any]:
+        async def compose() -> dict[str, Any]:
+            async def read() -> list[dict[str, Any]]:
+                return [{"product_id": "overlay-p1"}]
+
+            return {"products": await cache.fetch(INVENTORY, "k", read, surface="get_products")}
+
+        with collect_advisories(PER_CALLER, partition="overlay") as advisories:
+            answer = await answer_wholesale(wholesale(account={"account_id": "o"}, **fields),
+                                            compose, cache=cache)  # fmt: skip
+        return {**answer, "errors": advisories.errors()}
+
+    healthy = await ask()
+    cache.force_upstream_unavailable("get_products", cache_age_seconds=120)
+    forced = await ask(if_wholesale_feed_version=healthy["wholesale_feed_version"])
+    assert [e["code"] for e in forced["errors"]] == ["STALE_RESPONSE"]
+    assert (forced["cache_scope"], forced["wholesale_feed_version"]) == (
+        "account", healthy["wholesale_feed_version"])  # fmt: skip
+    assert "unchanged" not in forced

@@ -62,7 +62,8 @@ async def test_the_example_seller_passes(upstreams: dict[str, App], transport: s
     assert {"supported_versions_advertised", "adcp_version_echoed", "wholesale_bootstrap",
             "unchanged_probe", "unchanged_echoes_token_and_scope", "context_echoed",
             "lone_pricing_token_refused", "overlay_is_account_scoped", "no_token_across_scopes",
-            "stale_probe_is_full"} <= rules  # fmt: skip
+            "stale_probe_is_full", "mismatched_token_full",
+            "adcp_version_echoed (get_products)"} <= rules  # fmt: skip
     two = await check_seller(seller(upstreams), transport=transport,
                              tool="list_creative_formats", upstreams=["a", "b"])  # fmt: skip
     assert two.passed, two.text()
@@ -197,6 +198,17 @@ def no_release_echo(payload: dict[str, Any]) -> None:
     payload.pop("adcp_version", None)
 
 
+def no_release_echo_but_capabilities(payload: dict[str, Any]) -> None:
+    if "products" in payload:
+        payload.pop("adcp_version", None)
+
+
+def every_probe_unchanged(payload: dict[str, Any]) -> None:
+    if "wholesale_feed_version" in payload and not stale_ones(payload):
+        payload.pop("products", None)  # the seller never compares tokens
+        payload["unchanged"] = True
+
+
 def target_past_age(payload: dict[str, Any]) -> None:
     for error in stale_ones(payload):
         details = error["details"]
@@ -222,10 +234,13 @@ def target_past_age(payload: dict[str, Any]) -> None:
         (products_with_unchanged, {}, "unchanged_probe"),
         (context_of_another, {}, "context_echoed"),
         (no_release_echo, {}, "adcp_version_echoed"),
+        (no_release_echo_but_capabilities, {}, "adcp_version_echoed (get_products)"),
+        (every_probe_unchanged, {}, "mismatched_token_full"),
     ],
     ids=["made-up-payload", "leaky-details", "password-in-url", "target-past-age", "wrong-recovery", "advisory-on-fresh-hit", "aggregated", "promoted", "wrong-age",
          "advisory-with-nothing-cached", "global-token", "unchanged-while-stale",
-         "products-with-unchanged", "context-of-another", "no-release-echo"],
+         "products-with-unchanged", "context-of-another", "no-release-echo",
+         "no-release-echo-on-products", "every-probe-unchanged"],
 )  # fmt: skip
 async def test_broken_sellers_fail_on_the_right_rule(
     upstreams: dict[str, App], change: Any, options: dict[str, Any], rule: str

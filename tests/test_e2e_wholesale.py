@@ -165,3 +165,63 @@ async def story(deployment: Deployment, transport: str) -> None:
         assert advisory["field"] == "products"
         assert advisory["details"]["upstream"] == {"name": "inventory-service"}
         assert advisory["details"]["cache_age_seconds"] >= TARGET
+
+
+# In process (the seller and its inventory service over httpx.ASGITransport): what a hostile
+# buyer sends the example seller.
+
+
+@contextlib.asynccontextmanager
+async def in_process() -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
+    from adcp_stale_cache.demo.inventory_service import create_inventory_app
+    from adcp_stale_cache.demo.seller import create_seller_app
+
+    inventory = httpx.ASGITransport(app=create_inventory_app(count=3))
+    seller = create_seller_app(creative_agents={}, inventory_url="http://inventory",
+                               inventory_transport=inventory)  # fmt: skip
+    async with (
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=seller), base_url="http://s") as http,
+        httpx.AsyncClient(transport=inventory, base_url="http://inventory") as stats,
+    ):
+        yield http, stats
+
+
+async def test_bad_filters_are_the_buyers_to_correct_and_never_deny_other_buyers() -> None:
+    async with in_process() as (http, inventory):
+        for bad in ({"channels": 5}, {"format_kinds": [1]}, "display",
+                    json.loads('{"x":' * 600 + "{}" + "}" * 600)):  # fmt: skip
+            for _ in range(4):  # past the breaker's threshold, had they counted as outages
+                response = await http.post(
+                    "/api/get_products", json={"buying_mode": "wholesale", "filters": bad}
+                )
+                assert response.status_code == 400
+                assert response.json()["adcp_error"]["code"] == "INVALID_REQUEST"
+        good = await http.post("/api/get_products", json={"buying_mode": "wholesale"})
+        assert good.status_code == 200 and good.json()["products"]
+        assert (await inventory.get("/stats")).json()["200"] == 1  # called, not refused
+
+
+@pytest.mark.parametrize(("pin", "status", "served"), [
+    ({"adcp_version": "3.0.6"}, 200, "3.0"), ({"adcp_version": "3.1-beta"}, 200, "3.0"),
+    ({"adcp_version": "3.9"}, 200, "3.2"), ({"adcp_version": "4.0"}, 400, "VERSION_UNSUPPORTED"),
+    ({"adcp_version": "3." + "9" * 5000}, 400, "INVALID_REQUEST"),
+    ({"adcp_version": 3.1}, 400, "INVALID_REQUEST"), ({"adcp_major_version": "3"}, 400, "INVALID_REQUEST"),
+    ({"adcp_major_version": True}, 400, "INVALID_REQUEST"), ({"adcp_major_version": 3}, 200, "3.2"),
+])  # fmt: skip
+async def test_release_pins_are_served_or_refused_never_crash(
+    pin: dict[str, Any], status: int, served: str
+) -> None:
+    async with in_process() as (http, _):
+        for tool in ("get_adcp_capabilities", "get_products"):
+            response = await http.post(f"/api/{tool}", json=pin)
+            assert response.status_code == status, response.text
+            body = response.json()
+            assert (body["adcp_version"] if status == 200 else body["adcp_error"]["code"]) == served
+
+
+@pytest.mark.parametrize("body", [b"not json", b"[1, 2]", b'"wholesale"'])
+async def test_a_body_that_is_not_a_json_object_is_refused(body: bytes) -> None:
+    async with in_process() as (http, _):
+        response = await http.post("/api/get_products", content=body)
+    assert response.status_code == 400
+    assert response.json()["adcp_error"]["code"] == "INVALID_REQUEST"

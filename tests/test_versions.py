@@ -5,6 +5,7 @@ declared JSON route and in MCP and A2A calls alike."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from uuid import uuid4
 
@@ -22,7 +23,6 @@ from adcp_stale_cache import (
     Upstream,
     UpstreamCache,
     collect_advisories,
-    current_collector,
 )
 from adcp_stale_cache.stores import MemoryStore
 
@@ -35,10 +35,9 @@ def seller(varies: bool) -> tuple[Any, list[str | None]]:
     cache = UpstreamCache(MemoryStore(), surfaces=Surfaces.of(policy))
     asked: list[str | None] = []
 
-    async def answer() -> dict[str, Any]:
-        collector = current_collector()
-        assert collector is not None
-        pinned = collector.adcp_version
+    async def answer(request: dict[str, Any]) -> dict[str, Any]:
+        pin = request.get("adcp_version", request.get("adcp_major_version"))
+        pinned = None if pin is None else str(pin)  # the seller reads the pin itself
 
         async def shaped_for_the_pin() -> dict[str, Any]:  # the sub-agent answers per release
             asked.append(pinned)
@@ -47,12 +46,18 @@ def seller(varies: bool) -> tuple[Any, list[str | None]]:
         return await cache.fetch(SUB_AGENT, "products", shaped_for_the_pin)
 
     async def rest(request: Request) -> Response:
-        await request.json()  # the seller reads its request (the middleware reads it along)
-        return JSONResponse(await answer())
+        return Response(
+            json.dumps(await answer(json.loads(await request.body()))),
+            media_type="application/json",
+        )
 
     async def rpc(request: Request) -> Response:
         message = await request.json()
-        payload = await answer()
+        params = message["params"]
+        if message["method"] == "tools/call":
+            payload = await answer(params["arguments"])
+        else:
+            payload = await answer(params["message"]["parts"][0]["data"]["parameters"])
         result = {"content": [], "structuredContent": payload, "isError": False}
         return JSONResponse({"jsonrpc": "2.0", "id": message["id"], "result": result})
 
@@ -97,11 +102,41 @@ async def test_a_surface_that_does_not_vary_shares_one_entry() -> None:
     assert asked == ["3.1"]
 
 
+@pytest.mark.parametrize("content_type", ["text/plain", None])
+async def test_a_json_body_however_labelled_is_read_for_its_pin(content_type: str | None) -> None:
+    app, asked = seller(varies=True)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://seller") as http:  # fmt: skip
+        for pin in ("3.0", None):
+            body = json.dumps({"brief": "b", **({"adcp_version": pin} if pin else {})})
+            headers = {"content-type": content_type} if content_type else {}
+            await http.post("/api/get_products", content=body, headers=headers)
+    assert asked == ["3.0", None]  # two entries: the unpinned buyer never gets 3.0's shape
+
+
+async def test_an_unreadable_pin_keys_apart_and_odd_pins_never_crash() -> None:
+    app, asked = seller(varies=True)
+    padding = "x" * (1024 * 1024 + 10)  # past max_peek_bytes: the pin cannot be read
+    for pins in ({"adcp_version": "3.0", "ext": {"pad": padding}}, {},
+                 {"adcp_version": "3.0", "ext": {"pad": padding}}):  # fmt: skip
+        await ask(app, "rest", **pins)
+    assert asked == ["3.0", None, "3.0"]  # each unreadable one alone, never shared
+    app, asked = seller(varies=True)
+    odd = ["1e400", "true", "[3]", json.dumps("3." + "9" * 5000), '{"x": 1}', "3.1"]
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://seller") as http:  # fmt: skip
+        for pin in odd:  # as a hostile buyer writes them (1e400: past a double)
+            body = '{"brief": "b", "adcp_version": ' + pin + "}"
+            response = await http.post("/api/get_products", content=body)
+            assert response.status_code == 200
+    assert len(asked) == 6  # each odd pin its own key, and no crash
+
+
 async def test_outside_the_middleware_nothing_is_pinned() -> None:
     policy = SurfacePolicy(name="get_products", varies_by_version=True)
     cache = UpstreamCache(MemoryStore(), surfaces=Surfaces.of(policy))
     with collect_advisories() as collector:
-        assert collector.adcp_version is None
+        assert collector.pinned_release() is None
 
         async def call() -> dict[str, Any]:
             return {"products": []}

@@ -146,3 +146,22 @@ def test_the_unchanged_answer_matches_the_official_schema(version: str) -> None:
     validator = jsonschema.Draft7Validator(schema, format_checker=jsonschema.FormatChecker())
     assert [e.message for e in validator.iter_errors({**answer, **envelope})] == []
     assert list(validator.iter_errors({**answer, **envelope, "unchanged": False}))  # never false
+
+
+def test_an_empty_filters_object_is_omitted_filters_and_refine_keeps_its_order() -> None:
+    bare = feed_scope({"buying_mode": "wholesale"}, Scope.PUBLIC)
+    for filters in ({}, {"channels": None}):
+        assert feed_scope({"buying_mode": "wholesale", "filters": filters}, Scope.PUBLIC) == bare
+    assert (
+        feed_scope({"buying_mode": "wholesale", "filters": {"channels": []}}, Scope.PUBLIC) != bare
+    )  # an empty set is no channel, not every channel
+    assert canonical([{"a": 1}, {"b": 2}], "refine") == [{"a": 1}, {"b": 2}]
+    assert canonical([{"b": 2}, {"a": 1}], "refine") == [{"b": 2}, {"a": 1}]
+
+
+def test_values_nested_past_the_bound_are_refused() -> None:
+    deep: Any = {}
+    for _ in range(40):
+        deep = {"x": deep}
+    with pytest.raises(ValueError, match="nest deeper"):
+        canonical(deep)

@@ -33,6 +33,11 @@ class Untouched(Exception):
     """The body must pass through unchanged; the message says why."""
 
 
+class Unmendable(Untouched):
+    """An answer holding another request's ``context`` that cannot be re-encoded exactly
+    (``NaN``, ``1e400``, a decimal past 17 digits): it goes out as it came, said loudly."""
+
+
 class _Marker:
     __slots__ = ("name",)
 
@@ -47,6 +52,9 @@ class _Marker:
 KEEP: Any = _Marker("KEEP")
 #: The request carried no ``context``: an answer's ``context`` is then another request's.
 NO_CONTEXT: Any = _Marker("NO_CONTEXT")
+#: The request's ``context`` could not be read (its body was not, or could not be): an
+#: answer's ``context`` in doubt cannot be shown to be its own, so it goes.
+UNKNOWN: Any = _Marker("UNKNOWN")
 
 
 class Delivery(list[dict[str, Any]]):
@@ -65,7 +73,7 @@ def foreign_context(payload: Any, context: Any) -> bool:
     """Whether ``payload`` carries a ``context`` other than the request's ``context``."""
     if context is KEEP or not isinstance(payload, dict) or "context" not in payload:
         return False
-    return context is NO_CONTEXT or payload["context"] != context
+    return context in (NO_CONTEXT, UNKNOWN) or payload["context"] != context
 
 
 def present(obj: Any, key: str) -> bool:
@@ -96,7 +104,7 @@ def inject_payload(payload: Any, errors: list[dict[str, Any]]) -> None:
     elif not isinstance(payload, dict):
         raise Untouched("payload is not a JSON object")
     if isinstance(errors, Delivery) and foreign_context(payload, errors.context):
-        if errors.context is NO_CONTEXT:
+        if errors.context in (NO_CONTEXT, UNKNOWN):
             del payload["context"]
         else:
             payload["context"] = errors.context
@@ -200,6 +208,13 @@ def inject_json(
         return body  # nothing to deliver: every byte as it came
     if errors:
         _check(payload)
+    if foreign and not errors:
+        try:
+            payload = parse(body)
+        except Untouched as exc:
+            raise Unmendable(f"another request's context, but {exc}") from exc
+        inject_payload(payload, errors)
+        return dumps(payload)
     if "errors" not in payload and not foreign:  # absent (not null): splice every byte
         head = body.rstrip()
         separator = b"," if payload else b""

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import orjson
 
-from .json import KEEP, NO_CONTEXT, Delivery, Untouched, dumps, parse, present
+from .json import KEEP, NO_CONTEXT, UNKNOWN, Delivery, Untouched, dumps, parse, present
 
 MCP_TOOL_CALL = "tools/call"
 A2A_SEND = frozenset({"message/send", "SendMessage"})
@@ -34,7 +34,8 @@ class RpcCall:
         the request was not read)."""
         if not isinstance(self.arguments, dict):
             return KEEP
-        return self.arguments.get("context", NO_CONTEXT)
+        context = self.arguments.get("context")
+        return NO_CONTEXT if context is None else context  # null is none
 
 
 def parse_calls(body: bytes) -> list[RpcCall]:
@@ -65,14 +66,23 @@ def parse_calls(body: bytes) -> list[RpcCall]:
 
 
 def a2a_call(message: Any) -> tuple[str | None, Any]:
-    """The AdCP skill an A2A message invokes (a DataPart ``{"skill": ..., "parameters":
-    ...}``) and its arguments (``parameters``, or ``input``; None when there are none)."""
+    """The AdCP skill an A2A message invokes and its arguments (``parameters``, or
+    ``input``), as the ``adcp`` SDK server reads it: one invocation, in a DataPart or as a
+    TextPart's JSON (``{"skill": ..., "parameters": ...}``); none, or several: (None, None)."""
     parts = message.get("parts") if isinstance(message, dict) else None
+    found: list[tuple[str, Any]] = []
     for part in parts if isinstance(parts, list) else []:
-        data = part.get("data") if isinstance(part, dict) else None
+        if not isinstance(part, dict):
+            continue
+        data = part.get("data")
+        if data is None and isinstance(part.get("text"), str):
+            try:
+                data = orjson.loads(part["text"])
+            except orjson.JSONDecodeError:
+                continue
         if isinstance(data, dict) and isinstance(data.get("skill"), str):
-            return str(data["skill"]), data.get("parameters", data.get("input"))
-    return None, None
+            found.append((str(data["skill"]), data.get("parameters", data.get("input"))))
+    return found[0] if len(found) == 1 else (None, None)
 
 
 def inject_response(message: Any, call: RpcCall, errors: list[dict[str, Any]]) -> None:
@@ -90,9 +100,15 @@ def inject_response(message: Any, call: RpcCall, errors: list[dict[str, Any]]) -
 
 
 def inject_body(body: bytes, calls: list[RpcCall], errors: list[dict[str, Any]]) -> bytes:
-    """A JSON-RPC response body (one message or a batch) with ``errors`` injected."""
-    if len(calls) != 1:
+    """A JSON-RPC response body (one message or a batch) with ``errors`` injected. In a
+    batch, advisories cannot be attributed to one call, but each answer's ``context`` is
+    still made its own call's (for a :class:`~.json.Delivery` in doubt of contexts)."""
+    if len(calls) != 1 and (errors or not isinstance(errors, Delivery)
+                            or errors.context is KEEP):  # fmt: skip
         raise Untouched(f"{len(calls)} tool calls in one request: advisories cannot be attributed")
+    if len(calls) != 1:
+        assert isinstance(errors, Delivery)  # (the only kind let through above)
+        return _own_contexts(body, calls, errors)
     data = parse(body)
     messages = data if isinstance(data, list) else [data]
     answer = next((m for m in messages if isinstance(m, dict) and m.get("id") == calls[0].id), None)
@@ -100,3 +116,21 @@ def inject_body(body: bytes, calls: list[RpcCall], errors: list[dict[str, Any]])
     if not errors and not (isinstance(errors, Delivery) and errors.replaced):
         return body  # nothing delivered: every byte as it came
     return dumps(data)
+
+
+def _own_contexts(body: bytes, calls: list[RpcCall], delivery: Delivery) -> bytes:
+    """A batch's answers, each with its own call's ``context`` (nothing else touched)."""
+    data = parse(body)
+    messages = data if isinstance(data, list) else [data]
+    by_id = {repr(call.id): call for call in calls}
+    for message in messages:
+        call = by_id.get(repr(message.get("id"))) if isinstance(message, dict) else None
+        if call is None:
+            continue
+        own = Delivery([], call.context if call.context is not KEEP else UNKNOWN)
+        try:
+            inject_response(message, call, own)
+        except Untouched:
+            continue  # an error reply, a failed task: no payload of the kind to mend
+        delivery.replaced += own.replaced
+    return dumps(data) if delivery.replaced else body

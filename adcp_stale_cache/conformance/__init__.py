@@ -153,7 +153,7 @@ async def _run(
                            validators=rules.official_validators())  # fmt: skip
     results += rules.healthy(await wire.call(tool, call_args("after")), "after")
     if wholesale:
-        results += await _wholesale(wire, overlays, arguments)
+        results += await _wholesale(wire, overlays, arguments, caching.speaks_3_2(payload))
     else:
         results.append(Result("wholesale_conditional_fetch", None, "not applicable: the seller "
                               "declares no wholesale_feed_versioning"))  # fmt: skip
@@ -161,7 +161,7 @@ async def _run(
 
 
 async def _wholesale(
-    wire: McpWire | A2aWire, overlays: bool, arguments: dict[str, Any]
+    wire: McpWire | A2aWire, overlays: bool, arguments: dict[str, Any], echoes: bool
 ) -> list[Result]:
     """Conditional fetch, as the ``wholesale_feed_products`` storyboards play it, then a probe
     while the upstream is forced down."""
@@ -175,12 +175,16 @@ async def _wholesale(
 
     reply, context = await read("bootstrap")
     results += caching.bootstrap(reply, context)
+    if echoes:  # a 3.2 seller echoes its release on every answer, not only the capabilities
+        results.append(caching.echoes_release(reply, "get_products"))
     payload = reply.payload or {}
     token, scope = payload.get("wholesale_feed_version"), payload.get("cache_scope")
     if not isinstance(token, str):
         return results
     reply, context = await read("probe", if_wholesale_feed_version=token)
     results += caching.probe(reply, token, scope, context)
+    reply, _ = await read("mismatch", if_wholesale_feed_version=f"{token}-not-current")
+    results.append(caching.mismatched_token(reply))
     reply, _ = await read("pricing", if_pricing_version="stale-pricing-token")
     results.append(caching.lone_pricing_token(reply))
     if overlays:

@@ -36,12 +36,21 @@ def declared(capabilities: dict[str, Any]) -> tuple[bool, bool]:
     return True, versioning.get("cache_scope_account") is True
 
 
+def speaks_3_2(capabilities: dict[str, Any]) -> bool:
+    """Whether the seller advertises (or serves) a release of 3.2 or later."""
+    adcp = capabilities.get("adcp") if isinstance(capabilities.get("adcp"), dict) else {}
+    supported = adcp.get("supported_versions") if isinstance(adcp, dict) else None
+    listed = supported if isinstance(supported, list) else []
+    return any(isinstance(v, str) and bool(_SINCE_3_2.match(v))
+               for v in [*listed, capabilities.get("adcp_version")])  # fmt: skip
+
+
 def versions(capabilities: dict[str, Any]) -> list[Result]:
     """``adcp.supported_versions`` advertised and ``adcp_version`` echoed (3.2 and later)."""
     adcp = capabilities.get("adcp") if isinstance(capabilities.get("adcp"), dict) else {}
     supported = adcp.get("supported_versions") if isinstance(adcp, dict) else None
     echoed = capabilities.get("adcp_version")
-    if not any(isinstance(v, str) and _SINCE_3_2.match(v) for v in [*(supported or []), echoed]):
+    if not speaks_3_2(capabilities):
         return [Result("adcp_version_echoed", None, "not applicable: no release of 3.2 or later "
                        "advertised (older releases keep their own bundles)")]  # fmt: skip
     listed = (
@@ -81,6 +90,22 @@ def probe(reply: Reply, token: str, scope: Any, context: dict[str, Any]) -> list
                f"{echoed[0]!r}, {echoed[1]!r}"),
         _context(payload, context),
     ]  # fmt: skip
+
+
+def echoes_release(reply: Reply, tool: str) -> Result:
+    """``adcp_version`` echoed on an answer other than the capabilities' (every answer)."""
+    echoed = (reply.payload or {}).get("adcp_version")
+    return Result(f"adcp_version_echoed ({tool})",
+                  isinstance(echoed, str) and bool(_RELEASE.match(echoed)),
+                  f"adcp_version={echoed!r}")  # fmt: skip
+
+
+def mismatched_token(reply: Reply) -> Result:
+    """A probe with a token that is not the current one: the full feed, never unchanged
+    (a seller that does not compare tokens answers every probe ``unchanged``)."""
+    payload = reply.payload or {}
+    full = reply.transport_ok and "unchanged" not in payload and _products(payload)
+    return Result("mismatched_token_full", full, f"{reply.transport}, {_shape(payload)}")
 
 
 def lone_pricing_token(reply: Reply) -> Result:

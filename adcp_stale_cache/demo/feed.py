@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from ..cache import UpstreamCache
-from ..conditional import answer_wholesale
+from ..conditional import InvalidConditionalRequest, answer_wholesale, invalid_request
 from ..wholesale import canonical
 
 #: The account the AdCP storyboards use to elicit an account-scoped answer.
@@ -40,8 +40,10 @@ class WholesaleFeed:
         """The wholesale answer to ``request`` (raises ``InvalidConditionalRequest`` for a
         lone pricing token, ``UpstreamUnavailable`` when nothing can answer)."""
         query: dict[str, str] = {}
-        if request.get("filters") is not None:  # canonical: reordered filters, one entry
-            query["filters"] = json.dumps(canonical(request["filters"], "filters"))
+        filters = request.get("filters")
+        if filters is not None:  # canonical: reordered filters, one entry
+            _check_filters(filters)
+            query["filters"] = json.dumps(canonical(filters, "filters"))
         overlay = account_domain(request) == OVERLAY_ACCOUNT
 
         async def compose() -> dict[str, Any]:
@@ -55,6 +57,26 @@ class WholesaleFeed:
             return {"products": response.json()["products"]}
 
         return await answer_wholesale(request, compose, cache=self.cache)
+
+
+def _check_filters(filters: Any) -> None:
+    """Refuse what this inventory cannot read as the buyer's mistake (``INVALID_REQUEST``),
+    never as an upstream fault: a buyer's bad filters must not open the inventory's breaker
+    for every buyer."""
+    if not isinstance(filters, dict):
+        raise InvalidConditionalRequest(invalid_request("filters is not an object", "filters"))
+    for name in ("channels", "format_kinds"):
+        value = filters.get(name)
+        if value is not None and not (
+            isinstance(value, list) and all(isinstance(v, str) for v in value)
+        ):
+            raise InvalidConditionalRequest(
+                invalid_request(f"filters.{name} is not a list of strings", f"filters.{name}")
+            )
+    try:
+        canonical(filters, "filters")
+    except (TypeError, ValueError) as exc:
+        raise InvalidConditionalRequest(invalid_request(str(exc), "filters")) from exc
 
 
 def account_domain(request: Mapping[str, Any]) -> str | None:

@@ -35,7 +35,10 @@ def create_inventory_app(*, count: int = 3, max_age: int | None = None) -> Starl
             filters = orjson.loads(request.query_params.get("filters") or "{}")
         except orjson.JSONDecodeError:
             return JSONResponse({"detail": "filters is not JSON"}, status_code=400)
-        rows = products(count, owner, revision[0]) if _matches(filters) else []
+        try:
+            rows = products(count, owner, revision[0]) if _matches(filters) else []
+        except TypeError:  # channels: 5, say: the caller's mistake, not this service's fault
+            return JSONResponse({"detail": "filters are not AdCP product_filters"}, 400)
         body = orjson.dumps({"products": rows})
         headers = {"ETag": f'"{hashlib.sha256(body).hexdigest()[:32]}"'}
         if max_age is not None:

@@ -307,8 +307,13 @@ def create_seller_app(
         name = request.path_params["tool"]
         if name not in names:
             return JSONResponse({"detail": f"unknown tool {name!r}"}, status_code=404)
+        body = await _json_body(request)
+        if body is None:  # the buyer's to correct, never read as an empty request
+            error = {"code": "INVALID_REQUEST", "message": "the body is not a JSON object",
+                     "recovery": "correctable"}  # fmt: skip
+            return JSONResponse({"adcp_error": error, "errors": [error]}, status_code=400)
         try:
-            return await tools.call(name, await _json_body(request))
+            return await tools.call(name, body)
         except ToolFailed as exc:  # the buyer's to correct: 400; the seller's: 503
             correctable = exc.payload["adcp_error"].get("recovery") == "correctable"
             return JSONResponse(exc.payload, status_code=400 if correctable else 503)
@@ -363,13 +368,14 @@ _NOT_QUERY = frozenset(
 )
 
 
-async def _json_body(request: Request) -> dict[str, Any]:
+async def _json_body(request: Request) -> dict[str, Any] | None:
+    """The request's JSON object ({} for an empty body; None for anything else)."""
     raw = await request.body()
     try:
         body = await request.json() if raw.strip() else {}
     except ValueError:
-        return {}
-    return body if isinstance(body, dict) else {}
+        return None
+    return body if isinstance(body, dict) else None
 
 
 def _echo(payload: dict[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """AdCP release negotiation for the example seller: what it advertises, what it echoes.
 
-A buyer pins a release (``adcp_version: "3.1"``, AdCP 3.1+) or a major
-(``adcp_major_version: 3``); the seller serves the highest release it speaks at or below
-the pin within the pin's major, echoes it as ``adcp_version`` on every answer, and refuses a
-major it does not speak with ``VERSION_UNSUPPORTED``.
+A buyer pins a release (``adcp_version: "3.1"``, AdCP 3.1+; a patch or pre-release tag is
+read as its release, and a pre-release as below it) or a major (``adcp_major_version: 3``);
+the seller serves the highest release it speaks at or below the pin within the pin's major,
+echoes it as ``adcp_version`` on every answer, refuses a major it does not speak with
+``VERSION_UNSUPPORTED`` and a pin that is no release with ``INVALID_REQUEST``.
 """
 
 from __future__ import annotations
@@ -17,38 +18,46 @@ from ..advisory import AdcpError
 #: The releases this seller speaks (``adcp.supported_versions``), oldest first.
 SUPPORTED_VERSIONS = ("3.0", "3.1", "3.2")
 
-_RELEASE = re.compile(
-    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-[a-zA-Z0-9](?:[a-zA-Z0-9.-]*[a-zA-Z0-9])?)?$"
-)
+# MAJOR.MINOR, an optional .PATCH, an optional -pre-release tag; short numbers only.
+_RELEASE = re.compile(r"^(0|[1-9]\d{0,3})\.(0|[1-9]\d{0,3})(?:\.\d{1,6})?(-[a-zA-Z0-9.-]{1,40})?$")
 
 
 class VersionUnsupported(ValueError):
-    """The buyer pinned a release or major this seller does not speak."""
+    """The buyer pinned a release this seller does not speak, or a pin that is none."""
 
-    def __init__(self, pin: object) -> None:
-        super().__init__(f"AdCP {pin} is not spoken here: {', '.join(SUPPORTED_VERSIONS)} are")
-        self.error = AdcpError(
-            code="VERSION_UNSUPPORTED", message=str(self), field="adcp_version",
-            recovery="correctable",
-        )  # fmt: skip
+    def __init__(self, pin: object, *, malformed: bool = False) -> None:
+        shown = repr(pin)[:60]
+        if malformed:
+            message, code = f"{shown} is not an AdCP release (MAJOR.MINOR)", "INVALID_REQUEST"
+        else:
+            spoken = ", ".join(SUPPORTED_VERSIONS)
+            message, code = f"AdCP {shown} is not spoken here: {spoken} are", "VERSION_UNSUPPORTED"
+        super().__init__(message)
+        self.error = AdcpError(code=code, message=message, field="adcp_version",
+                               recovery="correctable")  # fmt: skip
 
 
 def served_version(request: Mapping[str, Any]) -> str:
-    """The release served to ``request``: the highest spoken at or below its pin (a
-    pre-release pin counts as its release), the newest when it pins none."""
+    """The release served to ``request``: the highest spoken at or below its pin (strictly
+    below a pre-release pin), the newest when it pins none."""
     pin, major = request.get("adcp_version"), request.get("adcp_major_version")
     spoken = [tuple(int(n) for n in v.split(".")) for v in SUPPORTED_VERSIONS]
-    if isinstance(pin, str):
-        found = _RELEASE.match(pin)
+    if pin is not None:
+        found = _RELEASE.match(pin) if isinstance(pin, str) else None
         if found is None:
-            raise VersionUnsupported(pin)
+            raise VersionUnsupported(pin, malformed=True)
         wanted = (int(found[1]), int(found[2]))
-        below = [v for v in spoken if v[0] == wanted[0] and v <= wanted]
+        below = [v for v in spoken if v[0] == wanted[0]
+                 and (v < wanted if found[3] else v <= wanted)]  # fmt: skip
         if not below:
             raise VersionUnsupported(pin)
         return _release(max(below))
-    if major is not None and major not in {v[0] for v in spoken}:
-        raise VersionUnsupported(major)
+    if major is not None:
+        whole = isinstance(major, int) or (isinstance(major, float) and major.is_integer())
+        if isinstance(major, bool) or not whole:
+            raise VersionUnsupported(major, malformed=True)
+        if int(major) not in {v[0] for v in spoken}:
+            raise VersionUnsupported(major)
     return _release(max(spoken))
 
 
