@@ -158,3 +158,32 @@ async def test_an_idempotent_replay_keeps_its_advisories_with_the_current_contex
     [fresh_advisory] = other.data.errors
     assert other.data.model_dump(mode="json").get("replayed") in (None, False)
     assert fresh_advisory.details["cache_age_seconds"] > advisory.details["cache_age_seconds"]
+
+
+async def test_the_skill_middleware_keys_per_caller_by_the_sdks_principal() -> None:
+    """No ASGI request in skill mode: the SDK's ToolContext names whose entry it is, so two
+    principals never share a per-caller surface's entry (and one principal keeps its own)."""
+    from adcp.server.base import ToolContext
+
+    from adcp_stale_cache import SurfacePolicy, Surfaces, Upstream, UpstreamCache
+    from adcp_stale_cache.integrations.adcp_sdk import skill_middleware
+
+    surfaces = Surfaces.of(SurfacePolicy(name="get_products", field="products"))
+    cache = UpstreamCache(surfaces=surfaces)
+    middleware = skill_middleware(surfaces)
+    inventory = Upstream(name="inventory-service")
+
+    async def as_(principal: str, tenant: str | None = None) -> Any:
+        async def call_next() -> dict[str, Any]:
+            async def own_rows() -> dict[str, Any]:
+                return {"products": [{"product_id": f"{tenant}/{principal}"}]}
+
+            return await cache.fetch(inventory, "products", own_rows)
+
+        context = ToolContext(caller_identity=principal, tenant_id=tenant)
+        return (await middleware("get_products", {}, context, call_next))["products"]
+
+    assert await as_("alice") == [{"product_id": "None/alice"}]
+    assert await as_("bob") == [{"product_id": "None/bob"}]
+    assert await as_("alice", "acme") == [{"product_id": "acme/alice"}]  # another tenant's
+    assert await as_("alice") == [{"product_id": "None/alice"}]  # a hit on her own entry

@@ -43,7 +43,8 @@ from typing import Any
 
 from ..cache import UpstreamCache
 from ..codecs import Untouched, inject_payload
-from ..collector import collect_advisories, current_collector
+from ..collector import AdvisoryCollector, collect_advisories, current_collector
+from ..keys import digest
 from ..policy import Surfaces
 
 logger = logging.getLogger("adcp_stale_cache.adcp_sdk")
@@ -61,24 +62,50 @@ def skill_middleware(surfaces: Surfaces) -> SkillMiddleware:
         context: Any,
         call_next: Callable[[], Awaitable[Any]],
     ) -> Any:
-        with collect_advisories(surfaces.find(skill_name)) as collector:
+        # No ASGI request here: the SDK's ToolContext names the principal per-caller keys use.
+        with collect_advisories(surfaces.find(skill_name), principal_partition(context)) as (
+            collector
+        ):  # fmt: skip
             result = await call_next()
-        if not collector:
-            return result
-        payload = (
-            result.model_dump(mode="json", exclude_none=True)
-            if hasattr(result, "model_dump")
-            else result
-        )
-        try:
-            inject_payload(payload, collector.errors())
-        except Untouched as exc:
-            # Stale data was served to this skill: its buyer is not told, which is never routine.
-            logger.warning("advisories_not_delivered skill=%s reason=%s", skill_name, exc)
-            return result
-        return payload
+        return _carrying(result, collector, f"skill={skill_name}")
 
     return stale_advisories
+
+
+def principal_partition(context: Any) -> str | None:
+    """The cache partition of the SDK's ``ToolContext``: a digest of its ``tenant_id`` and
+    ``caller_identity`` (None when it names neither: callers are then not told apart, and a
+    surface keyed per caller says so once)."""
+    tenant, caller = getattr(context, "tenant_id", None), getattr(context, "caller_identity", None)
+    if tenant is None and caller is None:
+        global _warned_anonymous
+        if not _warned_anonymous:
+            _warned_anonymous = True
+            logger.warning("skill_middleware_without_principal: a tool call's ToolContext names "
+                           "no caller_identity or tenant_id: per-caller surfaces cannot tell "
+                           "callers apart (configure the SDK's auth)")  # fmt: skip
+        return None
+    return digest([b"adcp-sdk-principal", repr(tenant), repr(caller)])  # None != "None"
+
+
+_warned_anonymous = False
+
+
+def _carrying(result: Any, collector: AdvisoryCollector, where: str) -> Any:
+    """``result`` with the advisories ``collector`` recorded, as a dict when it is a model."""
+    if not collector:
+        return result
+    payload = (
+        result.model_dump(mode="json", exclude_none=True) if hasattr(result, "model_dump")
+        else result
+    )  # fmt: skip
+    try:
+        inject_payload(payload, collector.errors())
+    except Untouched as exc:
+        # Stale data was served to this call: its buyer is not told, which is never routine.
+        logger.warning("advisories_not_delivered %s reason=%s", where, exc)
+        return result
+    return payload
 
 
 def with_advisories(surfaces: Surfaces, tool: str | None = None) -> Callable[[Handler], Handler]:
@@ -102,19 +129,7 @@ def with_advisories(surfaces: Surfaces, tool: str | None = None) -> Callable[[Ha
                 result = await method(*args, **kwargs)
             if outer is not None and collector.served_context:
                 outer.served_context = True  # the way out still checks the answer's context
-            if not collector:
-                return result
-            payload = (
-                result.model_dump(mode="json", exclude_none=True)
-                if hasattr(result, "model_dump")
-                else result
-            )
-            try:
-                inject_payload(payload, collector.errors())
-            except Untouched as exc:
-                logger.warning("advisories_not_delivered tool=%s reason=%s", method.__name__, exc)
-                return result
-            return payload
+            return _carrying(result, collector, f"tool={method.__name__}")
 
         return answer
 
