@@ -88,11 +88,17 @@ class AdvisoryCollector:
         collector.read_labels = set()
         return collector
 
-    def origin(self) -> tuple[SurfacePolicy | None, str | None, Callable[[], str | None] | None]:
-        """What a later re-run of this request's call needs, and no more: its surface and its
-        partition, or how to compute it when no one has asked yet (asking is not free, and
-        may warn: see the middleware)."""
-        return self.surface, self._partition, self._partition_of
+    def origin(
+        self,
+    ) -> tuple[
+        SurfacePolicy | None, str | None, Callable[[], str | None] | None, Callable[[str], Any]
+    ]:
+        """What a later re-run of this request's call needs, and no more: its surface, its
+        partition (or how to compute it when no one has asked yet: asking is not free, and
+        may warn: see the middleware), and the release it pinned (its nested fetches key
+        by it: see ``varies_by_version``), as read now, not the request itself."""
+        pins = {name: self.request_field(name) for name in PIN_FIELDS}
+        return self.surface, self._partition, self._partition_of, pins.get
 
     @property
     def partition(self) -> str | None:
@@ -106,7 +112,7 @@ class AdvisoryCollector:
         ``adcp_version``, else its ``adcp_major_version``, exactly as sent (any JSON value:
         an odd one keys apart, never crashes); None when it pins none; :data:`UNREAD` when
         the request could not be read (then nothing it stores may be shared)."""
-        for name in ("adcp_version", "adcp_major_version"):
+        for name in PIN_FIELDS:
             pinned = self.request_field(name)
             if pinned is UNREAD:
                 return UNREAD
@@ -154,6 +160,9 @@ class AdvisoryCollector:
         """The recorded advisories in wire form, ready for a payload's ``errors[]``."""
         return [advisory.to_dict() for advisory in self._by_upstream.values()]
 
+
+#: The request fields that pin an AdCP release, first the one that wins.
+PIN_FIELDS = ("adcp_version", "adcp_major_version")
 
 #: What :attr:`AdvisoryCollector.request_field` gives when the request could not be read.
 UNREAD: Any = type("Unread", (), {"__repr__": lambda self: "UNREAD"})()

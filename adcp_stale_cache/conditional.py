@@ -80,8 +80,9 @@ def keyed_scope(request: Mapping[str, Any], labels: set[str]) -> Scope:
 
 
 def per_caller(labels: set[str]) -> bool:
-    """Whether one of the entries with ``labels`` was keyed per caller."""
-    return any(label.startswith("partition=") for label in labels)
+    """Whether one of the entries with ``labels`` was keyed per caller (by the caller's
+    partition, or by the credentials the seller called its upstream with)."""
+    return any(label.startswith(("partition=", "credentials=")) for label in labels)
 
 
 async def answer_wholesale(
@@ -136,6 +137,8 @@ async def answer_wholesale(
     finally:
         collector.composition, collector.read_labels = outer
     if not _products_answer(answer):  # the rejected arm, a failure: no token, as composed
+        if memo is not None:
+            memo.forget(key)  # what was remembered is not the answer any more
         return answer
     keyed = keyed_scope(request, labels)
     if scope is None:

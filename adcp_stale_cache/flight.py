@@ -90,11 +90,13 @@ class Target:
     store_key: str
     labels: tuple[str, ...]
     shared: bool
+    private: bool = False  # its answer is the request's alone: never stored
 
     @classmethod
     def of(cls, found: Lookup) -> Target:
         """The target of ``found``'s flight."""
-        return cls(found.upstream, found.policy, found.store_key, found.labels, found.shared)
+        return cls(found.upstream, found.policy, found.store_key, found.labels, found.shared,
+                   found.private)  # fmt: skip
 
 
 def as_made(origin: AdvisoryCollector | None, refresh: RememberedRefresh) -> RememberedRefresh:
@@ -104,10 +106,15 @@ def as_made(origin: AdvisoryCollector | None, refresh: RememberedRefresh) -> Rem
 
     # Its facts only, not the request's collector: remembered for thousands of keys, it
     # would keep every request's advisories alive. (is not None: an empty one is falsy.)
-    surface, partition, partition_of = origin.origin() if origin is not None else (None, None, None)
+    surface, partition, partition_of, fields = (
+        origin.origin() if origin is not None else (None, None, None, None)
+    )
 
     async def again(before: object = None) -> Any:
-        token = _flight.set(AdvisoryCollector(surface, partition, partition_of))
+        collector = AdvisoryCollector(surface, partition, partition_of)
+        if fields is not None:
+            collector.request_field = fields  # its pin: nested entries keyed as it made them
+        token = _flight.set(collector)
         try:
             return await refresh(before)
         finally:
@@ -308,7 +315,7 @@ class Flights:
         labels = (*found.labels, *sorted(read)) if read else found.labels
         if inner:  # built on stale data: served with its advisories, never stored fresh
             return Refreshed(value, None, tuple(inner.recorded()), labels)
-        if answer.cacheable is not None and not answer.cacheable(value):
+        if found.private or (answer.cacheable is not None and not answer.cacheable(value)):
             return Refreshed(value, None, (), labels)
         said = answer.directives(value) if answer.directives is not None else None
         if said is not None and not said.storable(found.shared):

@@ -39,10 +39,14 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 def entry_labels(
     upstream: Upstream, surface: str, partition: str | None, tags: Iterable[str]
 ) -> tuple[str, ...]:
-    """The labels the cache stores with an entry (what invalidations select by)."""
-    return labels(
+    """The labels the cache stores with an entry (what invalidations select by; and
+    ``credentials=own`` for an upstream called with a tenant's own credentials: the entry is
+    that tenant's, as a per-caller one is. Never the credentials, nor a digest of them:
+    labels are shown to operators)."""
+    found = labels(
         upstream=upstream.name, url=upstream.url, surface=surface, partition=partition, tags=tags
     )
+    return found if upstream.credentials is None else (*found, "credentials=own")
 
 
 def label_value(entry_labels: Iterable[str], name: str) -> str | None:

@@ -11,6 +11,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from .collector import UNREAD, AdvisoryCollector, current_collector
 from .decision import Fresh, Refresh, plan
@@ -41,6 +42,7 @@ class Lookup:
     collector: AdvisoryCollector | None  # the current request's
     entry: Entry | None
     step: Fresh | Refresh
+    private: bool = False  # this request's alone: a flight never stores it (see release_of)
     _labels: tuple[str, ...] | None = None
 
     @property
@@ -101,29 +103,30 @@ class Lookups:
         # per caller whatever the default policy says, so a slip never widens sharing.
         shared = policy.shared_across_callers and identified
         partition = None if shared or collector is None else collector.partition
+        private = False  # answered for this request alone: never stored
         if policy.varies_by_version:  # an answer shaped for one release is not another's
-            key = ("adcp_version", self.release_of(collector), key)
+            release = self.release_of(collector)
+            private = release is UNREAD
+            key = ("adcp_version", f"unread-{uuid.uuid4()}" if private else release, key)
         store_key = self.key_of(upstream, key, partition)
         timeout = upstream.timeout_seconds or policy.upstream_timeout_seconds
         entry = await self.read(store_key)
         step = plan(entry, self.clock(), policy)
         tags = tags if isinstance(tags, tuple) else tuple(tags)  # as of the call, not later
         return Lookup(upstream, key, policy, shared, partition, store_key, tags, timeout,
-                      collector, entry, step)  # fmt: skip
+                      collector, entry, step, private)  # fmt: skip
 
-    def release_of(self, collector: AdvisoryCollector | None) -> str | None:
-        """The release a fetch's entry is keyed by (see ``varies_by_version``). A request
-        whose pin could not be read keys apart from every other: its answer is never
-        served to another request, pinned or not."""
+    def release_of(self, collector: AdvisoryCollector | None) -> Any:
+        """The release a fetch's entry is keyed by (see ``varies_by_version``), or
+        ``UNREAD`` for a request whose pin could not be read: its answer is then its own,
+        never stored, never served to another request, pinned or not."""
         pinned = None if collector is None else collector.pinned_release()
-        if pinned is UNREAD:
-            if not self._warned_unread:
-                self._warned_unread = True
-                logger.warning("adcp_version_unread: a surface varies by AdCP release but a "
-                               "request's pin could not be read (no body read, or too large "
-                               "for max_peek_bytes): its entries are its own")  # fmt: skip
-            return f"unread-{uuid.uuid4()}"
-        return str(pinned) if pinned is not None else None
+        if pinned is UNREAD and not self._warned_unread:
+            self._warned_unread = True
+            logger.warning("adcp_version_unread: a surface varies by AdCP release but a "
+                           "request's pin could not be read (no body read, or too large for "
+                           "max_peek_bytes): its answers are its own, never stored")  # fmt: skip
+        return pinned
 
     def store_key(self, upstream: Upstream, key: object, partition: str | None = None) -> str:
         """The store key of ``key`` for ``upstream`` (and the caller partition, if any; and

@@ -132,6 +132,8 @@ class StaleAdvisoryMiddleware:
             await self.app(scope, receive, response.send)
         finally:
             _current.reset(token)
+        if collector.served_context and response.mode == "pass" and not response.in_doubt:
+            _unchecked("only once the answer had started")
         if len(collector) > response.delivered and response.mode != "undecided":
             # Recorded once the response had started (a StreamingResponse fetching as it
             # streams): too late for the payload, so say so loudly.
@@ -197,9 +199,9 @@ class _Request:
                 self.peeking = False
                 if self._chunks:  # most bodies come in one message: no copy then
                     body, self._chunks = b"".join((*self._chunks, body)), []
-                if not self.declared and b'"jsonrpc"' in body:
+                if not self.declared:  # (no byte test: "json\u0072pc" is "jsonrpc" too)
                     self._read_calls(body)
-                else:  # a plain JSON request: read only if an answer's context is in doubt
+                if not self.calls:  # a plain JSON request: read if a context is in doubt
                     self._body = body
         return message
 
@@ -242,8 +244,8 @@ class _Response:
     """The state of one response: passing through, buffering JSON, or rewriting events."""
 
     __slots__ = (
-        "_send", "chunks", "collector", "delivered", "deliveries", "mode", "replaced",
-        "request", "scope", "stale_headers", "start", "stream",
+        "_send", "chunks", "collector", "delivered", "deliveries", "in_doubt", "mode",
+        "replaced", "request", "scope", "stale_headers", "start", "stream",
     )  # fmt: skip
 
     def __init__(
@@ -267,6 +269,7 @@ class _Response:
         self.stream: RpcEventStream | None = None
         self.delivered = 0  # advisories handed to the payload (or already reported lost)
         self.deliveries: list[Delivery] = []  # what was handed over, context mends counted
+        self.in_doubt = False  # the cache had served a value holding a context at the start
 
     async def send(self, message: Message) -> None:
         if self.mode == "pass":  # the common case, first
@@ -291,6 +294,7 @@ class _Response:
     def _begin(self, start: Message) -> None:
         self.mode = "pass"
         collector = self.collector
+        self.in_doubt = collector.served_context
         if not collector and not self.request.calls and not collector.served_context:
             return  # the common case: nothing to add, nothing to watch
         self.delivered = len(self.collector)  # reported below if they cannot be delivered
@@ -307,8 +311,13 @@ class _Response:
         elif reason is None and content_type in _JSON:
             self.mode = "buffer"
             self.start = start
-        elif collector:  # (a context in doubt on what carries no payload: nothing to mend)
+        elif reason is None and not collector and content_type != b"text/event-stream":
+            self.mode = "buffer"  # a context in doubt, whatever the label: read if JSON
+            self.start = start
+        elif collector:
             self._dropped(reason or f"content type {content_type.decode('latin-1') or 'missing'}")
+        elif reason is None:  # events no one call can be told to answer: unchecked, said
+            _unchecked("the answer is an event stream of no single readable call")
 
     async def _finish(self) -> None:
         body = b"".join(self.chunks)
@@ -401,6 +410,12 @@ _ROUTINE = (
 )
 _JSON = frozenset({b"application/json", b"application/json-rpc"})
 _CREDENTIALS = frozenset(name.encode() for name in CREDENTIAL_HEADERS)
+
+
+def _unchecked(why: str) -> None:
+    """A value holding a context was served to a request whose answer cannot be checked."""
+    logger.warning("answer_context_unchecked: the cache served a value holding a context, "
+                   "but %s: it went out as the app wrote it", why)  # fmt: skip
 
 
 def _http_cache_headers(errors: list[dict[str, Any]]) -> list[tuple[bytes, bytes]]:

@@ -62,6 +62,10 @@ class ProbeMemo:
         """What the last full answer to the request of ``key`` was, if it is remembered."""
         return self._known.get(key)
 
+    def forget(self, key: str) -> None:
+        """Forget the request of ``key`` (its last answer was no products answer)."""
+        self._known.pop(key, None)
+
     def remember(
         self, key: str, token: str, scope: Scope, partition: str | None,
         composition: list[Composed],

@@ -182,16 +182,24 @@ class Serving:
                 )
         if collector is not None and collector.read_labels is not None:
             collector.read_labels.update(refreshed.labels)
-        if collector is not None and _holds_context(refreshed):
+        if collector is not None and _holds_context(refreshed, codec):
             collector.served_context = True  # another caller's flight may have been asked
         return refreshed.value if refreshed.data is None else codec.loads(refreshed.data)
 
 
-def _holds_context(refreshed: Refreshed[Any]) -> bool:
-    if refreshed.data is not None:
-        return _CONTEXT in refreshed.data
-    value = refreshed.value
-    return isinstance(value, (Mapping, str)) and "context" in value
+def _holds_context(refreshed: Refreshed[T], codec: Codec[T]) -> bool:
+    """Whether a flight's value holds a ``context`` anywhere: its stored bytes, or, not
+    stored, its encoding (nested members and transport responses too)."""
+    data = refreshed.data
+    if data is None:
+        try:
+            data = codec.dumps(refreshed.value)
+        except Exception:  # (said already, when it was not stored)
+            data = None
+    if data is None:  # not encodable: what can be read of it
+        value = refreshed.value
+        return isinstance(value, (Mapping, str)) and "context" in value
+    return _CONTEXT in data
 
 
 def _part(found: Lookup, entry: Entry, *, fresh: bool) -> Composed:

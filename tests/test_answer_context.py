@@ -10,6 +10,7 @@ says so once; an answer whose context is already right passes byte for byte.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any
@@ -297,3 +298,129 @@ async def test_a_foreign_context_that_cannot_be_mended_is_said_loudly(caplog: An
         body = json.dumps({"context": {"correlation_id": "b"}}).encode()
         await _post(app, body, {"content-type": "application/json"})
     assert any("answer_context_not_mended" in r.getMessage() for r in caplog.records)
+
+
+# Second hostile pass: JSON-RPC read as servers read it, any answer label, joined flights.
+
+
+def rpc_seller(answer_payload: dict[str, Any], *, media_type: str = "application/json") -> Any:
+    """A route answering every JSON-RPC message of a request (a batch too) with
+    ``answer_payload`` as an MCP tool result, after the cache served a value with a context."""
+
+    async def route(request: Request) -> Response:
+        body = await request.body()
+        messages = json.loads(body.decode("utf-8-sig"))
+        single = not isinstance(messages, list)
+        answers = []
+        for message in [messages] if single else messages:
+            result = {"content": [], "structuredContent": dict(answer_payload), "isError": False}
+            if message.get("method") == "ping":
+                result = {}
+            answers.append({"jsonrpc": "2.0", "id": message["id"], "result": result})
+        request.scope["state"]["adcp_stale_cache"].served_context = True
+        out = answers[0] if single else answers
+        text = json.dumps(out)  # (ids past 64 bits kept exactly, as a Python server does)
+        return Response(text, media_type=media_type)
+
+    return StaleAdvisoryMiddleware(Starlette(routes=[Route("/rpc", route, methods=["POST"])]))
+
+
+LEAKED = {"products": [{"product_id": "p1"}], "context": {"correlation_id": "buyer-a-secret"}}
+
+
+def call(id_: Any, correlation: str = "buyer-b") -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": id_, "method": "tools/call", "params": {
+        "name": "get_products", "arguments": {"context": {"correlation_id": correlation}}}}  # fmt: skip
+
+
+def structured(response: httpx.Response) -> list[Any]:
+    answers = response.json()
+    answers = answers if isinstance(answers, list) else [answers]
+    return [a["result"].get("structuredContent", {}).get("context") for a in answers]
+
+
+@pytest.mark.parametrize("batch", [
+    [{"jsonrpc": "2.0", "id": 7, "method": "ping"}, call(7)],  # a reused id, first a ping
+    [{"jsonrpc": "2.0", "id": True, "method": "ping"}, call(1)],  # true is not 1
+])  # fmt: skip
+async def test_a_reused_id_hides_no_answer(batch: list[dict[str, Any]]) -> None:
+    response = await _post(rpc_seller(LEAKED), json.dumps(batch).encode(),
+                           {"content-type": "application/json"}, "/rpc")  # fmt: skip
+    contexts = [c for c in structured(response) if c is not None]
+    assert {"correlation_id": "buyer-a-secret"} not in contexts
+
+
+@pytest.mark.parametrize("body", [
+    json.dumps(call(1)).replace('"jsonrpc"', '"json\\u0072pc"').encode(),  # escaped key
+    b"\xef\xbb\xbf" + json.dumps(call(1)).encode(),  # a UTF-8 BOM
+    json.dumps(call(18446744073709551617)).encode(),  # an id past 64 bits
+])  # fmt: skip
+async def test_json_rpc_read_as_a_server_reads_it(body: bytes) -> None:
+    response = await _post(rpc_seller(LEAKED), body, {"content-type": "application/json"}, "/rpc")
+    assert structured(response) == [{"correlation_id": "buyer-b"}]
+
+
+@pytest.mark.parametrize("media_type", ["text/plain", "text/json", "application/octet-stream"])
+async def test_an_answer_labelled_otherwise_is_read_as_json_when_in_doubt(media_type: str) -> None:
+    async def route(request: Request) -> Response:
+        await request.body()
+        request.scope["state"]["adcp_stale_cache"].served_context = True
+        return Response(json.dumps(LEAKED), media_type=media_type)
+
+    app = StaleAdvisoryMiddleware(Starlette(routes=[Route("/api/get_products", route,
+                                                          methods=["POST"])]))  # fmt: skip
+    body = json.dumps({"context": {"correlation_id": "buyer-b"}}).encode()
+    answer = (await _post(app, body, {"content-type": "application/json"})).json()
+    assert answer["context"] == {"correlation_id": "buyer-b"}
+
+
+async def test_a_joined_flight_not_stored_is_searched_for_a_context_anywhere() -> None:
+    cache = UpstreamCache(MemoryStore(), surfaces=Surfaces.of(PRODUCTS))
+    release = asyncio.Event()
+
+    async def route(request: Request) -> Response:
+        asked = await request.json()
+
+        async def sub_agent() -> dict[str, Any]:
+            await release.wait()
+            return {"result": {"products": [], "context": asked.get("context")}}  # nested
+
+        value = await cache.fetch(SUB_AGENT, "k", sub_agent, cacheable=lambda v: False)
+        return JSONResponse({"products": [], "context": value["result"]["context"]})
+
+    app = StaleAdvisoryMiddleware(Starlette(routes=[Route("/api/get_products", route,
+                                                          methods=["POST"])]),
+                                  surfaces=cache.surfaces)  # fmt: skip
+
+    async def as_(buyer: str) -> Any:
+        body = json.dumps({"context": {"correlation_id": buyer}}).encode()
+        return (await _post(app, body, {"content-type": "application/json"})).json()
+
+    first = asyncio.ensure_future(as_("buyer-a"))
+    await asyncio.sleep(0.05)
+    second = asyncio.ensure_future(as_("buyer-b"))  # joins buyer a's flight
+    await asyncio.sleep(0.05)
+    release.set()
+    assert (await first)["context"] == {"correlation_id": "buyer-a"}
+    assert (await second)["context"] == {"correlation_id": "buyer-b"}
+
+
+async def test_a_context_served_after_the_answer_started_is_said(caplog: Any) -> None:
+    from starlette.responses import StreamingResponse
+
+    async def route(request: Request) -> Response:
+        await request.body()
+        collector = request.scope["state"]["adcp_stale_cache"]
+
+        async def parts() -> Any:
+            yield b'{"products": [], '
+            collector.served_context = True  # the cache served it mid-stream
+            yield b'"context": {"correlation_id": "buyer-a"}}'
+
+        return StreamingResponse(parts(), media_type="application/json")
+
+    app = StaleAdvisoryMiddleware(Starlette(routes=[Route("/api/get_products", route,
+                                                          methods=["POST"])]))  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="adcp_stale_cache.middleware"):
+        await _post(app, b'{"context": {"correlation_id": "buyer-b"}}', {})
+    assert any("answer_context_unchecked" in r.getMessage() for r in caplog.records)

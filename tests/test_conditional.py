@@ -418,3 +418,44 @@ async def test_an_injected_outage_keeps_the_overlays_scope_and_token(clock: Fake
     assert (forced["cache_scope"], forced["wholesale_feed_version"]) == (
         "account", healthy["wholesale_feed_version"])  # fmt: skip
     assert "unchanged" not in forced
+
+
+async def test_entries_keyed_by_a_tenants_credentials_are_account_scoped(clock: FakeClock) -> None:
+    from pydantic import SecretStr
+
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock)
+    tenant = Upstream(name="inventory", credentials=SecretStr("tenant-a-token"))
+
+    async def compose() -> dict[str, Any]:
+        async def read() -> list[dict[str, Any]]:
+            return [{"product_id": "a-negotiated"}]
+
+        return {"products": await cache.fetch(tenant, "k", read, surface="get_products")}
+
+    with collect_advisories():
+        answer = await answer_wholesale(wholesale(account={"account_id": "a"}), compose)
+    assert answer["cache_scope"] == "account"  # a tenant's rows are never a public rate card
+
+
+async def test_a_later_answer_without_products_ends_the_memory(clock: FakeClock) -> None:
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock)
+    state = {"suspended": False}
+
+    async def compose() -> dict[str, Any]:
+        if state["suspended"]:  # seller-side state the cache does not hold
+            return {"status": "rejected", "reason": "account suspended"}
+
+        async def read() -> list[dict[str, Any]]:
+            return [{"product_id": "p1"}]
+
+        return {"products": await cache.fetch(INVENTORY, "k", read, surface="get_products")}
+
+    with collect_advisories():
+        token = (await answer_wholesale(wholesale(), compose, cache=cache))[
+            "wholesale_feed_version"
+        ]
+        state["suspended"] = True
+        assert (await answer_wholesale(wholesale(), compose, cache=cache))["status"] == "rejected"
+        probe = await answer_wholesale(wholesale(if_wholesale_feed_version=token), compose,
+                                       cache=cache)  # fmt: skip
+    assert probe == {"status": "rejected", "reason": "account suspended"}

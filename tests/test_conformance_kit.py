@@ -203,6 +203,16 @@ def no_release_echo_but_capabilities(payload: dict[str, Any]) -> None:
         payload.pop("adcp_version", None)
 
 
+def stamps_the_buyers_token(payload: dict[str, Any]) -> None:
+    """Answers the mismatched probe in full, but with the token the buyer sent (the kit's
+    probe sends the bootstrap token with ``-not-current``: the rewriter reads it off the
+    answer's context)."""
+    context = (payload.get("context") or {}).get("correlation_id", "")
+    token = payload.get("wholesale_feed_version")
+    if context.endswith("wholesale-mismatch") and isinstance(token, str):
+        payload["wholesale_feed_version"] = f"{token}-not-current"
+
+
 def every_probe_unchanged(payload: dict[str, Any]) -> None:
     if "wholesale_feed_version" in payload and not stale_ones(payload):
         payload.pop("products", None)  # the seller never compares tokens
@@ -236,11 +246,12 @@ def target_past_age(payload: dict[str, Any]) -> None:
         (no_release_echo, {}, "adcp_version_echoed"),
         (no_release_echo_but_capabilities, {}, "adcp_version_echoed (get_products)"),
         (every_probe_unchanged, {}, "mismatched_token_full"),
+        (stamps_the_buyers_token, {}, "mismatched_token_full"),
     ],
     ids=["made-up-payload", "leaky-details", "password-in-url", "target-past-age", "wrong-recovery", "advisory-on-fresh-hit", "aggregated", "promoted", "wrong-age",
          "advisory-with-nothing-cached", "global-token", "unchanged-while-stale",
          "products-with-unchanged", "context-of-another", "no-release-echo",
-         "no-release-echo-on-products", "every-probe-unchanged"],
+         "no-release-echo-on-products", "every-probe-unchanged", "stamps-the-buyers-token"],
 )  # fmt: skip
 async def test_broken_sellers_fail_on_the_right_rule(
     upstreams: dict[str, App], change: Any, options: dict[str, Any], rule: str

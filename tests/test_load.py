@@ -39,6 +39,11 @@ def seller_port() -> Iterator[int]:
         str(port),
         "--log-level",
         "warning",
+        # Longer than any pause of a starved client: uvicorn's 5 s default closed a pooled
+        # connection as the client reused it once on a busy CI machine ("Server
+        # disconnected without sending a response"), a race of the harness, not the seller.
+        "--timeout-keep-alive",
+        "60",
     ]
     server = subprocess.Popen(command, cwd=ROOT, stdin=subprocess.DEVNULL)
     try:

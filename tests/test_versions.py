@@ -5,6 +5,7 @@ declared JSON route and in MCP and A2A calls alike."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 from uuid import uuid4
@@ -63,7 +64,9 @@ def seller(varies: bool) -> tuple[Any, list[str | None]]:
 
     app = Starlette(routes=[Route("/api/get_products", rest, methods=["POST"]),
                             Route("/rpc", rpc, methods=["POST"])])  # fmt: skip
-    return StaleAdvisoryMiddleware(app, surfaces=cache.surfaces), asked
+    middleware = StaleAdvisoryMiddleware(app, surfaces=cache.surfaces)
+    middleware.cache = cache  # type: ignore[attr-defined]  # for the tests' own looks
+    return middleware, asked
 
 
 async def ask(app: Any, transport: str, **pins: Any) -> Any:
@@ -121,6 +124,7 @@ async def test_an_unreadable_pin_keys_apart_and_odd_pins_never_crash() -> None:
                  {"adcp_version": "3.0", "ext": {"pad": padding}}):  # fmt: skip
         await ask(app, "rest", **pins)
     assert asked == ["3.0", None, "3.0"]  # each unreadable one alone, never shared
+    assert len(await app.cache.store.scan()) == 1  # and never stored: a flood fills nothing
     app, asked = seller(varies=True)
     odd = ["1e400", "true", "[3]", json.dumps("3." + "9" * 5000), '{"x": 1}', "3.1"]
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
@@ -142,3 +146,47 @@ async def test_outside_the_middleware_nothing_is_pinned() -> None:
             return {"products": []}
 
         assert await cache.fetch(SUB_AGENT, "k", call, surface="get_products") == {"products": []}
+
+
+async def test_a_refresh_reruns_nested_fetches_under_the_pin_that_made_them() -> None:
+    """The control plane re-runs a remembered call later, outside any request: its nested
+    fetches must key by the release the original request pinned, not by none."""
+    from adcp_stale_cache.control import CacheControl
+
+    policy = SurfacePolicy(name="get_products", field="products", paths=("/api/get_products",),
+                           shared_across_callers=True, varies_by_version=True)  # fmt: skip
+    cache = UpstreamCache(MemoryStore(), surfaces=Surfaces.of(policy))
+    control = CacheControl(cache)
+    inner_calls: list[str | None] = []
+
+    async def answer(request: dict[str, Any]) -> dict[str, Any]:
+        pin = request.get("adcp_version")
+
+        async def inner() -> dict[str, Any]:
+            inner_calls.append(pin)
+            return {"shape": pin}
+
+        async def outer() -> dict[str, Any]:
+            return {"shape": pin, "inner": await cache.fetch(Upstream(name="inner"), "i", inner)}
+
+        return await cache.fetch(Upstream(name="outer"), "o", outer)
+
+    async def rest(request: Request) -> Response:
+        return JSONResponse(await answer(json.loads(await request.body())))
+
+    app = StaleAdvisoryMiddleware(Starlette(routes=[Route("/api/get_products", rest,
+                                                          methods=["POST"])]),
+                                  surfaces=cache.surfaces)  # fmt: skip
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://seller") as http:  # fmt: skip
+        await http.post("/api/get_products", json={"adcp_version": "3.0"})
+        await http.post("/api/get_products", json={})
+        assert await control.refresh(upstream="outer") == 2
+        for _ in range(100):  # the refreshes run in the background: until both are stored
+            outers = [json.loads(e.data) for _, e in await cache.store.scan()
+                      if "upstream=outer" in e.labels and not e.revalidate]  # fmt: skip
+            if len(outers) == 2:
+                break
+            await asyncio.sleep(0.01)
+    assert sorted(outers, key=str) == [{"inner": {"shape": "3.0"}, "shape": "3.0"},
+                                       {"inner": {"shape": None}, "shape": None}]  # fmt: skip

@@ -14,6 +14,7 @@ import orjson
 from .json import KEEP, NO_CONTEXT, UNKNOWN, Delivery, Untouched, dumps, parse, present
 
 MCP_TOOL_CALL = "tools/call"
+_BOM = b"\xef\xbb\xbf"
 A2A_SEND = frozenset({"message/send", "SendMessage"})
 A2A_STREAM = frozenset({"message/stream", "SendStreamingMessage"})
 
@@ -39,10 +40,11 @@ class RpcCall:
 
 
 def parse_calls(body: bytes) -> list[RpcCall]:
-    """The tool calls in a JSON-RPC request body (a batch may hold several); [] otherwise."""
+    """The tool calls in a JSON-RPC request body (a batch may hold several); [] otherwise.
+    Read as a JSON server reads it: a leading BOM allowed, ids exact (past 64 bits too)."""
     try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError:
+        data = parse(body.removeprefix(_BOM))
+    except Untouched:
         return []
     messages = data if isinstance(data, list) else [data]
     calls = []
@@ -85,11 +87,19 @@ def a2a_call(message: Any) -> tuple[str | None, Any]:
     return found[0] if len(found) == 1 else (None, None)
 
 
+def same_id(message: Any, call: RpcCall) -> bool:
+    """Whether ``message`` carries ``call``'s id (typed: ``true`` is not ``1``)."""
+    if not isinstance(message, dict) or "id" not in message:
+        return False
+    found = message["id"]
+    return type(found) is type(call.id) and found == call.id
+
+
 def inject_response(message: Any, call: RpcCall, errors: list[dict[str, Any]]) -> None:
     """Append ``errors`` to the payload of the JSON-RPC response answering ``call``, in place."""
     from . import a2a, mcp
 
-    if not isinstance(message, dict) or message.get("id") != call.id:
+    if not same_id(message, call):
         raise Untouched("not the answer to the tool call")
     if present(message, "error"):
         raise Untouched("JSON-RPC error reply")
@@ -111,8 +121,22 @@ def inject_body(body: bytes, calls: list[RpcCall], errors: list[dict[str, Any]])
         return _own_contexts(body, calls, errors)
     data = parse(body)
     messages = data if isinstance(data, list) else [data]
-    answer = next((m for m in messages if isinstance(m, dict) and m.get("id") == calls[0].id), None)
-    inject_response(answer, calls[0], errors)
+    answers = [m for m in messages if same_id(m, calls[0])]
+    if not answers:
+        raise Untouched("not the answer to the tool call")
+    refused: Untouched | None = None
+    delivered = False
+    for answer in answers:  # every message with the call's id: a reused id hides none
+        try:
+            inject_response(answer, calls[0], errors)
+        except Untouched as exc:
+            refused = exc
+            continue
+        delivered = True
+        if errors:
+            break  # advisories go to one answer
+    if not delivered and refused is not None:
+        raise refused
     if not errors and not (isinstance(errors, Delivery) and errors.replaced):
         return body  # nothing delivered: every byte as it came
     return dumps(data)
@@ -122,12 +146,14 @@ def _own_contexts(body: bytes, calls: list[RpcCall], delivery: Delivery) -> byte
     """A batch's answers, each with its own call's ``context`` (nothing else touched)."""
     data = parse(body)
     messages = data if isinstance(data, list) else [data]
-    by_id = {repr(call.id): call for call in calls}
     for message in messages:
-        call = by_id.get(repr(message.get("id"))) if isinstance(message, dict) else None
-        if call is None:
+        matching = [call for call in calls if same_id(message, call)]
+        if not matching:
             continue
-        own = Delivery([], call.context if call.context is not KEEP else UNKNOWN)
+        # Two calls under one id: whose answer this is cannot be told, so neither context.
+        context = matching[0].context if len(matching) == 1 else UNKNOWN
+        call = matching[0]
+        own = Delivery([], context if context is not KEEP else UNKNOWN)
         try:
             inject_response(message, call, own)
         except Untouched:

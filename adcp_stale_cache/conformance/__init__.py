@@ -183,8 +183,9 @@ async def _wholesale(
         return results
     reply, context = await read("probe", if_wholesale_feed_version=token)
     results += caching.probe(reply, token, scope, context)
-    reply, _ = await read("mismatch", if_wholesale_feed_version=f"{token}-not-current")
-    results.append(caching.mismatched_token(reply))
+    sent = f"{token}-not-current"
+    reply, _ = await read("mismatch", if_wholesale_feed_version=sent)
+    results.append(caching.mismatched_token(reply, sent))
     reply, _ = await read("pricing", if_pricing_version="stale-pricing-token")
     results.append(caching.lone_pricing_token(reply))
     if overlays:

@@ -56,11 +56,11 @@ def versions(capabilities: dict[str, Any]) -> list[Result]:
     listed = (
         isinstance(supported, list)
         and bool(supported)
-        and all(isinstance(v, str) and _RELEASE.match(v) for v in supported)
+        and all(isinstance(v, str) and _RELEASE.fullmatch(v) for v in supported)
     )
     return [
         Result("supported_versions_advertised", listed, f"adcp.supported_versions={supported!r}"),
-        Result("adcp_version_echoed", isinstance(echoed, str) and bool(_RELEASE.match(echoed)),
+        Result("adcp_version_echoed", isinstance(echoed, str) and bool(_RELEASE.fullmatch(echoed)),
                f"adcp_version={echoed!r}"),
     ]  # fmt: skip
 
@@ -96,16 +96,19 @@ def echoes_release(reply: Reply, tool: str) -> Result:
     """``adcp_version`` echoed on an answer other than the capabilities' (every answer)."""
     echoed = (reply.payload or {}).get("adcp_version")
     return Result(f"adcp_version_echoed ({tool})",
-                  isinstance(echoed, str) and bool(_RELEASE.match(echoed)),
+                  isinstance(echoed, str) and bool(_RELEASE.fullmatch(echoed)),
                   f"adcp_version={echoed!r}")  # fmt: skip
 
 
-def mismatched_token(reply: Reply) -> Result:
-    """A probe with a token that is not the current one: the full feed, never unchanged
-    (a seller that does not compare tokens answers every probe ``unchanged``)."""
+def mismatched_token(reply: Reply, sent: str) -> Result:
+    """A probe with a token that is not the current one: the full feed with the current
+    token, never unchanged, never the token sent (a seller that does not compare tokens
+    answers every probe ``unchanged``, or stamps the buyer's)."""
     payload = reply.payload or {}
+    token = payload.get("wholesale_feed_version")
     full = reply.transport_ok and "unchanged" not in payload and _products(payload)
-    return Result("mismatched_token_full", full, f"{reply.transport}, {_shape(payload)}")
+    return Result("mismatched_token_full", full and isinstance(token, str) and token != sent,
+                  f"{reply.transport}, {_shape(payload)}, token {token!r}")  # fmt: skip
 
 
 def lone_pricing_token(reply: Reply) -> Result:

@@ -43,7 +43,7 @@ def served_version(request: Mapping[str, Any]) -> str:
     pin, major = request.get("adcp_version"), request.get("adcp_major_version")
     spoken = [tuple(int(n) for n in v.split(".")) for v in SUPPORTED_VERSIONS]
     if pin is not None:
-        found = _RELEASE.match(pin) if isinstance(pin, str) else None
+        found = _RELEASE.fullmatch(pin) if isinstance(pin, str) else None  # "3.1\n": none
         if found is None:
             raise VersionUnsupported(pin, malformed=True)
         wanted = (int(found[1]), int(found[2]))
