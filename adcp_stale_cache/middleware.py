@@ -36,16 +36,14 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .codecs import RpcCall, RpcEventStream, Untouched, inject_body, inject_json, parse_calls
-from .codecs.json import KEEP, NO_CONTEXT, UNKNOWN, Delivery, Unmendable, loads
-from .collector import STATE_KEY, UNREAD, AdvisoryCollector, _current
+from .codecs import RpcEventStream, Untouched, inject_body, inject_json
+from .codecs.json import KEEP, UNKNOWN, Delivery, Unmendable
+from .collector import STATE_KEY, AdvisoryCollector, _current
 from .keys import CREDENTIAL_HEADERS, caller_partition
+from .peek import MAX_PEEK_BYTES, RequestPeek
 from .policy import SurfacePolicy, Surfaces
 
 logger = logging.getLogger("adcp_stale_cache.middleware")
-
-# JSON-RPC requests are small; a larger body is not read for its tool name.
-MAX_PEEK_BYTES = 1024 * 1024
 
 
 class StaleAdvisoryMiddleware:
@@ -120,7 +118,7 @@ class StaleAdvisoryMiddleware:
         scope.setdefault("state", {})[STATE_KEY] = collector
         # A declared plain-JSON route carries no JSON-RPC call: its body is kept for its
         # context only.
-        request = _Request(
+        request = RequestPeek(
             self.surfaces, collector, scope, receive, self.max_peek_bytes, surface is not None
         )
         if request.peeking:
@@ -154,92 +152,6 @@ def route_path(scope: Scope) -> str:
     return path
 
 
-class _Request:
-    """Reads the JSON-RPC calls off a POST body as the app receives it (a declared plain-JSON
-    route's body is kept instead, for its ``context``)."""
-
-    __slots__ = (
-        "_body", "_chunks", "_parsed", "_receive", "_size", "calls", "collector", "declared",
-        "limit", "oversized", "peeking", "surfaces",
-    )  # fmt: skip
-
-    def __init__(
-        self,
-        surfaces: Surfaces,
-        collector: AdvisoryCollector,
-        scope: Scope,
-        receive: Receive,
-        limit: int = MAX_PEEK_BYTES,
-        declared: bool = False,
-    ) -> None:
-        self.surfaces = surfaces
-        self.collector = collector
-        self.declared = declared  # a declared plain-JSON route: the body is the request
-        self._body: bytes | None = None
-        self._parsed: Any = KEEP  # the declared route's request, once read
-        self._receive = receive
-        self.limit = limit
-        self.oversized = False  # too large to read: its calls, if any, are unknown
-        self.calls: list[RpcCall] = []
-        # Every POST body: a JSON body may come labelled text/plain, or not at all.
-        self.peeking = scope.get("method") == "POST"
-        self._chunks: list[bytes] = []
-        self._size = 0
-
-    async def receive(self) -> Message:
-        message = await self._receive()
-        if self.peeking and message["type"] == "http.request":
-            body = message.get("body", b"")
-            self._size += len(body)
-            if self._size > self.limit:
-                self.peeking, self._chunks, self.oversized = False, [], True
-            elif message.get("more_body", False):
-                self._chunks.append(body)
-            else:
-                self.peeking = False
-                if self._chunks:  # most bodies come in one message: no copy then
-                    body, self._chunks = b"".join((*self._chunks, body)), []
-                if not self.declared:  # (no byte test: "json\u0072pc" is "jsonrpc" too)
-                    self._read_calls(body)
-                if not self.calls:  # a plain JSON request: read if a context is in doubt
-                    self._body = body
-        return message
-
-    def context(self) -> Any:
-        """The request's ``context`` (``NO_CONTEXT``: none, or null), ``UNKNOWN`` when it
-        cannot be read (no body read, too large, not JSON, a batch: see inject_body)."""
-        request = self._request()
-        if not isinstance(request, dict):
-            return UNKNOWN
-        context = request.get("context")
-        return NO_CONTEXT if context is None else context
-
-    def field(self, name: str) -> Any:
-        """A field of the AdCP request (None when absent, ``UNREAD`` when the request
-        could not be read)."""
-        request = self._request()
-        return request.get(name) if isinstance(request, dict) else UNREAD
-
-    def _request(self) -> Any:
-        """The AdCP request: the one call's arguments, or the declared route's body (read
-        once, when first asked); ``KEEP`` when unknown."""
-        if self.calls:
-            return self.calls[0].arguments if len(self.calls) == 1 else KEEP
-        if self._parsed is KEEP and self._body is not None:
-            try:
-                self._parsed = loads(self._body)
-            except Untouched:
-                self._parsed = None
-        return self._parsed
-
-    def _read_calls(self, body: bytes) -> None:
-        self.calls = parse_calls(body)
-        names = {call.surface for call in self.calls}
-        policy = self.surfaces.find(names.pop()) if len(names) == 1 else None
-        if policy is not None:
-            self.collector.surface = policy
-
-
 class _Response:
     """The state of one response: passing through, buffering JSON, or rewriting events."""
 
@@ -252,7 +164,7 @@ class _Response:
         self,
         collector: AdvisoryCollector,
         scope: Scope,
-        request: _Request,
+        request: RequestPeek,
         send: Send,
         stale_headers: bool = True,
         replaced: Callable[[], None] | None = None,
