@@ -36,7 +36,7 @@ from typing import Any
 
 from .advisory import STALE_RESPONSE, AdcpError
 from .collector import AdvisoryCollector, current_collector
-from .probes import ProbeMemo, memo_of
+from .probes import Known, ProbeMemo, memo_of
 from .wholesale import (
     Outcome,
     Scope,
@@ -125,9 +125,8 @@ async def answer_wholesale(
             cache is not None) else (None, "")  # fmt: skip
     except (TypeError, ValueError) as exc:  # what canonical refuses: nesting past its bound
         raise InvalidConditionalRequest(invalid_request(str(exc))) from exc
-    if memo is not None and await _from_memory(memo, key, request, collector, cache):
-        known = memo.get(key)
-        assert known is not None
+    known = await _from_memory(memo, key, request, collector, cache) if memo else None
+    if known is not None:
         return unchanged_answer(known.token, known.scope, context=request.get("context"))
     outer = collector.composition, collector.read_labels
     collector.composition, collector.read_labels = [], set()
@@ -166,10 +165,10 @@ async def answer_wholesale(
 async def _from_memory(
     memo: ProbeMemo, key: str, request: Mapping[str, Any], collector: AdvisoryCollector,
     cache: Any,
-) -> bool:  # fmt: skip
-    """Whether the probe can be answered from what the last full answer read (see probes):
-    never while an injected outage waits for its call, nor for a request that already drew
-    on stale data, nor for another caller's per-caller answer."""
+) -> Known | None:  # fmt: skip
+    """The last full answer, when the probe can be answered from what it read (see
+    probes): never while an injected outage waits for its call, nor for a request that
+    already drew on stale data, nor for another caller's per-caller answer."""
     known = memo.get(key)
     outages = getattr(cache, "outages", None)
     if (
@@ -179,8 +178,8 @@ async def _from_memory(
         or _stale(collector)
         or (known.partition is not None and known.partition != collector.partition)
     ):
-        return False
-    return await ProbeMemo.still_current(known, cache.store, cache.clock())
+        return None
+    return known if await ProbeMemo.still_current(known, cache.store, cache.clock()) else None
 
 
 def _stale(collector: AdvisoryCollector) -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 from starlette.types import Message, Receive, Scope
 
 from .codecs import RpcCall, Untouched, parse_calls
-from .codecs.json import KEEP, NO_CONTEXT, UNKNOWN, loads
+from .codecs.json import KEEP, context_of, loads
 from .collector import UNREAD, AdvisoryCollector
 from .policy import Surfaces
 
@@ -76,11 +76,7 @@ class RequestPeek:
     def context(self) -> Any:
         """The request's ``context`` (``NO_CONTEXT``: none, or null), ``UNKNOWN`` when it
         cannot be read (no body read, too large, not JSON, a batch: see inject_body)."""
-        request = self._request()
-        if not isinstance(request, dict):
-            return UNKNOWN
-        context = request.get("context")
-        return NO_CONTEXT if context is None else context
+        return context_of(self._request())
 
     def field(self, name: str) -> Any:
         """A field of the AdCP request (None when absent, ``UNREAD`` when the request

@@ -24,7 +24,7 @@ from .flight import Flights, Refreshed
 from .lookup import Lookup
 from .metrics import CacheMetrics
 from .policy import SurfacePolicy, Upstream
-from .values import Codec, Unreadable, decode, encode
+from .values import Codec, Unreadable, decode
 
 T = TypeVar("T")
 logger = logging.getLogger("adcp_stale_cache")
@@ -84,13 +84,12 @@ class Serving:
                     return NOT_FRESH  # type: ignore[no-any-return]
                 # no usable entry after all: fail below
             else:
-                stale = isinstance(outcome, ServeStale)
                 if isinstance(outcome, ServeStale):
                     self.record_stale(
                         upstream, policy, outcome.age_seconds, failure, outcome.target_seconds
                     )
-                # (not stale: refreshed meanwhile by another call, a plain hit)
-                _composed(found, outcome.entry, fresh=not stale)
+                # (Fresh: refreshed meanwhile by another call, a plain hit)
+                _composed(found, outcome.entry, fresh=isinstance(outcome, Fresh))
                 return value
         failure = failure or UNKNOWN_FAILURE  # revalidating an entry that just expired
         self.metrics.unavailable(policy.name, upstream.name, failure.code)
@@ -171,35 +170,38 @@ class Serving:
         if refreshed.advisories and collector is not None:
             for name, advisory in refreshed.advisories:
                 collector.record(name, advisory)
-        if collector is not None and collector.composition is not None:
+        if collector is None:
+            return refreshed.value if refreshed.data is None else codec.loads(refreshed.data)
+        # Not stored (uncacheable, built on stale data...): its encoding, once, for both
+        # the content it gives a conditional answer and the search for a context.
+        data = refreshed.data if refreshed.data is not None else _encoded(refreshed.value, codec)
+        if collector.composition is not None:
             stored = refreshed.entry
             if stored is not None:
                 collector.composition.append(_part(found, stored, fresh=True))
-            else:  # not stored (uncacheable, say): its content all the same, never remembered
-                data = encode(codec, refreshed.value, found.upstream)
+            else:  # its content all the same, never remembered
                 collector.composition.append(
                     Composed(data if data is not None else repr(refreshed.value).encode())
                 )
-        if collector is not None and collector.read_labels is not None:
+        if collector.read_labels is not None:
             collector.read_labels.update(refreshed.labels)
-        if collector is not None and _holds_context(refreshed, codec):
+        if _CONTEXT in data if data is not None else _names_context(refreshed.value):
             collector.served_context = True  # another caller's flight may have been asked
         return refreshed.value if refreshed.data is None else codec.loads(refreshed.data)
 
 
-def _holds_context(refreshed: Refreshed[T], codec: Codec[T]) -> bool:
-    """Whether a flight's value holds a ``context`` anywhere: its stored bytes, or, not
-    stored, its encoding (nested members and transport responses too)."""
-    data = refreshed.data
-    if data is None:
-        try:
-            data = codec.dumps(refreshed.value)
-        except Exception:  # (said already, when it was not stored)
-            data = None
-    if data is None:  # not encodable: what can be read of it
-        value = refreshed.value
-        return isinstance(value, (Mapping, str)) and "context" in value
-    return _CONTEXT in data
+def _encoded(value: T, codec: Codec[T]) -> bytes | None:
+    """``value`` as ``codec`` writes it, or None (the flight said so already, if it could
+    not be)."""
+    try:
+        return codec.dumps(value)
+    except Exception:
+        return None
+
+
+def _names_context(value: Any) -> bool:
+    """What can be read of a value no codec writes: a ``context`` in it."""
+    return isinstance(value, (Mapping, str)) and "context" in value
 
 
 def _part(found: Lookup, entry: Entry, *, fresh: bool) -> Composed:

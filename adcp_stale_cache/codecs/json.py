@@ -69,6 +69,16 @@ class Delivery(list[dict[str, Any]]):
         self.replaced = 0
 
 
+def context_of(request: Any) -> Any:
+    """The ``context`` of an AdCP request (its body, a tool's arguments, a skill's
+    parameters): :data:`NO_CONTEXT` when it has none (null is none), :data:`UNKNOWN` when
+    the request is not an object that could be read."""
+    if not isinstance(request, dict):
+        return UNKNOWN
+    context = request.get("context")
+    return NO_CONTEXT if context is None else context
+
+
 def foreign_context(payload: Any, context: Any) -> bool:
     """Whether ``payload`` carries a ``context`` other than the request's ``context``."""
     if context is KEEP or not isinstance(payload, dict) or "context" not in payload:
@@ -208,19 +218,17 @@ def inject_json(
         return body  # nothing to deliver: every byte as it came
     if errors:
         _check(payload)
-    if foreign and not errors:
-        try:
-            payload = parse(body)
-        except Untouched as exc:
-            raise Unmendable(f"another request's context, but {exc}") from exc
-        inject_payload(payload, errors)
-        return dumps(payload)
     if "errors" not in payload and not foreign:  # absent (not null): splice every byte
         head = body.rstrip()
         separator = b"," if payload else b""
         return (
             head[:-1] + separator + b'"errors":' + orjson.dumps(errors) + b"}" + body[len(head) :]
         )
-    payload = parse(body)  # re-encoded: exact, so that long numbers survive
+    try:
+        payload = parse(body)  # re-encoded: exact, so that long numbers survive
+    except Untouched as exc:
+        if foreign and not errors:  # only a context to mend, and it cannot be: said loudly
+            raise Unmendable(f"another request's context, but {exc}") from exc
+        raise
     inject_payload(payload, errors)
     return dumps(payload)

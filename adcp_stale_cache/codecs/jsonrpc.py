@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import orjson
 
-from .json import KEEP, NO_CONTEXT, UNKNOWN, Delivery, Untouched, dumps, parse, present
+from .json import KEEP, UNKNOWN, Delivery, Untouched, context_of, dumps, parse, present
 
 MCP_TOOL_CALL = "tools/call"
 _BOM = b"\xef\xbb\xbf"
@@ -31,12 +31,8 @@ class RpcCall:
 
     @property
     def context(self) -> Any:
-        """The AdCP request's ``context`` (:data:`~.json.NO_CONTEXT`: none; ``KEEP``:
-        the request was not read)."""
-        if not isinstance(self.arguments, dict):
-            return KEEP
-        context = self.arguments.get("context")
-        return NO_CONTEXT if context is None else context  # null is none
+        """The AdCP request's ``context`` (see :func:`~.json.context_of`)."""
+        return context_of(self.arguments)
 
 
 def parse_calls(body: bytes) -> list[RpcCall]:
@@ -151,9 +147,8 @@ def _own_contexts(body: bytes, calls: list[RpcCall], delivery: Delivery) -> byte
         if not matching:
             continue
         # Two calls under one id: whose answer this is cannot be told, so neither context.
-        context = matching[0].context if len(matching) == 1 else UNKNOWN
         call = matching[0]
-        own = Delivery([], context if context is not KEEP else UNKNOWN)
+        own = Delivery([], call.context if len(matching) == 1 else UNKNOWN)
         try:
             inject_response(message, call, own)
         except Untouched:

@@ -42,8 +42,7 @@ class WholesaleFeed:
         query: dict[str, str] = {}
         filters = request.get("filters")
         if filters is not None:  # canonical: reordered filters, one entry
-            _check_filters(filters)
-            query["filters"] = json.dumps(canonical(filters, "filters"))
+            query["filters"] = json.dumps(_canonical_filters(filters))
         overlay = account_domain(request) == OVERLAY_ACCOUNT
 
         async def compose() -> dict[str, Any]:
@@ -59,10 +58,10 @@ class WholesaleFeed:
         return await answer_wholesale(request, compose, cache=self.cache)
 
 
-def _check_filters(filters: Any) -> None:
-    """Refuse what this inventory cannot read as the buyer's mistake (``INVALID_REQUEST``),
-    never as an upstream fault: a buyer's bad filters must not open the inventory's breaker
-    for every buyer."""
+def _canonical_filters(filters: Any) -> Any:
+    """``filters`` in canonical form; what this inventory cannot read is refused as the
+    buyer's mistake (``INVALID_REQUEST``), never as an upstream fault: a buyer's bad filters
+    must not open the inventory's breaker for every buyer."""
     if not isinstance(filters, dict):
         raise InvalidConditionalRequest(invalid_request("filters is not an object", "filters"))
     for name in ("channels", "format_kinds"):
@@ -74,7 +73,7 @@ def _check_filters(filters: Any) -> None:
                 invalid_request(f"filters.{name} is not a list of strings", f"filters.{name}")
             )
     try:
-        canonical(filters, "filters")
+        return canonical(filters, "filters")
     except (TypeError, ValueError) as exc:
         raise InvalidConditionalRequest(invalid_request(str(exc), "filters")) from exc
 
