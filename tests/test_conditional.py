@@ -160,6 +160,30 @@ async def test_answer_wholesale_needs_a_collector(clock: FakeClock) -> None:
 PER_CALLER = PRODUCTS.model_copy(update={"shared_across_callers": False})
 
 
+def per_caller_seller(
+    clock: FakeClock, *, with_account: bool = True, test_mode: bool = False
+) -> tuple[UpstreamCache, Any]:
+    """A cache keyed per caller, and ``ask(partition, **fields)``: a wholesale answer (with
+    the request's advisories as ``errors``) composed of that caller's own rows
+    (``<partition>-rows``), for an account named as the partition when ``with_account``."""
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PER_CALLER), clock=clock,
+                          breaker=None, test_mode=test_mode)  # fmt: skip
+
+    async def ask(partition: str, **fields: Any) -> dict[str, Any]:
+        async def compose() -> dict[str, Any]:
+            async def read() -> list[dict[str, Any]]:
+                return [{"product_id": f"{partition}-rows"}]
+
+            return {"products": await cache.fetch(INVENTORY, "k", read, surface="get_products")}
+
+        account = {"account": {"account_id": partition}} if with_account else {}
+        with collect_advisories(PER_CALLER, partition=partition) as advisories:
+            answer = await answer_wholesale(wholesale(**account, **fields), compose, cache=cache)
+        return {**answer, "errors": advisories.errors()}
+
+    return cache, ask
+
+
 async def test_the_scope_follows_the_keying_and_a_public_claim_of_per_caller_rows_is_caught(
     clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -248,24 +272,11 @@ async def test_past_the_target_the_memory_is_not_used(clock: FakeClock) -> None:
 async def test_the_memory_is_per_request_and_per_caller(clock: FakeClock) -> None:
     """Another account, other filters: not the remembered request. A per-caller answer is
     remembered for its caller only."""
-    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PER_CALLER), clock=clock,
-                          breaker=None)  # fmt: skip
-
-    async def ask(partition: str, **fields: Any) -> dict[str, Any]:
-        async def compose() -> dict[str, Any]:
-            async def read() -> list[dict[str, Any]]:
-                return [{"product_id": f"{partition}-p1"}]
-
-            return {"products": await cache.fetch(INVENTORY, "k", read, surface="get_products")}
-
-        with collect_advisories(PER_CALLER, partition=partition):
-            return await answer_wholesale(wholesale(account={"account_id": partition}, **fields),
-                                          compose, cache=cache)  # fmt: skip
-
+    _, ask = per_caller_seller(clock)
     mine = (await ask("acct-a"))["wholesale_feed_version"]
     assert (await ask("acct-a", if_wholesale_feed_version=mine))["unchanged"]
     theirs = await ask("acct-b", if_wholesale_feed_version=mine)
-    assert "unchanged" not in theirs and theirs["products"] == [{"product_id": "acct-b-p1"}]
+    assert "unchanged" not in theirs and theirs["products"] == [{"product_id": "acct-b-rows"}]
     filtered = await ask("acct-a", if_wholesale_feed_version=mine, filters={"channels": ["olv"]})
     assert "unchanged" not in filtered  # other filters: another scope, another token
 
@@ -293,23 +304,11 @@ async def test_an_answer_composed_of_nothing_cached_is_never_remembered(clock: F
 async def test_a_per_caller_answer_is_remembered_for_its_caller_even_without_an_account(
     clock: FakeClock,
 ) -> None:
-    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PER_CALLER), clock=clock,
-                          breaker=None)  # fmt: skip
-
-    async def ask(partition: str, **fields: Any) -> dict[str, Any]:
-        async def compose() -> dict[str, Any]:
-            async def read() -> list[dict[str, Any]]:
-                return [{"product_id": f"{partition}-only"}]
-
-            return {"products": await cache.fetch(INVENTORY, "k", read, surface="get_products")}
-
-        with collect_advisories(PER_CALLER, partition=partition):
-            return await answer_wholesale(wholesale(**fields), compose, cache=cache)
-
+    _, ask = per_caller_seller(clock, with_account=False)
     token = (await ask("alice"))["wholesale_feed_version"]
     assert (await ask("alice", if_wholesale_feed_version=token))["unchanged"]
     bob = await ask("bob", if_wholesale_feed_version=token)
-    assert "unchanged" not in bob and bob["products"] == [{"product_id": "bob-only"}]
+    assert "unchanged" not in bob and bob["products"] == [{"product_id": "bob-rows"}]
 
 
 async def test_an_evicted_entry_ends_the_memory(clock: FakeClock) -> None:
@@ -396,24 +395,10 @@ async def test_filters_nested_past_the_bound_are_refused_not_recursed(clock: Fak
 
 
 async def test_an_injected_outage_keeps_the_overlays_scope_and_token(clock: FakeClock) -> None:
-    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PER_CALLER), clock=clock,
-                          breaker=None, test_mode=True)  # fmt: skip
-
-    async def ask(**fields: Any) -> dict[str, Any]:
-        async def compose() -> dict[str, Any]:
-            async def read() -> list[dict[str, Any]]:
-                return [{"product_id": "overlay-p1"}]
-
-            return {"products": await cache.fetch(INVENTORY, "k", read, surface="get_products")}
-
-        with collect_advisories(PER_CALLER, partition="overlay") as advisories:
-            answer = await answer_wholesale(wholesale(account={"account_id": "o"}, **fields),
-                                            compose, cache=cache)  # fmt: skip
-        return {**answer, "errors": advisories.errors()}
-
-    healthy = await ask()
+    cache, ask = per_caller_seller(clock, test_mode=True)
+    healthy = await ask("overlay")
     cache.force_upstream_unavailable("get_products", cache_age_seconds=120)
-    forced = await ask(if_wholesale_feed_version=healthy["wholesale_feed_version"])
+    forced = await ask("overlay", if_wholesale_feed_version=healthy["wholesale_feed_version"])
     assert [e["code"] for e in forced["errors"]] == ["STALE_RESPONSE"]
     assert (forced["cache_scope"], forced["wholesale_feed_version"]) == (
         "account", healthy["wholesale_feed_version"])  # fmt: skip
