@@ -11,19 +11,36 @@ import sys
 import time
 from collections.abc import Sequence
 
+# The kernel may hand one ephemeral port out twice once it is released; apps started
+# together would then race for it, and the loser's caller would talk to the winner.
+_handed_out: set[int] = set()
+
 
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A TCP port free on 127.0.0.1 right now, never one this process handed out before."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port: int = sock.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
-def wait_for_port(port: int, timeout: float = 20.0, host: str = "127.0.0.1") -> None:
-    """Block until something accepts connections on ``host:port``."""
+def wait_for_port(
+    port: int,
+    timeout: float = 20.0,
+    host: str = "127.0.0.1",
+    process: subprocess.Popen[bytes] | None = None,
+) -> None:
+    """Block until something accepts connections on ``host:port``.
+
+    With ``process``, fail as soon as it exits: whatever listens then is not it.
+    """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"{host}:{port}: the app exited ({process.returncode})")
         with contextlib.suppress(OSError), socket.create_connection((host, port), 0.2):
             return
         time.sleep(0.05)
@@ -55,7 +72,7 @@ class App:
 
     def wait(self, timeout: float = 20.0) -> App:
         """Wait until the app listens."""
-        wait_for_port(self.port, timeout)
+        wait_for_port(self.port, timeout, process=self.process)
         return self
 
     def kill(self) -> None:
