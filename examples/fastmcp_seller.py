@@ -11,7 +11,7 @@ loop per call), ``carry_context`` on the hop into the worker pool, ``PydanticCod
 models, the tenant's credentials on its ``Upstream``, and ``StaleAdvisoryMiddleware`` around
 the app. Run::
 
-    pip install 'adcp-stale-cache[mcp,adcp]' 'fastmcp>=3.2,<3.3' uvicorn
+    pip install 'adcp-stale-cache[mcp,adcp]' 'fastmcp>=3.2,<3.3' uvicorn   # or 'fastmcp>=4,<5'
     python examples/fastmcp_seller.py --port 8000 --creative-agent dco=http://127.0.0.1:9001/mcp
 """
 

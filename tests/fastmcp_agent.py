@@ -1,5 +1,5 @@
 """A creative agent in the reference seller's style, for the fastmcp tests: a fastmcp 3.2
-server whose ``list_creative_formats`` answers the ``adcp`` package's own
+(or 4) server whose ``list_creative_formats`` answers the ``adcp`` package's own
 ``ListCreativeFormatsResponse`` (the 50 reference formats the package ships) through
 ``ToolResult(structured_content=model)``, so its answers carry ``"adcp_error": null`` and
 the rest of the model's unset fields. A tenant's token (``x-adcp-auth``) is echoed in every
@@ -23,12 +23,17 @@ from collections.abc import Iterator
 from importlib.resources import files
 from typing import Any
 
-from adcp.types import Format, ListCreativeFormatsResponse
 from fastmcp import FastMCP
 from fastmcp.server.dependencies import get_http_headers
 from fastmcp.tools import ToolResult
 
 from adcp_stale_cache.demo.processes import free_port, wait_for_port
+
+try:  # adcp 6.x, what the reference seller pins
+    from adcp.types import Format, ListCreativeFormatsResponse
+except ImportError:  # adcp 9.x: list_creative_formats is a legacy task since AdCP 3.2
+    from adcp.types import LegacyListCreativeFormatsResponse as ListCreativeFormatsResponse
+    from adcp.types.domains.core.format import Format  # type: ignore[no-redef]
 
 
 def reference_formats() -> list[dict[str, Any]]:

@@ -62,8 +62,13 @@ async def call_mcp_tool(
         ):
             await session.initialize()
             result = await session.call_tool(tool, dict(arguments or {}))
+    return _answer_of(result, tool)
+
+
+def _answer_of(result: Any, tool: str) -> dict[str, Any]:
+    """The payload of a ``CallToolResult`` (mcp 1.x or 2.x), or the failure it says."""
     payload = _payload(result)
-    is_error = getattr(result, "is_error", None) or getattr(result, "isError", None)
+    is_error = _member(result, "is_error", "isError")
     if is_error or present(payload, "adcp_error"):  # "adcp_error": null is a success
         failed = payload.get("adcp_error") if isinstance(payload, dict) else None
         code = failed.get("code") if isinstance(failed, dict) else None
@@ -73,10 +78,19 @@ async def call_mcp_tool(
     return payload
 
 
+def _member(result: Any, name: str, v1_name: str) -> Any:
+    """A result's member under mcp 2.x's ``name``, else under mcp 1.x's ``v1_name``.
+
+    The 1.x spelling is read only where the 2.x one does not exist: a ``False`` or ``None``
+    there is the answer (results that keep both spell the old one as a deprecated alias).
+    """
+    if hasattr(result, name):
+        return getattr(result, name)
+    return getattr(result, v1_name, None)
+
+
 def _payload(result: Any) -> dict[str, Any] | None:
-    structured = getattr(result, "structured_content", None)  # mcp 2.x
-    if structured is None:
-        structured = getattr(result, "structuredContent", None)  # mcp 1.x
+    structured = _member(result, "structured_content", "structuredContent")
     if isinstance(structured, dict):
         return structured
     for block in getattr(result, "content", None) or []:
