@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from importlib.resources import files
 from typing import Any
@@ -68,11 +69,22 @@ class Agent:
         self.name = name
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
+        # What it says, for a start that fails (closed by stop()).
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115
         self.process = subprocess.Popen(
             [sys.executable, __file__, "--port", str(self.port),
              "--name", name, "--formats", formats],
-            stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
         )  # fmt: skip
+
+    def wait(self) -> None:
+        """Wait until it listens; if it does not, fail with what it said."""
+        try:
+            wait_for_port(self.port, 60, process=self.process)
+        except (RuntimeError, TimeoutError) as exc:
+            self.log.seek(0)
+            said = self.log.read().decode(errors="replace")[-2000:]
+            raise RuntimeError(f"creative agent {self.name} did not start: {exc}\n{said}") from exc
 
     def kill(self) -> None:
         self.process.kill()
@@ -86,6 +98,7 @@ class Agent:
             os.kill(self.process.pid, signal.SIGCONT)
         self.process.kill()
         self.process.wait()
+        self.log.close()
 
 
 @contextlib.contextmanager
@@ -93,7 +106,7 @@ def agents(*names: str, formats: str = ":") -> Iterator[dict[str, Agent]]:
     started = {name: Agent(name, formats) for name in names}
     try:
         for agent in started.values():
-            wait_for_port(agent.port)
+            agent.wait()
         yield started
     finally:
         for agent in started.values():
