@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .entry import Terms
+from .failures import Failure
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +20,9 @@ class Directives:
 
     ``max_age`` is ``s-maxage`` when present (we are a shared cache), else ``max-age``;
     ``age`` is the ``Age`` header, seconds the answer already spent in caches upstream.
+    ``stale_at_source`` is set when the upstream said its answer is itself a stale serve
+    (an AdCP sub-agent's own ``STALE_RESPONSE``, see :mod:`~adcp_stale_cache.hops`): the
+    failure it named, which our advisory repeats once the answer is past our target.
     """
 
     max_age: float | None = None
@@ -29,6 +33,7 @@ class Directives:
     stale_while_revalidate: float | None = None
     age: float = 0.0
     vary: tuple[str, ...] = ()
+    stale_at_source: Failure | None = None
 
     @property
     def vary_any(self) -> bool:

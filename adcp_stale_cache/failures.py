@@ -67,6 +67,11 @@ class UpstreamError(Exception):
         self.retry_after = retry_after
 
 
+class StaleBeyondBound(UpstreamError):
+    """An upstream's answer is its own stale serve, older than the surface may serve at all
+    (its target plus max-stale): no answer to give, with the failure the upstream named."""
+
+
 class InvalidPayload(Exception):
     """Raise from an upstream call (or a ``validate`` hook) for an unusable 2xx answer."""
 

@@ -25,9 +25,10 @@ from .advisory import AdcpError
 from .breaker import Breaker
 from .call_loop import CallLoop
 from .collector import AdvisoryCollector, _flight, current_collector
+from .decision import Fail, ServeStale, on_failure
 from .directives import Directives
 from .entry import Entry
-from .failures import classify
+from .failures import Failure, StaleBeyondBound, classify
 from .keys import key_size
 from .lookup import Lookup
 from .metrics import CacheMetrics
@@ -45,12 +46,24 @@ logger = logging.getLogger("adcp_stale_cache")
 CLOSURE_BYTES = 2048
 
 
+@dataclass(frozen=True, slots=True)
+class StaleAtSource:
+    """An answer its upstream already served stale (an AdCP sub-agent's own
+    ``STALE_RESPONSE``), past our target when it arrived: how old it is, our target for it,
+    and the failure the upstream named. Every caller's answer carries it as an advisory."""
+
+    age: int
+    target: int
+    failure: Failure
+
+
 class Refreshed(Generic[T]):
     """What one flight hands to every caller sharing it: the value, its stored bytes (None
     when not stored), the advisories of stale data the value was built on, the labels it was
-    stored with (a flight around this one's carries them too), and the entry stored."""
+    stored with (a flight around this one's carries them too), the entry stored, and
+    whether the answer was stale at its source already."""
 
-    __slots__ = ("advisories", "data", "entry", "labels", "value")
+    __slots__ = ("advisories", "at_source", "data", "entry", "labels", "value")
 
     def __init__(
         self,
@@ -59,12 +72,14 @@ class Refreshed(Generic[T]):
         advisories: tuple[tuple[Hashable, AdcpError], ...] = (),
         labels: tuple[str, ...] = (),
         entry: Entry | None = None,
+        at_source: StaleAtSource | None = None,
     ) -> None:
         self.value = value
         self.data = data
         self.advisories = advisories
         self.labels = labels
         self.entry = entry
+        self.at_source = at_source
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,7 +308,9 @@ class Flights:
             before = await purge_count(self.store)  # this call starts now: as of now
             return await self._call_and_store(found, timeout, answer, call, before)
         value = decode(answer.codec, entry, found.upstream)
-        return Refreshed(value, entry.data, (), entry.labels, entry)
+        said = answer.directives(value) if answer.directives is not None else None
+        at_source = _at_source(found, said, entry, self.clock())
+        return Refreshed(value, entry.data, (), entry.labels, entry, at_source)
 
     async def _call_and_store(
         self, found: Target, timeout: float, answer: Answer[T],
@@ -318,16 +335,18 @@ class Flights:
         if found.private or (answer.cacheable is not None and not answer.cacheable(value)):
             return Refreshed(value, None, (), labels)
         said = answer.directives(value) if answer.directives is not None else None
+        terms = said.terms() if said is not None else None
+        now = self.clock()
+        at_source = _at_source(found, said, Entry(b"", now, terms=terms), now)
         if said is not None and not said.storable(found.shared):
-            return Refreshed(value, None, (), labels)
+            return Refreshed(value, None, (), labels, at_source=at_source)
         data = encode(answer.codec, value, found.upstream)
         if data is None:
-            return Refreshed(value, None, (), labels)
-        terms = said.terms() if said is not None else None
-        entry = Entry(data, self.clock(), labels, terms=terms)
-        if not await self._store(found, entry, before):
-            return Refreshed(value, None, (), labels)  # a purge landed meanwhile: it wins
-        return Refreshed(value, data, (), labels, entry)
+            return Refreshed(value, None, (), labels, at_source=at_source)
+        entry = Entry(data, now, labels, terms=terms)
+        if not await self._store(found, entry, before):  # a purge landed meanwhile: it wins
+            return Refreshed(value, None, (), labels, at_source=at_source)
+        return Refreshed(value, data, (), labels, entry, at_source)
 
     async def _store(self, found: Target, entry: Entry, before: object) -> bool:
         """Store unless a purge landed since the count read ``before`` (see purges); True
@@ -356,6 +375,22 @@ class Flights:
                 entry = await self.read(store_key)  # released: it stored, or it did not
                 return entry if entry is not None and entry.stored_at >= since else None
         raise TimeoutError(f"no answer within {timeout:g}s (refresh by another process)")
+
+
+def _at_source(
+    found: Target, said: Directives | None, entry: Entry, now: float
+) -> StaleAtSource | None:
+    """What a caller must be told of an answer its upstream said is a stale serve of its own
+    (None: nothing, it is within our target). Raises :class:`StaleBeyondBound` for one older
+    than we may serve at all: as if the upstream had failed with what it named."""
+    if said is None or said.stale_at_source is None:
+        return None
+    outcome = on_failure(entry, now, found.policy)  # the entry as old as its source says
+    if isinstance(outcome, Fail):
+        raise StaleBeyondBound(said.stale_at_source.code, "stale at its source past max-stale")
+    if isinstance(outcome, ServeStale):
+        return StaleAtSource(outcome.age_seconds, outcome.target_seconds, said.stale_at_source)
+    return None
 
 
 def _conditional(

@@ -162,11 +162,14 @@ class Serving:
         aged = replace(entry, stored_at=now - age, terms=terms)
         return self.from_cache(found, aged, FORCED_FAILURE, codec)
 
-    @staticmethod
-    def flown(found: Lookup, refreshed: Refreshed[T], codec: Codec[T]) -> T:
+    def flown(self, found: Lookup, refreshed: Refreshed[T], codec: Codec[T]) -> T:
         """What a flight answered, to one of the callers sharing it: the stale serves it was
-        built on recorded in this caller's collector, and its own copy of a stored value."""
+        built on recorded in this caller's collector (and its own, when its upstream served
+        it stale already), and its own copy of a stored value."""
         collector = found.collector
+        stale = refreshed.at_source
+        if stale is not None:
+            self.record_stale(found.upstream, found.policy, stale.age, stale.failure, stale.target)
         if refreshed.advisories and collector is not None:
             for name, advisory in refreshed.advisories:
                 collector.record(name, advisory)

@@ -308,11 +308,11 @@ async def test_every_caller_of_a_flight_gets_its_advisories_and_its_own_copy(
     down = Failure(FailureKind.CONNECTION, "CONNECTION_REFUSED", "refused")
     advisory = stale_response(INVENTORY, PRODUCTS, 90, down, 60)
     refreshed = Refreshed({"products": []}, b'{"products": []}', (("account", advisory),))
-    collector = AdvisoryCollector()
+    collector, serving = AdvisoryCollector(), Serving(clock, CacheMetrics())
     with use_collector(collector):
-        first = Serving.flown(await lookups(clock).look_up(INVENTORY, "k", PRODUCTS, []),
+        first = serving.flown(await lookups(clock).look_up(INVENTORY, "k", PRODUCTS, []),
                               refreshed, JSON)  # fmt: skip
-    second = Serving.flown(await looked_up(clock), refreshed, JSON)
+    second = serving.flown(await looked_up(clock), refreshed, JSON)
     assert first == second == {"products": []} and first is not second
     assert collector.advisories() == [advisory]
 
