@@ -271,5 +271,12 @@ class ResponseCodec:
         status, headers = orjson.loads(data[4 : 4 + size])
         return httpx.Response(status, headers=headers, content=data[4 + size :])
 
+    def content(self, data: bytes) -> bytes:
+        """The status and body: what an answer composed of this response is made of (its
+        headers change on every revalidation, ``Date`` for one, while the content stays)."""
+        (size,) = struct.unpack_from(">I", data)
+        status, _ = orjson.loads(data[4 : 4 + size])
+        return str(status).encode() + b"\n" + data[4 + size :]
+
 
 RESPONSES = ResponseCodec()

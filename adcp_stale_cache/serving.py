@@ -24,7 +24,7 @@ from .flight import Flights, Refreshed
 from .lookup import Lookup
 from .metrics import CacheMetrics
 from .policy import SurfacePolicy, Upstream
-from .values import Codec, Unreadable, decode
+from .values import Codec, Unreadable, content_of, decode
 
 T = TypeVar("T")
 logger = logging.getLogger("adcp_stale_cache")
@@ -52,7 +52,7 @@ class Serving:
                 found.entry, found.step = None, Refresh(fallback=None)
             else:
                 self.metrics.hit(found.policy.name, found.upstream.name)
-                _composed(found, found.step.entry, fresh=True)
+                _composed(found, found.step.entry, codec, fresh=True)
                 return value
         if found.entry is None:
             self.metrics.miss(found.policy.name, found.upstream.name)
@@ -89,7 +89,7 @@ class Serving:
                         upstream, policy, outcome.age_seconds, failure, outcome.target_seconds
                     )
                 # (Fresh: refreshed meanwhile by another call, a plain hit)
-                _composed(found, outcome.entry, fresh=isinstance(outcome, Fresh))
+                _composed(found, outcome.entry, codec, fresh=isinstance(outcome, Fresh))
                 return value
         failure = failure or UNKNOWN_FAILURE  # revalidating an entry that just expired
         self.metrics.unavailable(policy.name, upstream.name, failure.code)
@@ -181,10 +181,14 @@ class Serving:
         if collector.composition is not None:
             stored = refreshed.entry
             if stored is not None:
-                collector.composition.append(_part(found, stored, fresh=True))
+                collector.composition.append(_part(found, stored, codec, fresh=True))
             else:  # its content all the same, never remembered
                 collector.composition.append(
-                    Composed(data if data is not None else repr(refreshed.value).encode())
+                    Composed(
+                        content_of(codec, data)
+                        if data is not None
+                        else repr(refreshed.value).encode()
+                    )
                 )
         if collector.read_labels is not None:
             collector.read_labels.update(refreshed.labels)
@@ -207,13 +211,14 @@ def _names_context(value: Any) -> bool:
     return isinstance(value, (Mapping, str)) and "context" in value
 
 
-def _part(found: Lookup, entry: Entry, *, fresh: bool) -> Composed:
-    """``entry`` as a part of a conditional answer (see conditional and probes)."""
+def _part(found: Lookup, entry: Entry, codec: Codec[Any], *, fresh: bool) -> Composed:
+    """``entry`` as a part of a conditional answer (see conditional and probes): its
+    content, and where and when it was stored."""
     until = entry.stored_at + target_seconds(entry, found.policy) if fresh else -math.inf
-    return Composed(entry.data, found.store_key, entry.stored_at, until)
+    return Composed(content_of(codec, entry.data), found.store_key, entry.stored_at, until)
 
 
-def _composed(found: Lookup, entry: Entry, *, fresh: bool) -> None:
+def _composed(found: Lookup, entry: Entry, codec: Codec[Any], *, fresh: bool) -> None:
     """An entry served to the request: a part of a conditional answer being composed (see
     conditional), its labels for a flight's answer (see within), and whether it holds a
     ``context`` (another request's, which must not reach this answer)."""
@@ -221,7 +226,7 @@ def _composed(found: Lookup, entry: Entry, *, fresh: bool) -> None:
     if collector is None:
         return
     if collector.composition is not None:
-        collector.composition.append(_part(found, entry, fresh=fresh))
+        collector.composition.append(_part(found, entry, codec, fresh=fresh))
     if collector.read_labels is not None:
         collector.read_labels.update(entry.labels)
     if _CONTEXT in entry.data:  # a byte search: a false alarm only costs the answer a check

@@ -36,6 +36,14 @@ class Codec(Protocol[T]):
         ...
 
 
+def content_of(codec: Codec[Any], data: bytes) -> bytes:
+    """What of a stored value is its content, for the tokens of answers composed of it (see
+    conditional): the codec's ``content(data)`` when it has one (an HTTP response's status
+    and body, not its ``Date``), else all of it."""
+    content = getattr(codec, "content", None)
+    return content(data) if content is not None else data
+
+
 class JsonCodec(Generic[T]):
     """JSON values (dicts, lists, strings, numbers) through orjson."""
 

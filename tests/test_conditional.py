@@ -444,3 +444,52 @@ async def test_a_later_answer_without_products_ends_the_memory(clock: FakeClock)
         probe = await answer_wholesale(wholesale(if_wholesale_feed_version=token), compose,
                                        cache=cache)  # fmt: skip
     assert probe == {"status": "rejected", "reason": "account suspended"}
+
+
+async def test_a_token_follows_an_http_upstreams_content_not_its_headers(
+    clock: FakeClock,
+) -> None:
+    """An inventory behind the httpx transport answers a new ``Date`` on every 200 and
+    304 (uvicorn does): revalidated unchanged, the feed keeps its token; a new body ends it."""
+    import httpx
+
+    from adcp_stale_cache import CachingTransport
+
+    body = {"products": [{"product_id": "p1"}]}
+    served = {"dates": 0}
+
+    def inventory(request: httpx.Request) -> httpx.Response:
+        served["dates"] += 1
+        content = httpx.Response(200, json=body).content
+        headers = {
+            "etag": f'"{hash(content)}"',
+            "date": f"Tue, 01 Dec 2026 00:00:{served['dates']:02d} GMT",
+        }
+        if request.headers.get("if-none-match") == headers["etag"]:
+            return httpx.Response(304, headers=headers)
+        return httpx.Response(
+            200, content=content, headers={**headers, "content-type": "application/json"}
+        )
+
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock)
+    transport = CachingTransport(cache, INVENTORY, surface="get_products",
+                                 transport=httpx.MockTransport(inventory))  # fmt: skip
+
+    async def ask() -> dict[str, Any]:
+        async with httpx.AsyncClient(transport=transport, base_url="http://inventory") as http:
+
+            async def compose() -> dict[str, Any]:
+                return {"products": (await http.get("/products")).json()["products"]}
+
+            with collect_advisories():
+                return await answer_wholesale({"buying_mode": "wholesale"}, compose)
+
+    first = await ask()
+    clock.advance(3)  # past the target: revalidated, a 304 with a new Date
+    again = await ask()
+    assert served["dates"] == 2
+    assert again["wholesale_feed_version"] == first["wholesale_feed_version"]
+    body["products"] = [{"product_id": "p2"}]
+    clock.advance(3)
+    changed = await ask()
+    assert changed["wholesale_feed_version"] != first["wholesale_feed_version"]
