@@ -41,6 +41,7 @@ def _parser() -> argparse.ArgumentParser:
 
     inventory = served("inventory-service", "a mock inventory service (GET /products)")
     inventory.add_argument("--products", type=int, default=3)
+    inventory.add_argument("--name", help="prefix of its product ids")
     inventory.add_argument(
         "--max-age", type=int, metavar="S", help="answer with Cache-Control: max-age=S"
     )
@@ -50,6 +51,11 @@ def _parser() -> argparse.ArgumentParser:
         "--creative-agent", type=_agent, action="append", default=[], metavar="NAME=URL"
     )
     seller.add_argument("--inventory-service", required=True, metavar="URL")
+    seller.add_argument(
+        "--sub-seller", type=_agent, action="append", default=[], metavar="NAME=URL",
+        help="another AdCP seller's MCP endpoint: sell its public wholesale feed too "
+        "(needs the adcp-server extra)",
+    )  # fmt: skip
     seller.add_argument("--freshness-target", type=int, default=60, metavar="S")
     seller.add_argument("--max-stale", type=int, default=3600, metavar="S")
     seller.add_argument("--upstream-timeout", type=float, default=5.0, metavar="S")
@@ -256,11 +262,12 @@ def _serve(args: argparse.Namespace) -> int:
     elif args.app == "inventory-service":
         from .demo.inventory_service import create_inventory_app
 
-        app = create_inventory_app(count=args.products, max_age=args.max_age)
+        app = create_inventory_app(count=args.products, max_age=args.max_age, name=args.name)
     else:
         options = {
             "creative_agents": dict(args.creative_agent),
             "inventory_url": args.inventory_service,
+            "sub_sellers": dict(args.sub_seller),
             "freshness_target": args.freshness_target,
             "max_stale": args.max_stale,
             "upstream_timeout": args.upstream_timeout,

@@ -14,13 +14,20 @@ class Deployment:
     """``with Deployment(*seller_flags, agents="abc") as d:`` starts all and stops all."""
 
     def __init__(
-        self, *seller_flags: str, agents: str = "abc", formats: int = 2, products: int = 4
+        self,
+        *seller_flags: str,
+        agents: str = "abc",
+        formats: int = 2,
+        products: int = 4,
+        inventory: tuple[str, ...] = (),
     ) -> None:
         self.agents = {
             n: App("creative-agent", free_port(), "--name", n, "--formats", str(formats))
             for n in agents
         }
-        self.inventory = App("inventory-service", free_port(), "--products", str(products))
+        self.inventory = App(
+            "inventory-service", free_port(), "--products", str(products), *inventory
+        )
         self.seller = App(
             "seller", free_port(),
             *[f"--creative-agent={n}={a.url}/mcp" for n, a in self.agents.items()],

@@ -22,8 +22,11 @@ from starlette.routing import Route
 from .data import products
 
 
-def create_inventory_app(*, count: int = 3, max_age: int | None = None) -> Starlette:
-    """The inventory service app."""
+def create_inventory_app(
+    *, count: int = 3, max_age: int | None = None, name: str | None = None
+) -> Starlette:
+    """The inventory service app (``name`` prefixes its product ids: two inventories' rows
+    stay apart when one seller sells both)."""
     answered = {"200": 0, "304": 0}
     revision = [0]
 
@@ -39,6 +42,8 @@ def create_inventory_app(*, count: int = 3, max_age: int | None = None) -> Starl
             rows = products(count, owner, revision[0]) if _matches(filters) else []
         except TypeError:  # channels: 5, say: the caller's mistake, not this service's fault
             return JSONResponse({"detail": "filters are not AdCP product_filters"}, 400)
+        if name:
+            rows = [{**row, "product_id": f"{name}-{row['product_id']}"} for row in rows]
         body = orjson.dumps({"products": rows})
         headers = {"ETag": f'"{hashlib.sha256(body).hexdigest()[:32]}"'}
         if max_age is not None:

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextvars import ContextVar
 from typing import Any
 
 import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, Counter, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .. import (
@@ -43,6 +43,7 @@ from ..integrations.mcp_client import call_mcp_tool
 from ..metrics import PrometheusMetrics
 from ..stores import MemoryStore, Store
 from .feed import WholesaleFeed
+from .sub_sellers import SUB_SELLERS, SubSellers
 from .tool_failed import ToolFailed
 from .versions import SUPPORTED_VERSIONS, VersionUnsupported, served_version
 
@@ -63,7 +64,12 @@ CAPABILITIES: dict[str, Any] = {
 _authorization: ContextVar[str | None] = ContextVar("seller_authorization", default=None)
 
 
-def seller_surfaces(freshness_target: int, max_stale: int, upstream_timeout: float) -> Surfaces:
+def seller_surfaces(
+    freshness_target: int,
+    max_stale: int,
+    upstream_timeout: float,
+    sub_sellers: tuple[str, ...] = (),
+) -> Surfaces:
     """The example seller's surfaces, all with the same timings."""
 
     def surface(
@@ -89,6 +95,12 @@ def seller_surfaces(freshness_target: int, max_stale: int, upstream_timeout: flo
             shared_across_callers=True, freshness_target_seconds=freshness_target,
             max_stale_seconds=max_stale, upstream_timeout_seconds=upstream_timeout,
         ),
+        # Sub-sellers' public wholesale feeds: one entry for all (see sub_sellers).
+        SurfacePolicy(
+            name=SUB_SELLERS, field="products", upstreams=sub_sellers,
+            shared_across_callers=True, freshness_target_seconds=freshness_target,
+            max_stale_seconds=max_stale, upstream_timeout_seconds=upstream_timeout,
+        ),
     )  # fmt: skip
 
 
@@ -106,12 +118,16 @@ class SellerTools:
         *,
         test_controller: bool,
         feed: WholesaleFeed | None = None,
+        sub_sellers: SubSellers | None = None,
+        wholesale_answered: Callable[[str], None] | None = None,
     ) -> None:
         self.cache = cache
         self.agents = agents
         self.inventory = inventory
         self.test_controller = test_controller
         self.feed = feed or WholesaleFeed(cache, inventory, inventory)
+        self.sub_sellers = sub_sellers
+        self.wholesale_answered = wholesale_answered  # counts "full" and "unchanged" answers
 
     async def call(self, name: str, params: Mapping[str, Any]) -> dict[str, Any]:
         """The tool ``name``'s answer to ``params``, with the release served echoed (raises
@@ -138,23 +154,36 @@ class SellerTools:
         auth = _authorization.get()
         if params.get("buying_mode") == "wholesale":
             return await self._wholesale(params, auth)
+        products: list[Any] = []
+        errors: list[dict[str, Any]] = []
         try:
             response = await self.inventory.get(
                 "/products", headers={"authorization": auth} if auth else None
             )
         except UpstreamUnavailable as exc:
-            raise ToolFailed(
-                _fatal([service_unavailable(exc, field="products").to_dict()], params)
-            ) from exc
-        payload = {
-            "products": response.json()["products"],
+            errors.append(service_unavailable(exc, field="products").to_dict())
+        else:
+            products.extend(response.json()["products"])
+        if self.sub_sellers is not None:  # their public feeds, sold here too
+            theirs, failed = await self.sub_sellers.products()
+            products.extend(theirs)
+            errors.extend(failed)
+        if errors and not products:
+            raise ToolFailed(_fatal(errors, params))
+        payload: dict[str, Any] = {
+            "products": products,
             "cache_scope": "account" if auth else "public",
         }
+        if errors:
+            payload["errors"] = errors
         return _echo(payload, params)
 
     async def _wholesale(self, params: Mapping[str, Any], auth: str | None) -> dict[str, Any]:
         try:
-            return _echo(await self.feed.answer(params, auth), params)
+            answer = await self.feed.answer(params, auth)
+            if self.wholesale_answered is not None:
+                self.wholesale_answered("unchanged" if answer.get("unchanged") else "full")
+            return _echo(answer, params)
         except InvalidConditionalRequest as exc:
             raise ToolFailed(_fatal([exc.error.to_dict()], params)) from exc
         except UpstreamUnavailable as exc:
@@ -251,6 +280,7 @@ def create_seller_app(
     admin_token: str | None = None,
     honor_cache_control: bool = False,
     inventory_transport: httpx.AsyncBaseTransport | None = None,
+    sub_sellers: Mapping[str, str] | None = None,
 ) -> FastAPI:
     """The seller app; ``creative_agents`` maps each agent's name to its MCP URL.
 
@@ -260,9 +290,12 @@ def create_seller_app(
     ``honor_cache_control`` lets the inventory service's ``Cache-Control`` set its entries'
     freshness within the policy (its ETags revalidate either way). ``inventory_transport``
     reaches the inventory service another way than over the network (an in-process
-    ``httpx.ASGITransport``, say: the benchmarks do).
+    ``httpx.ASGITransport``, say: the benchmarks do). ``sub_sellers`` maps other AdCP
+    sellers' names to their MCP URLs: ``get_products`` sells their public wholesale feeds too
+    (:mod:`.sub_sellers`).
     """
-    surfaces = seller_surfaces(freshness_target, max_stale, upstream_timeout)
+    sub_sellers = dict(sub_sellers or {})
+    surfaces = seller_surfaces(freshness_target, max_stale, upstream_timeout, tuple(sub_sellers))
     store = store if store is not None else MemoryStore()
     registry = CollectorRegistry()
     cache = UpstreamCache(
@@ -283,8 +316,14 @@ def create_seller_app(
         honor_cache_control=honor_cache_control, transport=inventory_transport,
     ))  # fmt: skip
     agents = [Upstream(name=name, url=url) for name, url in creative_agents.items()]
-    tools = SellerTools(cache, agents, client, test_controller=test_controller,
-                        feed=WholesaleFeed(cache, rate_card, client))  # fmt: skip
+    answers = Counter("adcp_example_wholesale_answers", "Wholesale answers given, by outcome",
+                      ["outcome"], registry=registry)  # fmt: skip
+    tools = SellerTools(
+        cache, agents, client, test_controller=test_controller,
+        feed=WholesaleFeed(cache, rate_card, client),
+        sub_sellers=SubSellers(cache, sub_sellers) if sub_sellers else None,
+        wholesale_answered=lambda outcome: answers.labels(outcome).inc(),
+    )  # fmt: skip
     names = (*TOOLS, "comply_test_controller") if test_controller else TOOLS
 
     from .a2a_app import FatalSkillError, create_a2a_routes

@@ -1,0 +1,56 @@
+"""The example seller's sub-sellers: other AdCP sellers whose products it sells too.
+
+Each sub-seller is asked for its public wholesale feed (``get_products``, ``buying_mode:
+"wholesale"``) over MCP through the ``adcp`` client, behind the cache
+(:class:`~adcp_stale_cache.integrations.adcp_agent.AdcpAgent`): past the target, a refresh is
+an ``if_wholesale_feed_version`` probe, and a sub-seller's own stale serve reaches our buyer as
+one ``STALE_RESPONSE`` of ours naming it, as old as the data is at the bottom of the chain.
+Needs the ``adcp-server`` extra (the ``adcp`` client, 9.2 or later).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from .. import Upstream, UpstreamCache, UpstreamUnavailable, service_unavailable
+from ..integrations.adcp_agent import AdcpAgent
+
+#: The surface of the sub-sellers' feeds: public rate cards, one entry for every caller.
+SUB_SELLERS = "sub_seller_products"
+
+#: What a sub-seller is asked for: its public wholesale feed.
+FEED_REQUEST: dict[str, Any] = {"buying_mode": "wholesale"}
+
+
+class SubSellers:
+    """The sub-sellers ``urls`` names (name -> MCP URL), asked through ``cache``."""
+
+    def __init__(self, cache: UpstreamCache, urls: Mapping[str, str]) -> None:
+        self.agents = [
+            AdcpAgent(cache, Upstream(name=name, url=url), surface=SUB_SELLERS)
+            for name, url in urls.items()
+        ]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The sub-sellers' names, as our advisories name them."""
+        return tuple(agent.upstream.name for agent in self.agents)
+
+    async def products(self) -> tuple[list[Any], list[dict[str, Any]]]:
+        """Every sub-seller's products, and a ``SERVICE_UNAVAILABLE`` error for each one
+        that answered nothing (a stale one's advisory is the cache's to record)."""
+        results = await asyncio.gather(
+            *(agent.get_products(FEED_REQUEST) for agent in self.agents), return_exceptions=True
+        )
+        products: list[Any] = []
+        errors: list[dict[str, Any]] = []
+        for result in results:
+            if isinstance(result, UpstreamUnavailable):
+                errors.append(service_unavailable(result, field="products").to_dict())
+            elif isinstance(result, BaseException):
+                raise result
+            else:
+                products.extend(result.get("products") or [])
+        return products, errors

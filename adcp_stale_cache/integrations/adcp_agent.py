@@ -1,0 +1,211 @@
+"""An AdCP agent as an upstream (a sub-seller, a signals agent), asked through the ``adcp``
+client and cached by the protocol's own rules.
+
+Beside :func:`~adcp_stale_cache.integrations.mcp_client.call_mcp_tool` (any tool, any MCP
+server), :class:`AdcpAgent` knows what an AdCP answer means for a cache:
+
+- **Its age** (:mod:`~adcp_stale_cache.hops`): an answer carrying the agent's own
+  ``STALE_RESPONSE`` is stored as old as it says, and our buyer is told once it is past our
+  target, with one advisory of ours for this upstream.
+- **What is never stored:** an ``adcp_error`` (a failure: transient ones fall back to the
+  cache like any outage, the others are raised as :class:`AgentRefused`), the rejected arm
+  (``status: "rejected"``), a partial answer (``incomplete[]``), and the agent's echo of a
+  ``context``, which is the request's (it is never sent on either: the buyer's context is
+  the buyer's, echoed by the seller itself).
+- **Revalidation like a 304:** past our target, a held wholesale answer is revalidated with
+  its ``wholesale_feed_version`` (and ``pricing_version``) as ``if_*`` tokens; an
+  ``unchanged: true`` re-stamps the held answer (a success for the breaker), a changed feed
+  is read in full.
+- **Keys:** the request in canonical form (:func:`~adcp_stale_cache.wholesale.canonical`:
+  reordered filters are one entry), without what is per call (``context``,
+  ``idempotency_key``, the ``if_*`` tokens), with the account when it names one, and with
+  the credentials the agent is called with (``Upstream(credentials=)``).
+
+Needs the ``adcp`` extra (9.2 or later for the client calls: ``adcp-server``); pass
+``call=`` to reach the agent another way (another client, a test's fake).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from ..cache import UpstreamCache
+from ..failures import UpstreamError
+from ..hops import delivered, directives_of
+from ..policy import Upstream
+from ..wholesale import canonical
+
+#: How the adapter reaches the agent: ``(tool, params) -> the answer's wire payload`` (a
+#: dict, ``adcp_error`` and all); raises for transport failures.
+AgentCall = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+#: What a request carries per call, never part of what it asks.
+PER_CALL = frozenset(
+    {"context", "idempotency_key", "if_wholesale_feed_version", "if_pricing_version"}
+)
+#: The tools whose answers carry wholesale tokens (conditional fetch).
+VERSIONED = frozenset({"get_products", "get_signals"})
+
+
+class AgentRefused(Exception):
+    """The agent answered an ``adcp_error`` that is no outage (the request's to correct, or
+    terminal): never cached, never served stale over. ``error`` is the agent's error object."""
+
+    def __init__(self, error: Mapping[str, Any]) -> None:
+        code = error.get("code")
+        super().__init__(code if isinstance(code, str) else "adcp_error")
+        self.error = dict(error)
+
+
+class AdcpAgent:
+    """``upstream`` (an AdCP agent's MCP endpoint) behind ``cache``, on ``surface``.
+
+    ``token`` is sent as ``Authorization: Bearer``; give it to ``Upstream(credentials=)``
+    too when it is a tenant's own, so that tenants never share entries.
+    """
+
+    def __init__(
+        self,
+        cache: UpstreamCache,
+        upstream: Upstream,
+        *,
+        surface: str | None = None,
+        token: str | None = None,
+        call: AgentCall | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        if upstream.url is None and call is None:
+            raise ValueError("an AdCP agent needs the URL of its MCP endpoint (or call=)")
+        self.cache, self.upstream, self.surface = cache, upstream, surface
+        self.call: AgentCall = call or adcp_client_call(upstream.url or "", token, timeout)
+
+    async def get_products(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """The agent's ``get_products`` answer to ``request``, as a seller composes it."""
+        return await self.ask("get_products", request)
+
+    async def ask(self, tool: str, request: Mapping[str, Any]) -> dict[str, Any]:
+        """The agent's answer to ``tool`` with ``request``, from cache when the surface
+        allows: without the agent's own staleness advisories (ours stand for them, see
+        :mod:`~adcp_stale_cache.hops`) and without ``context``."""
+        params = {name: value for name, value in request.items() if name not in PER_CALL}
+        key = ("adcp", tool, canonical(params))
+        payload = await self.cache.fetch(
+            self.upstream, key, lambda: self._answer(tool, params), surface=self.surface,
+            cacheable=storable, directives=directives_of,
+            revalidate=lambda held: self._revalidate(tool, params, held),
+        )  # fmt: skip
+        return delivered(payload)
+
+    async def _answer(self, tool: str, params: dict[str, Any]) -> dict[str, Any]:
+        return answer_of(await self.call(tool, params))
+
+    async def _revalidate(
+        self, tool: str, params: dict[str, Any], held: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The held answer again when the agent says its feed is unchanged, else the new one."""
+        feed = held.get("wholesale_feed_version")
+        if tool not in VERSIONED or not isinstance(feed, str):
+            return await self._answer(tool, params)
+        probe = {**params, "if_wholesale_feed_version": feed}
+        pricing = held.get("pricing_version")
+        if isinstance(pricing, str):
+            probe["if_pricing_version"] = pricing
+        answer = answer_of(await self.call(tool, probe))
+        if answer.get("unchanged") is True and answer.get("cache_scope") == held.get("cache_scope"):
+            # Current at the agent: the held feed, without the staleness it had then.
+            return {**delivered(held), **_tokens(answer)}
+        if answer.get("unchanged") is True:  # another scope now: the held feed is not it
+            return await self._answer(tool, params)
+        return answer
+
+
+def answer_of(payload: object) -> dict[str, Any]:
+    """An agent's wire payload as the cache takes it: failures raised (transient ones as an
+    outage, :class:`~adcp_stale_cache.UpstreamError`; others as :class:`AgentRefused`), the
+    agent's ``context`` echo dropped."""
+    if not isinstance(payload, Mapping):
+        raise UpstreamError("INVALID_PAYLOAD", "the agent answered no JSON object")
+    failed = payload.get("adcp_error")
+    if isinstance(failed, Mapping):
+        code = failed.get("code")
+        code = code if isinstance(code, str) else "UPSTREAM_ERROR"
+        if failed.get("recovery") in ("correctable", "terminal"):
+            raise AgentRefused(failed)
+        raise UpstreamError(code)
+    return {name: value for name, value in payload.items() if name != "context"}
+
+
+def storable(payload: Mapping[str, Any]) -> bool:
+    """False for what must never be cached as an answer: the rejected arm and a partial
+    answer (``incomplete[]``); a products answer must hold its products."""
+    if payload.get("status") == "rejected" or payload.get("incomplete"):
+        return False
+    return "products" not in payload or isinstance(payload.get("products"), list)
+
+
+def _tokens(answer: Mapping[str, Any]) -> dict[str, Any]:
+    """The tokens an unchanged answer echoes (the same as held, by its meaning)."""
+    return {name: answer[name] for name in ("wholesale_feed_version", "pricing_version")
+            if isinstance(answer.get(name), str)}  # fmt: skip
+
+
+def adcp_client_call(url: str, token: str | None, timeout: float) -> AgentCall:
+    """An :data:`AgentCall` on the ``adcp`` client (MCP, streamable HTTP): one client per
+    call (its session belongs to the loop that made it), pinned to AdCP 3.2 so that no
+    ``get_adcp_capabilities`` round trip precedes each call; the answer's wire payload.
+    ``timeout`` is the client's transport timeout: the surface's deadline bounds the call
+    before it, so keep it longer."""
+    from adcp import ADCPClient
+    from adcp.types import AgentConfig, Protocol
+    from adcp.validation.client_hooks import ValidationHookConfig
+
+    config = AgentConfig(
+        id="upstream", agent_uri=url, protocol=Protocol.MCP, mcp_transport="streamable_http",
+        auth_token=token, auth_type="bearer", auth_header="Authorization", timeout=timeout,
+        debug=True,  # the wire payload, as the agent wrote it (debug_info.response)
+    )  # fmt: skip
+    # We read the wire payload ourselves: the client's response checks warn, never refuse.
+    checks = ValidationHookConfig(requests="off", responses="warn")
+
+    async def call(tool: str, params: dict[str, Any]) -> dict[str, Any]:
+        client = ADCPClient(config, server_version="3.2", validation=checks,
+                            account_policy="off", raise_account_errors=False)  # fmt: skip
+        async with client:
+            try:
+                # The adapter's task methods take and give dicts (the typed ones would
+                # parse the answer into models and back): get_products, get_signals, ...
+                result = await getattr(client.adapter, tool)(params)
+            except asyncio.CancelledError:
+                cancelling = getattr(asyncio.current_task(), "cancelling", None)  # 3.11+
+                if cancelling is None or cancelling():
+                    raise  # ours: the deadline, or the request went away
+                # adcp 9.x with mcp 2.x: a refused or broken connection surfaces as a
+                # cancellation of the client's own scope. Say which it was.
+                raise await _unreachable(url) from None
+        debug = result.debug_info.response if result.debug_info is not None else None
+        data = debug.get("data") if isinstance(debug, Mapping) else None
+        if isinstance(data, Mapping):
+            return dict(data)
+        if isinstance(debug, Mapping) and isinstance(debug.get("adcp_error"), Mapping):
+            return {"adcp_error": debug["adcp_error"]}
+        raise UpstreamError("UPSTREAM_ERROR", result.error or "the agent's call failed")
+
+    return call
+
+
+async def _unreachable(url: str) -> OSError:
+    """What an unreachable agent's address says to a bare connection attempt."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(parts.hostname, port), 1.0)
+    except ConnectionRefusedError as exc:
+        return exc
+    except (OSError, asyncio.TimeoutError, socket.gaierror) as exc:
+        return ConnectionError(f"the agent is unreachable: {type(exc).__name__}")
+    writer.close()
+    return ConnectionError("the agent's connection broke off")

@@ -1,0 +1,227 @@
+"""AdcpAgent: a sub-agent's answers cached by the protocol's rules (a fake agent: the wire)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from adcp_stale_cache import (
+    MemoryStore,
+    SurfacePolicy,
+    Surfaces,
+    Upstream,
+    UpstreamCache,
+    UpstreamUnavailable,
+    collect_advisories,
+)
+from adcp_stale_cache.integrations.adcp_agent import AdcpAgent, AgentRefused
+
+from .conftest import FakeClock
+
+SUB = SurfacePolicy(name="sub_products", field="products", freshness_target_seconds=60,
+                    max_stale_seconds=3600, shared_across_callers=True)  # fmt: skip
+UPSTREAM = Upstream(name="sub", url="http://127.0.0.1:9/mcp")
+WHOLESALE = {"buying_mode": "wholesale"}
+
+
+class FakeAgent:
+    """An AdCP agent on the wire: what it was asked, what it answers next."""
+
+    def __init__(self) -> None:
+        self.asked: list[dict[str, Any]] = []
+        self.version = 1
+        self.down = False
+        self.next: dict[str, Any] | None = None  # one answer to give instead of the feed
+
+    async def __call__(self, tool: str, params: dict[str, Any]) -> dict[str, Any]:
+        self.asked.append(params)
+        if self.down:
+            raise ConnectionRefusedError
+        if self.next is not None:
+            answer, self.next = self.next, None
+            return answer
+        token = f"wfv-{self.version}"
+        if params.get("if_wholesale_feed_version") == token:
+            return {"unchanged": True, "wholesale_feed_version": token, "cache_scope": "public",
+                    "context": params.get("context")}  # fmt: skip
+        return {"products": [{"product_id": f"p-v{self.version}"}], "cache_scope": "public",
+                "wholesale_feed_version": token, "context": {"echo": "theirs"}}  # fmt: skip
+
+
+@pytest.fixture
+def agent() -> FakeAgent:
+    return FakeAgent()
+
+
+@pytest.fixture
+def sub(clock: FakeClock, agent: FakeAgent) -> AdcpAgent:
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(SUB), clock=clock)
+    return AdcpAgent(cache, UPSTREAM, surface="sub_products", call=agent)
+
+
+async def ask(sub: AdcpAgent, request: dict[str, Any] = WHOLESALE) -> tuple[Any, list[Any]]:
+    with collect_advisories() as advisories:
+        answer = await sub.get_products(request)
+    return answer, advisories.errors()
+
+
+async def test_a_fresh_answer_is_cached_without_its_context(
+    sub: AdcpAgent, agent: FakeAgent
+) -> None:
+    first, _ = await ask(sub, {**WHOLESALE, "context": {"correlation_id": "buyer's"}})
+    again, _ = await ask(sub)
+    assert first == again and "context" not in first
+    assert first["products"] == [{"product_id": "p-v1"}]
+    assert len(agent.asked) == 1
+    assert "context" not in agent.asked[0]  # the buyer's context stays the buyer's
+
+
+async def test_past_the_target_an_unchanged_feed_is_a_probe_not_a_read(
+    sub: AdcpAgent, agent: FakeAgent, clock: FakeClock
+) -> None:
+    await ask(sub)
+    clock.advance(61)
+    answer, advisories = await ask(sub)
+    assert agent.asked[1] == {**WHOLESALE, "if_wholesale_feed_version": "wfv-1"}
+    assert answer["products"] == [{"product_id": "p-v1"}] and not advisories
+    clock.advance(30)  # re-stamped by the probe: fresh again
+    await ask(sub)
+    assert len(agent.asked) == 2
+
+
+async def test_a_changed_feed_is_read_in_full(
+    sub: AdcpAgent, agent: FakeAgent, clock: FakeClock
+) -> None:
+    await ask(sub)
+    agent.version = 2
+    clock.advance(61)
+    answer, _ = await ask(sub)
+    assert answer["products"] == [{"product_id": "p-v2"}]
+    assert answer["wholesale_feed_version"] == "wfv-2"
+
+
+async def test_a_pricing_token_rides_with_the_feed_token(
+    sub: AdcpAgent, agent: FakeAgent, clock: FakeClock
+) -> None:
+    agent.next = {"products": [], "cache_scope": "public", "wholesale_feed_version": "wfv-1",
+                  "pricing_version": "pv-7"}  # fmt: skip
+    await ask(sub)
+    clock.advance(61)
+    await ask(sub)
+    assert agent.asked[1]["if_pricing_version"] == "pv-7"
+
+
+async def test_an_unchanged_answer_of_another_scope_is_read_again(
+    sub: AdcpAgent, agent: FakeAgent, clock: FakeClock
+) -> None:
+    await ask(sub)
+    clock.advance(61)
+    agent.next = {"unchanged": True, "wholesale_feed_version": "wfv-1", "cache_scope": "account"}
+    await ask(sub)
+    assert len(agent.asked) == 3 and "if_wholesale_feed_version" not in agent.asked[2]
+
+
+async def test_the_sub_agents_own_stale_serve_is_ours_to_tell(
+    sub: AdcpAgent, agent: FakeAgent, assert_valid_advisory: Any
+) -> None:
+    stale = {
+        "code": "STALE_RESPONSE",
+        "message": "stale",
+        "recovery": "transient",
+        "details": {
+            "served_from_cache": True,
+            "cache_age_seconds": 400,
+            "original_error": {"code": "CONNECTION_REFUSED", "message": "m"},
+        },
+    }
+    sdk = {"code": "FORMAT_PROJECTION_FAILED", "message": "m", "source": "sdk", "sdk_id": "x@1"}
+    agent.next = {"products": [{"product_id": "old"}], "cache_scope": "public",
+                  "wholesale_feed_version": "wfv-1", "errors": [stale, sdk]}  # fmt: skip
+    answer, [advisory] = await ask(sub)
+    assert answer["errors"] == [sdk]  # the SDK's observation passes; the staleness is ours
+    assert_valid_advisory(advisory)
+    assert advisory["details"]["upstream"]["name"] == "sub"
+    assert advisory["details"]["cache_age_seconds"] == 400
+    assert advisory["details"]["original_error"]["code"] == "CONNECTION_REFUSED"
+
+
+async def test_when_the_sub_agent_dies_its_age_counts_from_the_bottom(
+    sub: AdcpAgent, agent: FakeAgent, clock: FakeClock
+) -> None:
+    stale = {"code": "STALE_RESPONSE", "message": "stale",
+             "details": {"served_from_cache": True, "cache_age_seconds": 30}}  # fmt: skip
+    agent.next = {"products": [{"product_id": "old"}], "cache_scope": "public",
+                  "wholesale_feed_version": "wfv-1", "errors": [stale]}  # fmt: skip
+    _, advisories = await ask(sub)
+    assert advisories == []  # 30 s: within our 60 s target
+    clock.advance(100)
+    agent.down = True
+    answer, [advisory] = await ask(sub)
+    assert answer["products"] == [{"product_id": "old"}]
+    assert advisory["details"]["cache_age_seconds"] == 130
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"status": "rejected", "reason": "no inventory for that brief"},
+        {"products": [{"product_id": "part"}], "cache_scope": "public",
+         "incomplete": [{"scope": "pricing", "description": "later"}]},
+    ],
+    ids=["rejected", "incomplete"],
+)  # fmt: skip
+async def test_a_rejection_or_a_partial_answer_is_served_never_stored(
+    sub: AdcpAgent, agent: FakeAgent, answer: dict[str, Any]
+) -> None:
+    agent.next = answer
+    served, _ = await ask(sub)
+    assert served == answer
+    again, _ = await ask(sub)
+    assert again["products"] == [{"product_id": "p-v1"}] and len(agent.asked) == 2
+
+
+async def test_a_transient_adcp_error_falls_back_like_an_outage(
+    sub: AdcpAgent, agent: FakeAgent, clock: FakeClock
+) -> None:
+    agent.next = {"adcp_error": {"code": "SERVICE_UNAVAILABLE", "message": "m",
+                                 "recovery": "transient"}}  # fmt: skip
+    with pytest.raises(UpstreamUnavailable) as raised, collect_advisories():
+        await sub.get_products(WHOLESALE)
+    assert raised.value.failure.code == "SERVICE_UNAVAILABLE"
+    await ask(sub)  # cached now
+    clock.advance(61)
+    agent.next = {"adcp_error": {"code": "RATE_LIMITED", "message": "m"}}
+    answer, [advisory] = await ask(sub)
+    assert answer["products"] == [{"product_id": "p-v1"}]
+    assert advisory["details"]["original_error"]["code"] == "RATE_LIMITED"
+
+
+async def test_a_correctable_adcp_error_is_the_callers_never_stale(
+    sub: AdcpAgent, agent: FakeAgent, clock: FakeClock
+) -> None:
+    await ask(sub)
+    clock.advance(61)
+    error = {"code": "INVALID_REQUEST", "message": "bad filters", "recovery": "correctable"}
+    agent.next = {"adcp_error": error}
+    with pytest.raises(AgentRefused) as raised, collect_advisories():
+        await sub.get_products(WHOLESALE)
+    assert raised.value.error == error
+
+
+async def test_keys_read_the_request_canonically_and_keep_accounts_apart(
+    sub: AdcpAgent, agent: FakeAgent
+) -> None:
+    await ask(sub, {**WHOLESALE, "filters": {"channels": ["display", "olv"]}})
+    await ask(sub, {"filters": {"channels": ["olv", "display"]}, **WHOLESALE,
+                    "idempotency_key": "k-2"})  # fmt: skip
+    assert len(agent.asked) == 1
+    await ask(sub, {**WHOLESALE, "account": {"account_id": "a"}})
+    await ask(sub, {**WHOLESALE, "account": {"account_id": "b"}})
+    assert len(agent.asked) == 3
+
+
+def test_an_agent_needs_an_address(clock: FakeClock) -> None:
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(SUB), clock=clock)
+    with pytest.raises(ValueError, match="URL"):
+        AdcpAgent(cache, Upstream(name="internal"))
