@@ -7,9 +7,20 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from ._version import __version__
+
+
+def _jwks(path: str | None) -> dict[str, Any] | None:
+    """The JWKS in the file at ``path`` (None without one)."""
+    if path is None:
+        return None
+    keys: dict[str, Any] = json.loads(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(keys.get("keys"), list):
+        raise SystemExit(f"{path}: not a JWKS (no keys list)")
+    return keys
 
 
 def _agent(value: str) -> tuple[str, str]:
@@ -55,6 +66,11 @@ def _parser() -> argparse.ArgumentParser:
         "--sub-seller", type=_agent, action="append", default=[], metavar="NAME=URL",
         help="another AdCP seller's MCP endpoint: sell its public wholesale feed too "
         "(needs the adcp-server extra)",
+    )  # fmt: skip
+    seller.add_argument(
+        "--webhook-jwks", metavar="PATH",
+        help="the sub-sellers' webhook-signing keys (a JWKS file): receive their signed feed "
+        "events at /webhooks/NAME",
     )  # fmt: skip
     seller.add_argument("--freshness-target", type=int, default=60, metavar="S")
     seller.add_argument("--max-stale", type=int, default=3600, metavar="S")
@@ -268,6 +284,7 @@ def _serve(args: argparse.Namespace) -> int:
             "creative_agents": dict(args.creative_agent),
             "inventory_url": args.inventory_service,
             "sub_sellers": dict(args.sub_seller),
+            "webhook_jwks": _jwks(args.webhook_jwks),
             "freshness_target": args.freshness_target,
             "max_stale": args.max_stale,
             "upstream_timeout": args.upstream_timeout,

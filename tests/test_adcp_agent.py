@@ -33,6 +33,7 @@ class FakeAgent:
         self.version = 1
         self.down = False
         self.next: dict[str, Any] | None = None  # one answer to give instead of the feed
+        self.overlays: set[str] = set()  # accounts answered with rows of their own
 
     async def __call__(self, tool: str, params: dict[str, Any]) -> dict[str, Any]:
         self.asked.append(params)
@@ -41,11 +42,16 @@ class FakeAgent:
         if self.next is not None:
             answer, self.next = self.next, None
             return answer
-        token = f"wfv-{self.version}"
+        account = (params.get("account") or {}).get("account_id")
+        own = account in self.overlays
+        scope, row = (
+            ("account", f"{account}-v{self.version}") if own else ("public", f"p-v{self.version}")
+        )
+        token = f"wfv-{row}"
         if params.get("if_wholesale_feed_version") == token:
-            return {"unchanged": True, "wholesale_feed_version": token, "cache_scope": "public",
+            return {"unchanged": True, "wholesale_feed_version": token, "cache_scope": scope,
                     "context": params.get("context")}  # fmt: skip
-        return {"products": [{"product_id": f"p-v{self.version}"}], "cache_scope": "public",
+        return {"products": [{"product_id": row}], "cache_scope": scope,
                 "wholesale_feed_version": token, "context": {"echo": "theirs"}}  # fmt: skip
 
 
@@ -83,7 +89,7 @@ async def test_past_the_target_an_unchanged_feed_is_a_probe_not_a_read(
     await ask(sub)
     clock.advance(61)
     answer, advisories = await ask(sub)
-    assert agent.asked[1] == {**WHOLESALE, "if_wholesale_feed_version": "wfv-1"}
+    assert agent.asked[1] == {**WHOLESALE, "if_wholesale_feed_version": "wfv-p-v1"}
     assert answer["products"] == [{"product_id": "p-v1"}] and not advisories
     clock.advance(30)  # re-stamped by the probe: fresh again
     await ask(sub)
@@ -98,7 +104,7 @@ async def test_a_changed_feed_is_read_in_full(
     clock.advance(61)
     answer, _ = await ask(sub)
     assert answer["products"] == [{"product_id": "p-v2"}]
-    assert answer["wholesale_feed_version"] == "wfv-2"
+    assert answer["wholesale_feed_version"] == "wfv-p-v2"
 
 
 async def test_a_pricing_token_rides_with_the_feed_token(
@@ -225,3 +231,39 @@ def test_an_agent_needs_an_address(clock: FakeClock) -> None:
     cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(SUB), clock=clock)
     with pytest.raises(ValueError, match="URL"):
         AdcpAgent(cache, Upstream(name="internal"))
+
+
+def account(name: str) -> dict[str, Any]:
+    return {**WHOLESALE, "account": {"account_id": name}}
+
+
+async def test_accounts_told_public_share_the_public_layer(
+    sub: AdcpAgent, agent: FakeAgent, clock: FakeClock
+) -> None:
+    await ask(sub, account("a"))
+    await ask(sub, account("b"))
+    agent.version = 2
+    clock.advance(61)
+    answer, _ = await ask(sub, account("a"))  # a's refresh fills the public layer...
+    assert answer["products"] == [{"product_id": "p-v2"}]
+    calls = len(agent.asked)
+    answer, _ = await ask(sub)  # ...which a request with no account reads, fresh
+    assert answer["products"] == [{"product_id": "p-v2"}] and len(agent.asked) == calls
+
+
+async def test_an_overlay_is_its_accounts_alone_and_a_downgrade_drops_it(
+    sub: AdcpAgent, agent: FakeAgent, clock: FakeClock
+) -> None:
+    agent.overlays.add("big")
+    overlay, _ = await ask(sub, account("big"))
+    public, _ = await ask(sub, account("small"))
+    assert overlay["products"] == [{"product_id": "big-v1"}]
+    assert overlay["cache_scope"] == "account"
+    assert public["products"] == [{"product_id": "p-v1"}]
+    agent.overlays.clear()  # the agent now answers "big" from its rate card: a downgrade
+    clock.advance(61)
+    answer, _ = await ask(sub, account("big"))
+    assert answer["products"] == [{"product_id": "p-v1"}] and answer["cache_scope"] == "public"
+    calls = len(agent.asked)
+    again, _ = await ask(sub, account("big"))
+    assert again == answer and len(agent.asked) == calls  # the public layer, fresh

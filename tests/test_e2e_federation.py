@@ -6,6 +6,7 @@ asked over MCP through the ``adcp`` client (issue 25's acceptance, real processe
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Iterator
@@ -110,3 +111,64 @@ def test_refreshes_of_an_unchanged_feed_are_probes(chain: tuple[Deployment, Depl
     body = ask(second)
     assert any("revision 1" in product["name"] for product in body["products"])
     assert wholesale_answers(first).get("full", 0) == after.get("full", 0) + 1
+
+
+def test_signed_webhooks_keep_every_process_current(tmp_path: Any) -> None:
+    """S2 in two worker processes on one cache file, S1 always current (target 0): S2's own
+    60 s target would hide S1's changes; a signed event makes every S2 process read them."""
+    import json
+
+    from adcp.signing import generate_signing_keypair, load_private_key_pem
+    from adcp.webhooks import sign_webhook
+
+    from .test_feed_webhooks import event
+
+    pem, jwk = generate_signing_keypair(alg="ed25519", kid="s1-wh", purpose="webhook-signing")
+    key = load_private_key_pem(pem)
+    jwks = tmp_path / "jwks.json"
+    jwks.write_text(json.dumps({"keys": [jwk]}))
+    with contextlib.ExitStack() as stack:
+        first = stack.enter_context(
+            Deployment("--freshness-target", "0", agents="", products=2, inventory=("--name", "a"))
+        )
+        second = stack.enter_context(Deployment(
+            "--freshness-target", "60", "--workers", "2",
+            "--cache-file", str(tmp_path / "s2.sqlite"), f"--webhook-jwks={jwks}",
+            f"--sub-seller=sub={first.url}/mcp", agents="", products=1, inventory=("--name", "b"),
+        ))  # fmt: skip
+        hook = f"{second.url}/webhooks/sub"
+
+        def revisions() -> set[str]:
+            """What S2's answers say of S1's rows, over new connections (either worker)."""
+            seen = set()
+            for _ in range(12):
+                body = ask(second)
+                seen |= {p["name"].rpartition("(")[2] for p in body["products"]
+                         if p["product_id"].startswith("a-")}  # fmt: skip
+                assert not stale(body)
+            return seen
+
+        def send(kind: str, signed: bool = True, tamper: bool = False) -> httpx.Response:
+            body = json.dumps(event(kind)).encode()
+            headers = {"content-type": "application/json"}
+            if signed:
+                headers |= sign_webhook(method="POST", url=hook, headers=headers, body=body,
+                                        private_key=key, key_id="s1-wh",
+                                        alg="ed25519").as_dict()  # fmt: skip
+            if tamper:
+                body = body.replace(b"repriced", b"free now").replace(b"p-v1", b"p-v9")
+            return httpx.post(hook, content=body, headers=headers, timeout=10)
+
+        assert revisions() == {"public)"}  # revision 0 in every worker
+        httpx.post(f"{first.inventory.url}/revision", timeout=5)
+        assert revisions() == {"public)"}  # S2's 60 s target hides the change
+        assert send("product.updated", signed=False).status_code == 401
+        assert send("product.updated", tamper=True).status_code == 401
+        assert revisions() == {"public)"}  # nothing changed
+        assert send("product.updated").status_code == 202
+        time.sleep(0.3)  # within the propagation bound
+        assert revisions() == {"public, revision 1)"}  # every worker, at once
+        httpx.post(f"{first.inventory.url}/revision", timeout=5)
+        assert send("wholesale_feed.bulk_change").status_code == 202
+        time.sleep(0.3)
+        assert revisions() == {"public, revision 2)"}

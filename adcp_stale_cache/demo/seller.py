@@ -14,7 +14,6 @@ feed with AdCP's conditional fetch (:mod:`.feed`). Every answer echoes the reque
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextvars import ContextVar
@@ -43,7 +42,7 @@ from ..integrations.mcp_client import call_mcp_tool
 from ..metrics import PrometheusMetrics
 from ..stores import MemoryStore, Store
 from .feed import WholesaleFeed
-from .sub_sellers import SUB_SELLERS, SubSellers
+from .sub_sellers import SUB_SELLERS, SubSellers, gather_items
 from .tool_failed import ToolFailed
 from .versions import SUPPORTED_VERSIONS, VersionUnsupported, served_version
 
@@ -194,18 +193,9 @@ class SellerTools:
     async def list_creative_formats(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """Formats of every creative agent, asked concurrently; a dead agent's from cache."""
         arguments = {k: v for k, v in params.items() if k not in _NOT_QUERY}
-        results = await asyncio.gather(
-            *(self._formats(a, arguments) for a in self.agents), return_exceptions=True
+        formats, errors = await gather_items(
+            (self._formats(a, arguments) for a in self.agents), field="formats"
         )
-        formats: list[Any] = []
-        errors: list[dict[str, Any]] = []
-        for result in results:
-            if isinstance(result, UpstreamUnavailable):
-                errors.append(service_unavailable(result, field="formats").to_dict())
-            elif isinstance(result, BaseException):
-                raise result
-            else:
-                formats.extend(result)
         if errors and not formats:
             raise ToolFailed(_fatal(errors, params))
         payload: dict[str, Any] = {"formats": formats}
@@ -281,6 +271,7 @@ def create_seller_app(
     honor_cache_control: bool = False,
     inventory_transport: httpx.AsyncBaseTransport | None = None,
     sub_sellers: Mapping[str, str] | None = None,
+    webhook_jwks: Mapping[str, Any] | None = None,
 ) -> FastAPI:
     """The seller app; ``creative_agents`` maps each agent's name to its MCP URL.
 
@@ -292,7 +283,9 @@ def create_seller_app(
     reaches the inventory service another way than over the network (an in-process
     ``httpx.ASGITransport``, say: the benchmarks do). ``sub_sellers`` maps other AdCP
     sellers' names to their MCP URLs: ``get_products`` sells their public wholesale feeds too
-    (:mod:`.sub_sellers`).
+    (:mod:`.sub_sellers`); with ``webhook_jwks`` (the sub-sellers' public keys, a JWKS),
+    their signed feed webhooks are received at ``/webhooks/<name>``
+    (:mod:`~adcp_stale_cache.integrations.feed_webhooks`).
     """
     sub_sellers = dict(sub_sellers or {})
     surfaces = seller_surfaces(freshness_target, max_stale, upstream_timeout, tuple(sub_sellers))
@@ -316,12 +309,13 @@ def create_seller_app(
         honor_cache_control=honor_cache_control, transport=inventory_transport,
     ))  # fmt: skip
     agents = [Upstream(name=name, url=url) for name, url in creative_agents.items()]
+    subs = SubSellers(cache, sub_sellers) if sub_sellers else None
     answers = Counter("adcp_example_wholesale_answers", "Wholesale answers given, by outcome",
                       ["outcome"], registry=registry)  # fmt: skip
     tools = SellerTools(
         cache, agents, client, test_controller=test_controller,
         feed=WholesaleFeed(cache, rate_card, client),
-        sub_sellers=SubSellers(cache, sub_sellers) if sub_sellers else None,
+        sub_sellers=subs,
         wholesale_answered=lambda outcome: answers.labels(outcome).inc(),
     )  # fmt: skip
     names = (*TOOLS, "comply_test_controller") if test_controller else TOOLS
@@ -369,16 +363,38 @@ def create_seller_app(
 
     app.add_api_route("/api/{tool}", json_route, methods=["POST"])
     app.add_api_route("/metrics", metrics, methods=["GET"])
-    if admin_token:
+    control = CacheControl(cache) if admin_token or (subs and webhook_jwks) else None
+    if admin_token and control is not None:
         from ..admin import admin_app
 
-        app.mount("/admin", admin_app(CacheControl(cache), token=admin_token))
+        app.mount("/admin", admin_app(control, token=admin_token))
+    if subs is not None and webhook_jwks and control is not None:
+        _mount_feed_webhooks(app, control, subs, webhook_jwks)
     app.router.routes.extend(mcp_app.routes)  # /mcp itself: a Mount would redirect to /mcp/
     skills = {name: (lambda params, name=name: skill(name, params)) for name in names}
     app.router.routes.extend(create_a2a_routes(skills, name="example-seller", url=f"{public_url}/"))
     app.add_middleware(StaleAdvisoryMiddleware, surfaces=surfaces)
     app.add_middleware(_RememberAuthorization)
     return app
+
+
+def _mount_feed_webhooks(
+    app: FastAPI, control: CacheControl, subs: SubSellers, jwks: Mapping[str, Any]
+) -> None:
+    """Each sub-seller's signed feed webhooks at ``/webhooks/<name>``, verified against
+    ``jwks``. (The replay store is this process's: a replay another worker accepts only
+    soft-purges again, which changes nothing a buyer is served.)"""
+    from adcp.signing import StaticJwksResolver
+    from adcp.webhooks import WebhookVerifyOptions
+    from starlette.routing import Route
+
+    from ..integrations.feed_webhooks import FeedWebhooks
+
+    for agent in subs.agents:
+        options = WebhookVerifyOptions(jwks_resolver=StaticJwksResolver(dict(jwks)))
+        # A route, not a mount: a mount would redirect POST /webhooks/NAME to .../NAME/.
+        hooks = FeedWebhooks(control, agent.upstream, verify=options)
+        app.router.routes.append(Route(f"/webhooks/{agent.upstream.name}", hooks))
 
 
 class _RememberAuthorization:

@@ -11,7 +11,7 @@ Needs the ``adcp-server`` extra (the ``adcp`` client, 9.2 or later).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from typing import Any
 
 from .. import Upstream, UpstreamCache, UpstreamUnavailable, service_unavailable
@@ -41,16 +41,29 @@ class SubSellers:
     async def products(self) -> tuple[list[Any], list[dict[str, Any]]]:
         """Every sub-seller's products, and a ``SERVICE_UNAVAILABLE`` error for each one
         that answered nothing (a stale one's advisory is the cache's to record)."""
-        results = await asyncio.gather(
-            *(agent.get_products(FEED_REQUEST) for agent in self.agents), return_exceptions=True
+        return await gather_items(
+            (self._products(agent) for agent in self.agents), field="products"
         )
-        products: list[Any] = []
-        errors: list[dict[str, Any]] = []
-        for result in results:
-            if isinstance(result, UpstreamUnavailable):
-                errors.append(service_unavailable(result, field="products").to_dict())
-            elif isinstance(result, BaseException):
-                raise result
-            else:
-                products.extend(result.get("products") or [])
-        return products, errors
+
+    @staticmethod
+    async def _products(agent: AdcpAgent) -> list[Any]:
+        answer = await agent.get_products(FEED_REQUEST)
+        return list(answer.get("products") or [])
+
+
+async def gather_items(
+    calls: Iterable[Awaitable[list[Any]]], *, field: str
+) -> tuple[list[Any], list[dict[str, Any]]]:
+    """The items of ``calls`` run at once, and a ``SERVICE_UNAVAILABLE`` error (for
+    ``field``) per upstream that could answer nothing; any other failure is raised."""
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    items: list[Any] = []
+    errors: list[dict[str, Any]] = []
+    for result in results:
+        if isinstance(result, UpstreamUnavailable):
+            errors.append(service_unavailable(result, field=field).to_dict())
+        elif isinstance(result, BaseException):
+            raise result
+        else:
+            items.extend(result)
+    return items, errors

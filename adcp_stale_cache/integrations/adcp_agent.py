@@ -16,10 +16,15 @@ server), :class:`AdcpAgent` knows what an AdCP answer means for a cache:
   its ``wholesale_feed_version`` (and ``pricing_version``) as ``if_*`` tokens; an
   ``unchanged: true`` re-stamps the held answer (a success for the breaker), a changed feed
   is read in full.
+- **Layers:** a request without an account is the public layer; an account's entry is its
+  overlay (the agent said ``account``) or a mark of the public layer every account the agent
+  answered ``public`` shares (see :meth:`AdcpAgent.ask`).
 - **Keys:** the request in canonical form (:func:`~adcp_stale_cache.wholesale.canonical`:
   reordered filters are one entry), without what is per call (``context``,
-  ``idempotency_key``, the ``if_*`` tokens), with the account when it names one, and with
-  the credentials the agent is called with (``Upstream(credentials=)``).
+  ``idempotency_key``, the ``if_*`` tokens), with the account when it names one (its
+  ``account_id`` tags the entry, for webhooks: see
+  :mod:`~adcp_stale_cache.integrations.feed_webhooks`), and with the credentials the agent
+  is called with (``Upstream(credentials=)``).
 
 Needs the ``adcp`` extra (9.2 or later for the client calls: ``adcp-server``); pass
 ``call=`` to reach the agent another way (another client, a test's fake).
@@ -47,8 +52,17 @@ AgentCall = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 PER_CALL = frozenset(
     {"context", "idempotency_key", "if_wholesale_feed_version", "if_pricing_version"}
 )
+#: What an account's entry holds when the agent answered it ``public``: read the public layer.
+LAYER = "adcp_stale_cache_layer"
+
 #: The tools whose answers carry wholesale tokens (conditional fetch).
 VERSIONED = frozenset({"get_products", "get_signals"})
+
+
+def account_tag(account_id: str) -> str:
+    """The tag of an agent's entries for one of the seller's accounts (a webhook's
+    ``applies_to.account_ids`` select them: see feed_webhooks)."""
+    return f"account:{account_id}"
 
 
 class AgentRefused(Exception):
@@ -90,15 +104,56 @@ class AdcpAgent:
     async def ask(self, tool: str, request: Mapping[str, Any]) -> dict[str, Any]:
         """The agent's answer to ``tool`` with ``request``, from cache when the surface
         allows: without the agent's own staleness advisories (ours stand for them, see
-        :mod:`~adcp_stale_cache.hops`) and without ``context``."""
+        :mod:`~adcp_stale_cache.hops`) and without ``context``.
+
+        Entries follow the spec's layers. A request without an account is the public layer.
+        With one, the account's entry is its overlay (the agent said ``account``) or, when
+        the agent said ``public``, a mark that sends every read to the public layer, which
+        every account it holds for shares (a later ``public`` for an account that had an
+        overlay drops it: the spec's downgrade).
+        """
         params = {name: value for name, value in request.items() if name not in PER_CALL}
-        key = ("adcp", tool, canonical(params))
-        payload = await self.cache.fetch(
-            self.upstream, key, lambda: self._answer(tool, params), surface=self.surface,
-            cacheable=storable, directives=directives_of,
-            revalidate=lambda held: self._revalidate(tool, params, held),
-        )  # fmt: skip
+        if "account" not in params:
+            return delivered(await self._fetch(tool, params, ()))
+        account = params["account"]
+        account_id = account.get("account_id") if isinstance(account, Mapping) else None
+        tags = (account_tag(account_id),) if isinstance(account_id, str) else ()
+        public = {name: value for name, value in params.items() if name != "account"}
+        payload = await self._fetch(tool, params, tags, public)
+        if payload.get(LAYER) == "public":
+            payload = await self._fetch(tool, public, ())
         return delivered(payload)
+
+    async def _fetch(
+        self, tool: str, params: dict[str, Any], tags: tuple[str, ...],
+        public: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        """The entry of ``params``; with ``public`` (an account's request), a public answer
+        is kept in the public layer of ``public`` and the account's entry marks it."""
+
+        async def call() -> dict[str, Any]:
+            return await self._layered(tool, public, await self._answer(tool, params))
+
+        async def revalidate(held: dict[str, Any]) -> dict[str, Any]:
+            return await self._layered(tool, public, await self._revalidate(tool, params, held))
+
+        return await self.cache.fetch(
+            self.upstream, ("adcp", tool, canonical(params)), call, surface=self.surface,
+            cacheable=storable, directives=directives_of, tags=tags, revalidate=revalidate,
+        )  # fmt: skip
+
+    async def _layered(
+        self, tool: str, public: dict[str, Any] | None, answer: dict[str, Any]
+    ) -> dict[str, Any]:
+        """An account's ``answer`` as its entry keeps it: itself (an overlay), or, said
+        ``public``, the mark of the public layer (where the answer is kept)."""
+        if public is None or answer.get("cache_scope") != "public" or not storable(answer):
+            return answer
+        await self.cache.fetch(
+            self.upstream, ("adcp", tool, canonical(public)), _given(answer),
+            surface=self.surface, cacheable=storable, directives=directives_of,
+        )  # fmt: skip
+        return {LAYER: "public", "cache_scope": "public"}
 
     async def _answer(self, tool: str, params: dict[str, Any]) -> dict[str, Any]:
         return answer_of(await self.call(tool, params))
@@ -145,6 +200,15 @@ def storable(payload: Mapping[str, Any]) -> bool:
     if payload.get("status") == "rejected" or payload.get("incomplete"):
         return False
     return "products" not in payload or isinstance(payload.get("products"), list)
+
+
+def _given(answer: dict[str, Any]) -> Callable[[], Awaitable[dict[str, Any]]]:
+    """A call that answers ``answer`` (the public layer, filled from an account's call)."""
+
+    async def call() -> dict[str, Any]:
+        return answer
+
+    return call
 
 
 def _tokens(answer: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,161 @@
+"""A sub-agent's wholesale-feed webhooks, verified and applied to the cache.
+
+The spec pushes ``product.*``, ``signal.*`` and ``wholesale_feed.bulk_change`` events, signed
+with the AdCP RFC 9421 webhook profile (``specs/wholesale-feed-webhooks.md``).
+:class:`FeedWebhooks` is a pure ASGI app to mount where the sub-agent delivers them. It
+verifies each event with ``adcp.webhooks.verify_webhook_signature`` (an unsigned, badly signed,
+replayed or tampered event changes nothing and is answered 401), then applies its
+``applies_to.scope`` to the entries of that sub-agent (see
+:class:`~adcp_stale_cache.integrations.adcp_agent.AdcpAgent`):
+
+- ``public``: the public layer and every overlay built on it: all of the agent's entries;
+- ``account`` with ``account_ids``: those accounts' entries;
+- ``account`` without: the receiving account's (the event's ``account_id``).
+
+**The cache is the mirror.** An event soft-purges what it applies to, through
+:meth:`~adcp_stale_cache.control.CacheControl.invalidate`: every process sharing the store
+hears of it through the purge count, and the next request revalidates with the feed's token
+(a changed feed is read in full; the entry stays the outage fallback meanwhile). That is
+why the events' contents are not applied as deltas, as ``adcp.FeedMirror`` does in one
+process's memory: a soft purge is the same whichever order events arrive in and however
+often one is delivered, so neither ordering nor de-duplication can serve a buyer wrong data,
+and no process holds a copy the others cannot see. ``wholesale_feed.bulk_change`` also
+re-reads the feed at once (:meth:`~adcp_stale_cache.control.CacheControl.refresh`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from starlette.types import Receive, Scope, Send
+
+from ..control import CacheControl
+from ..policy import Upstream
+from .adcp_agent import account_tag
+
+logger = logging.getLogger("adcp_stale_cache")
+
+#: The largest event body read (events are small; a bigger body is refused unread).
+MAX_BODY = 256 * 1024
+
+
+class FeedWebhooks:
+    """Wholesale-feed events of ``upstream`` (an AdCP agent behind ``control``'s cache).
+
+    ``verify`` is the ``adcp`` package's ``WebhookVerifyOptions`` (its JWKS resolver names the
+    agent's keys; keep one instance for the receiver's life: it holds the replay store).
+    ``url`` is the URL the agent signs (this endpoint's public URL), else the request's own.
+    """
+
+    def __init__(
+        self, control: CacheControl, upstream: Upstream, *, verify: Any, url: str | None = None
+    ) -> None:
+        self.control, self.upstream, self.verify, self.url = control, upstream, verify, url
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Verify the event, apply it, answer (202 applied, 401 unverified, 4xx otherwise)."""
+        if scope["type"] != "http":
+            return
+        if scope["method"] != "POST":
+            await _answer(send, 405, {"error": "POST an event"})
+            return
+        body = await _body(receive)
+        if body is None:
+            await _answer(send, 413, {"error": "event too large"})
+            return
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        refused = self._unverified(scope, headers, body)
+        if refused is not None:
+            await _answer(send, 401, {"error": "signature not verified", "code": refused})
+            return
+        try:
+            event = json.loads(body)
+            applied = await self.apply(event)
+        except (ValueError, TypeError) as exc:
+            await _answer(send, 400, {"error": f"not a wholesale feed event: {exc}"})
+            return
+        await _answer(send, 202, applied)
+
+    def _unverified(self, scope: Scope, headers: Mapping[str, str], body: bytes) -> str | None:
+        """Why the event is not verified (its ``webhook_signature_*`` code), or None."""
+        from adcp.signing import SignatureVerificationError
+        from adcp.webhooks import verify_webhook_signature
+
+        try:
+            verify_webhook_signature(method="POST", url=self.url or _own_url(scope, headers),
+                                     headers=headers, body=body, options=self.verify)  # fmt: skip
+        except SignatureVerificationError as exc:
+            logger.warning("feed_webhook_refused upstream=%s code=%s", self.upstream.name, exc.code)
+            return str(exc.code)
+        return None
+
+    async def apply(self, event: object) -> dict[str, Any]:
+        """Apply a verified event: soft-purge what its ``applies_to`` names (and re-read the
+        feed for a bulk change); what was done. Raises ``ValueError`` for what is no event."""
+        if not isinstance(event, Mapping):
+            raise ValueError("the body is no JSON object")
+        inner = event.get("event")
+        payload = inner.get("payload") if isinstance(inner, Mapping) else None
+        applies = payload.get("applies_to") if isinstance(payload, Mapping) else None
+        kind = event.get("notification_type")
+        if not isinstance(applies, Mapping) or not isinstance(kind, str):
+            raise ValueError("no notification_type or event.payload.applies_to")
+        count = 0
+        for tags in _selections(applies, event.get("account_id")):
+            if kind == "wholesale_feed.bulk_change":
+                count += await self.control.refresh(upstream=self.upstream, tags=tags)
+            else:
+                count += await self.control.invalidate(upstream=self.upstream, tags=tags)
+        done = {"applied": kind, "scope": applies.get("scope"), "entries": count}
+        logger.info("feed_webhook_applied upstream=%s kind=%s entries=%d",
+                    self.upstream.name, kind, count)  # fmt: skip
+        return done
+
+
+def _selections(applies: Mapping[str, Any], receiving: object) -> list[list[str]]:
+    """The tags of each selection an ``applies_to`` makes: one of none (every entry of the
+    agent) for ``public``, one per account otherwise."""
+    scope = applies.get("scope")
+    if scope == "public":
+        return [[]]
+    if scope != "account":
+        raise ValueError(f"applies_to.scope is {scope!r}, not public or account")
+    ids = applies.get("account_ids")
+    if ids is None:
+        ids = [receiving] if isinstance(receiving, str) and receiving else None
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, str) and i for i in ids):
+        raise ValueError("an account-scoped event names no account")
+    return [[account_tag(account)] for account in dict.fromkeys(ids)]
+
+
+def _own_url(scope: Scope, headers: Mapping[str, str]) -> str:
+    """The URL the request was sent to, as the sender signed it (host header and path)."""
+    host = headers.get("host") or "localhost"
+    raw = scope.get("raw_path")  # the path as sent (a mount's root_path would differ)
+    path = raw.decode("latin-1") if isinstance(raw, bytes) else scope["path"]
+    query = scope.get("query_string", b"").decode("latin-1")
+    return f"{scope.get('scheme', 'http')}://{host}{path}" + (f"?{query}" if query else "")
+
+
+async def _body(receive: Receive) -> bytes | None:
+    """The request body, or None past :data:`MAX_BODY` (never read further)."""
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+async def _answer(send: Send, status: int, body: Mapping[str, Any]) -> None:
+    data = json.dumps(body).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": data})
