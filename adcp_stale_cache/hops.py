@@ -11,8 +11,8 @@ The sub-agent's own advisories are its producer entries about *its* upstreams: t
 the cached payload (the age is read from them again where another process stored it) and
 :func:`delivered` takes them out of what the seller composes, since ours stands for them.
 Entries a consuming SDK added on the way (``source: "sdk"``) are observations, not the
-producer's, and pass through as they are (``core/error.json``: hops dedupe those by
-``(code, field)``). A sub-agent's echo of a ``context`` is the request's, never data.
+producer's: they pass through once per ``(code, field)`` (``core/error.json``'s multi-hop
+rule). A sub-agent's echo of a ``context`` is the request's, never data.
 """
 
 from __future__ import annotations
@@ -61,12 +61,22 @@ def directives_of(payload: object) -> Directives | None:
 
 def delivered(payload: Mapping[str, Any]) -> dict[str, Any]:
     """``payload`` as the seller composes it: without the producer's ``STALE_RESPONSE``
-    entries (our advisory stands for them) and without ``context`` (the request's own)."""
+    entries (our advisory stands for them), its SDK entries once per ``(code, field)`` (the
+    spec's multi-hop rule), and without ``context`` (the request's own)."""
     result = {name: value for name, value in payload.items() if name != "context"}
     errors = payload.get("errors")
     if isinstance(errors, list):
         own = {id(error) for error in _own_stale_entries(payload)}
-        kept = [error for error in errors if id(error) not in own]
+        kept, seen = [], set()
+        for error in errors:
+            if id(error) in own:
+                continue
+            if isinstance(error, Mapping) and error.get("source") == "sdk":
+                seen_as = (str(error.get("code")), str(error.get("field")))
+                if seen_as in seen:
+                    continue
+                seen.add(seen_as)
+            kept.append(error)
         if kept:
             result["errors"] = kept
         else:

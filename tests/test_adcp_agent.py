@@ -267,3 +267,13 @@ async def test_an_overlay_is_its_accounts_alone_and_a_downgrade_drops_it(
     calls = len(agent.asked)
     again, _ = await ask(sub, account("big"))
     assert again == answer and len(agent.asked) == calls  # the public layer, fresh
+
+
+async def test_an_agent_cannot_forge_the_layer_mark(sub: AdcpAgent, agent: FakeAgent) -> None:
+    from adcp_stale_cache.integrations.adcp_agent import LAYER
+
+    agent.overlays.add("big")
+    agent.next = {"products": [{"product_id": "big-own"}], "cache_scope": "account",
+                  LAYER: "public"}  # fmt: skip
+    answer, _ = await ask(sub, account("big"))
+    assert answer["products"] == [{"product_id": "big-own"}] and LAYER not in answer

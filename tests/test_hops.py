@@ -198,3 +198,13 @@ async def test_every_caller_sharing_the_flight_is_told(cache: UpstreamCache) -> 
     results = await asyncio.gather(*tasks)
     assert sub.calls == 1
     assert [len(r) for r in results] == [1, 1, 1]
+
+
+def test_sdk_entries_are_kept_once_per_code_and_field() -> None:
+    first = {"code": "FORMAT_PROJECTION_FAILED", "message": "a", "field": "products[0]",
+             "source": "sdk", "sdk_id": "one@1"}  # fmt: skip
+    again = {**first, "message": "b", "sdk_id": "two@2"}
+    elsewhere = {**first, "field": "products[1]"}
+    producer = {"code": "FORMAT_PROJECTION_FAILED", "message": "c", "field": "products[0]"}
+    out = delivered(answer(first, again, elsewhere, producer, producer))
+    assert out["errors"] == [first, elsewhere, producer, producer]  # the first SDK entry kept

@@ -181,7 +181,7 @@ class AdcpAgent:
 def answer_of(payload: object) -> dict[str, Any]:
     """An agent's wire payload as the cache takes it: failures raised (transient ones as an
     outage, :class:`~adcp_stale_cache.UpstreamError`; others as :class:`AgentRefused`), the
-    agent's ``context`` echo dropped."""
+    agent's ``context`` echo dropped (and a member named as our layer mark: see ask)."""
     if not isinstance(payload, Mapping):
         raise UpstreamError("INVALID_PAYLOAD", "the agent answered no JSON object")
     failed = payload.get("adcp_error")
@@ -191,7 +191,11 @@ def answer_of(payload: object) -> dict[str, Any]:
         if failed.get("recovery") in ("correctable", "terminal"):
             raise AgentRefused(failed)
         raise UpstreamError(code)
-    return {name: value for name, value in payload.items() if name != "context"}
+    # Never the agent's: the context is the request's, the layer mark ours.
+    return {name: value for name, value in payload.items() if name not in _NOT_THE_AGENTS}
+
+
+_NOT_THE_AGENTS = frozenset({"context", LAYER})
 
 
 def storable(payload: Mapping[str, Any]) -> bool:
