@@ -13,14 +13,18 @@ from typing import Any
 from ._version import __version__
 
 
-def _jwks(path: str | None) -> dict[str, Any] | None:
-    """The JWKS in the file at ``path`` (None without one)."""
-    if path is None:
-        return None
-    keys: dict[str, Any] = json.loads(Path(path).read_text(encoding="utf-8"))
-    if not isinstance(keys.get("keys"), list):
-        raise SystemExit(f"{path}: not a JWKS (no keys list)")
-    return keys
+def _named_jwks(value: str) -> tuple[str, dict[str, Any]]:
+    """``NAME=PATH``: a sub-seller's name and the JWKS in the file at ``PATH``."""
+    name, sep, path = value.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"expected NAME=PATH, got {value!r}")
+    try:
+        keys = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(f"{path}: {exc}") from exc
+    if not isinstance(keys, dict) or not isinstance(keys.get("keys"), list):
+        raise argparse.ArgumentTypeError(f"{path}: not a JWKS (no keys list)")
+    return name, keys
 
 
 def _agent(value: str) -> tuple[str, str]:
@@ -68,8 +72,8 @@ def _parser() -> argparse.ArgumentParser:
         "(needs the adcp-server extra)",
     )  # fmt: skip
     seller.add_argument(
-        "--webhook-jwks", metavar="PATH",
-        help="the sub-sellers' webhook-signing keys (a JWKS file): receive their signed feed "
+        "--webhook-jwks", type=_named_jwks, action="append", default=[], metavar="NAME=PATH",
+        help="a sub-seller's webhook-signing keys (a JWKS file): receive its signed feed "
         "events at /webhooks/NAME",
     )  # fmt: skip
     seller.add_argument("--freshness-target", type=int, default=60, metavar="S")
@@ -284,7 +288,7 @@ def _serve(args: argparse.Namespace) -> int:
             "creative_agents": dict(args.creative_agent),
             "inventory_url": args.inventory_service,
             "sub_sellers": dict(args.sub_seller),
-            "webhook_jwks": _jwks(args.webhook_jwks),
+            "webhook_jwks": dict(args.webhook_jwks),
             "freshness_target": args.freshness_target,
             "max_stale": args.max_stale,
             "upstream_timeout": args.upstream_timeout,

@@ -22,7 +22,8 @@ class Directives:
     ``age`` is the ``Age`` header, seconds the answer already spent in caches upstream.
     ``stale_at_source`` is set when the upstream said its answer is itself a stale serve
     (an AdCP sub-agent's own ``STALE_RESPONSE``, see :mod:`~adcp_stale_cache.hops`): the
-    failure it named, which our advisory repeats once the answer is past our target.
+    failure it named, which our advisory repeats once the answer is past our target;
+    ``age_known`` is False when it gave no readable age (then it is at least our target).
     """
 
     max_age: float | None = None
@@ -34,6 +35,7 @@ class Directives:
     age: float = 0.0
     vary: tuple[str, ...] = ()
     stale_at_source: Failure | None = None
+    age_known: bool = True
 
     @property
     def vary_any(self) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Hashable
@@ -25,9 +26,9 @@ from .advisory import AdcpError
 from .breaker import Breaker
 from .call_loop import CallLoop
 from .collector import AdvisoryCollector, _flight, current_collector
-from .decision import Fail, ServeStale, on_failure
+from .decision import Fail, ServeStale, on_failure, target_seconds
 from .directives import Directives
-from .entry import Entry
+from .entry import Entry, Terms
 from .failures import Failure, StaleBeyondBound, classify
 from .keys import key_size
 from .lookup import Lookup
@@ -281,6 +282,9 @@ class Flights:
                 failure = classify(exc, timeout, self.failure_types)
                 outage = failure.kind in policy.stale_on
                 self.metrics.refresh(policy.name, upstream.name, time.monotonic() - started, False)
+                if isinstance(exc, StaleBeyondBound):  # it answered: no fault of the upstream's
+                    await self.breakers.report(upstream, None, False)
+                    raise
                 if outage:
                     self.metrics.upstream_failure(upstream.name, failure.code)
                 await self.breakers.report(upstream, failure, outage)
@@ -335,7 +339,7 @@ class Flights:
         if found.private or (answer.cacheable is not None and not answer.cacheable(value)):
             return Refreshed(value, None, (), labels)
         said = answer.directives(value) if answer.directives is not None else None
-        terms = said.terms() if said is not None else None
+        terms = _terms(said, found.policy)
         now = self.clock()
         at_source = _at_source(found, said, Entry(b"", now, terms=terms), now)
         if said is not None and not said.storable(found.shared):
@@ -375,6 +379,17 @@ class Flights:
                 entry = await self.read(store_key)  # released: it stored, or it did not
                 return entry if entry is not None and entry.stored_at >= since else None
         raise TimeoutError(f"no answer within {timeout:g}s (refresh by another process)")
+
+
+def _terms(said: Directives | None, policy: SurfacePolicy) -> Terms | None:
+    """The terms an answer is stored with: what it said, an age it could not say floored at
+    our target (a stale serve of its own is at least past one)."""
+    terms = said.terms() if said is not None else None
+    if said is None or said.stale_at_source is None or said.age_known:
+        return terms
+    terms = terms or Terms()
+    floor = target_seconds(Entry(b"", 0.0, terms=terms), policy)
+    return dataclasses.replace(terms, age=max(terms.age, floor))
 
 
 def _at_source(

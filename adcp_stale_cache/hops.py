@@ -7,12 +7,14 @@ stores the entry that old (so a later outage counts from when the data was last 
 bottom) and, once it is past our own target, tells our buyer with one advisory of ours for
 that upstream (named as we call it, ``field`` ours, the sub-agent's ``original_error`` code).
 
-The sub-agent's own advisories are its producer entries about *its* upstreams: they stay in
-the cached payload (the age is read from them again where another process stored it) and
-:func:`delivered` takes them out of what the seller composes, since ours stands for them.
-Entries a consuming SDK added on the way (``source: "sdk"``) are observations, not the
-producer's: they pass through once per ``(code, field)`` (``core/error.json``'s multi-hop
-rule). A sub-agent's echo of a ``context`` is the request's, never data.
+The sub-agent's own advisories are its entries about *its* upstreams: they stay in the
+cached payload (the age is read from them again where another process stored it) and
+:func:`delivered` takes them out of what the seller composes, since ours stands for them. A
+``STALE_RESPONSE`` an SDK added on the way (``source: "sdk"``) is read and taken out alike:
+relayed, it would state an age frozen at that hop. Other entries a consuming SDK added are
+observations, not the producer's: they pass through once per ``(code, field)``
+(``core/error.json``'s multi-hop rule). A sub-agent's echo of a ``context`` is the
+request's, never data.
 """
 
 from __future__ import annotations
@@ -31,21 +33,25 @@ _CODE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
 
 
 def directives_of(payload: object) -> Directives | None:
-    """What ``payload`` says of its own age: None unless its producer marked it stale.
+    """What ``payload`` says of its own age: None unless it holds a ``STALE_RESPONSE``.
 
     The age is the oldest of its ``STALE_RESPONSE`` entries' ``cache_age_seconds`` (one per
-    upstream of the sub-agent: the answer is as old as its oldest part). An entry with no
-    readable age counts as old as its own ``freshness_target_seconds`` (at least past it, by
-    the code's meaning), else 0. The failure is the oldest entry's ``original_error`` code,
-    else ``STALE_RESPONSE`` itself; its message is ours (a sub-agent's text may hold what
-    an advisory must not: hostnames, credentials).
+    upstream of the sub-agent: the answer is as old as its oldest part). Every such entry
+    counts, the producer's and an SDK's alike: an age is never taken from the least of
+    them. An entry with no readable age is at least past a target, by the code's meaning:
+    its own ``freshness_target_seconds`` when readable, and never younger than ours
+    (``age_known=False``: the cache floors it at the surface's target). The failure is the
+    oldest entry's ``original_error`` code, else ``STALE_RESPONSE`` itself; its message is
+    ours (a sub-agent's text may hold what an advisory must not: hostnames, credentials).
     """
     oldest: tuple[float, str] | None = None
-    for error in _own_stale_entries(payload):
+    known = True
+    for error in _stale_entries(payload):
         details = error.get("details")
         details = details if isinstance(details, Mapping) else {}
         age = _seconds(details.get("cache_age_seconds"))
         if age is None:
+            known = False
             age = _seconds(details.get("freshness_target_seconds")) or 0.0
         original = details.get("original_error")
         code = original.get("code") if isinstance(original, Mapping) else None
@@ -56,48 +62,44 @@ def directives_of(payload: object) -> Directives | None:
         return None
     age, code = oldest
     failure = Failure(FailureKind.UPSTREAM_ERROR, code, "Upstream served its own cached answer")
-    return Directives(age=age, stale_at_source=failure)
+    return Directives(age=age, stale_at_source=failure, age_known=known)
 
 
 def delivered(payload: Mapping[str, Any]) -> dict[str, Any]:
-    """``payload`` as the seller composes it: without the producer's ``STALE_RESPONSE``
-    entries (our advisory stands for them), its SDK entries once per ``(code, field)`` (the
-    spec's multi-hop rule), and without ``context`` (the request's own)."""
+    """``payload`` as the seller composes it: without its ``STALE_RESPONSE`` entries (our
+    advisory stands for them, with an honest age), its SDK entries once per
+    ``(code, field)`` (the spec's multi-hop rule), and without ``context`` (the request's
+    own). An ``errors`` that is one object is read as a list of it; one that is neither is
+    no errors list and is left out."""
     result = {name: value for name, value in payload.items() if name != "context"}
-    errors = payload.get("errors")
-    if isinstance(errors, list):
-        own = {id(error) for error in _own_stale_entries(payload)}
-        kept, seen = [], set()
-        for error in errors:
-            if id(error) in own:
+    result.pop("errors", None)
+    kept, seen = [], set()
+    for error in _errors(payload):
+        if isinstance(error, Mapping) and error.get("code") == STALE_RESPONSE:
+            continue
+        if isinstance(error, Mapping) and error.get("source") == "sdk":
+            seen_as = (str(error.get("code")), str(error.get("field")))
+            if seen_as in seen:
                 continue
-            if isinstance(error, Mapping) and error.get("source") == "sdk":
-                seen_as = (str(error.get("code")), str(error.get("field")))
-                if seen_as in seen:
-                    continue
-                seen.add(seen_as)
-            kept.append(error)
-        if kept:
-            result["errors"] = kept
-        else:
-            result.pop("errors")
+            seen.add(seen_as)
+        kept.append(error)
+    if kept:
+        result["errors"] = kept
     return result
 
 
-def _own_stale_entries(payload: object) -> list[Mapping[str, Any]]:
-    """The ``STALE_RESPONSE`` entries ``payload``'s producer wrote (not an SDK's)."""
-    if not isinstance(payload, Mapping):
-        return []
-    errors = payload.get("errors")
-    if not isinstance(errors, list):
-        return []
-    return [
-        error
-        for error in errors
-        if isinstance(error, Mapping)
-        and error.get("code") == STALE_RESPONSE
-        and error.get("source") != "sdk"
-    ]
+def _errors(payload: object) -> list[Any]:
+    """``payload``'s ``errors`` as a list (one object is a list of it; anything else none)."""
+    errors = payload.get("errors") if isinstance(payload, Mapping) else None
+    if isinstance(errors, Mapping):
+        return [errors]
+    return errors if isinstance(errors, list) else []
+
+
+def _stale_entries(payload: object) -> list[Mapping[str, Any]]:
+    """The ``STALE_RESPONSE`` entries of ``payload``."""
+    return [error for error in _errors(payload)
+            if isinstance(error, Mapping) and error.get("code") == STALE_RESPONSE]  # fmt: skip
 
 
 def _seconds(value: object) -> float | None:

@@ -46,7 +46,9 @@ class Deployment:
             for app in self.apps:
                 app.start()
             for app in self.apps:
-                app.wait()
+                # 60 s: a seller with sub-sellers imports the adcp client at start, whose
+                # generated models take 7 to 20 s of this machine to build.
+                app.wait(60)
         except BaseException:
             self.__exit__()
             raise

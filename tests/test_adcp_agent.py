@@ -277,3 +277,52 @@ async def test_an_agent_cannot_forge_the_layer_mark(sub: AdcpAgent, agent: FakeA
                   LAYER: "public"}  # fmt: skip
     answer, _ = await ask(sub, account("big"))
     assert answer["products"] == [{"product_id": "big-own"}] and LAYER not in answer
+
+
+# What a hostile review found (each fails on the code before its fix).
+
+
+async def test_two_tenants_tokens_never_share_an_entry(clock: FakeClock) -> None:
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(SUB), clock=clock)
+    answers = {"tok-A": "A-private-deal", "tok-B": "B-rate"}
+
+    def tenant(token: str) -> AdcpAgent:
+        async def call(tool: str, params: dict[str, Any]) -> dict[str, Any]:
+            return {"products": [{"product_id": answers[token]}], "cache_scope": "public"}
+
+        return AdcpAgent(cache, UPSTREAM, surface="sub_products", token=token, call=call)
+
+    a, _ = await ask(tenant("tok-A"))
+    b, _ = await ask(tenant("tok-B"))
+    assert a["products"] == [{"product_id": "A-private-deal"}]
+    assert b["products"] == [{"product_id": "B-rate"}]
+
+
+async def test_unchanged_to_a_request_with_no_token_is_never_the_feed(
+    sub: AdcpAgent, agent: FakeAgent
+) -> None:
+    agent.next = {"unchanged": True, "wholesale_feed_version": "wfv-p-v1", "cache_scope": "public"}
+    with pytest.raises(UpstreamUnavailable) as raised, collect_advisories():
+        await sub.get_products(WHOLESALE)
+    assert raised.value.failure.code == "INVALID_PAYLOAD"
+    answer, _ = await ask(sub)  # nothing was kept: the feed itself now
+    assert answer["products"] == [{"product_id": "p-v1"}]
+
+
+async def test_unchanged_naming_another_token_reads_the_feed(
+    sub: AdcpAgent, agent: FakeAgent, clock: FakeClock
+) -> None:
+    await ask(sub)
+    agent.version = 2
+    clock.advance(61)
+    agent.next = {"unchanged": True, "wholesale_feed_version": "wfv-p-v2", "cache_scope": "public"}
+    answer, _ = await ask(sub)
+    assert answer["products"] == [{"product_id": "p-v2"}]  # never v1's rows under v2's token
+    assert answer["wholesale_feed_version"] == "wfv-p-v2"
+
+
+async def test_an_account_of_null_is_no_account(sub: AdcpAgent, agent: FakeAgent) -> None:
+    import asyncio
+
+    answer, _ = await asyncio.wait_for(ask(sub, {**WHOLESALE, "account": None}), 1)
+    assert answer["products"] == [{"product_id": "p-v1"}] and len(agent.asked) == 1

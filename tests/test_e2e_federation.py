@@ -133,7 +133,7 @@ def test_signed_webhooks_keep_every_process_current(tmp_path: Any) -> None:
         )
         second = stack.enter_context(Deployment(
             "--freshness-target", "60", "--workers", "2",
-            "--cache-file", str(tmp_path / "s2.sqlite"), f"--webhook-jwks={jwks}",
+            "--cache-file", str(tmp_path / "s2.sqlite"), f"--webhook-jwks=sub={jwks}",
             f"--sub-seller=sub={first.url}/mcp", agents="", products=1, inventory=("--name", "b"),
         ))  # fmt: skip
         hook = f"{second.url}/webhooks/sub"

@@ -158,15 +158,22 @@ async def test_only_posts_of_bounded_size(seller: Seller) -> None:
     assert (await seller.post(big, {"content-type": "application/json"})).status_code == 413
 
 
-async def test_mounted_it_verifies_the_url_the_sender_signed(seller: Seller) -> None:
-    """Without ``url=``: the request's own URL, on a Starlette route as the example has it."""
+async def test_the_url_verified_is_ours_whatever_the_host_header_says(seller: Seller) -> None:
+    """An event signed for another seller's URL, sent here with that seller's Host: 401."""
+    other = "http://seller-x.example/webhooks/sub"
+    body = json.dumps(event()).encode()
+    headers = {**signed(body, other), "host": "seller-x.example"}
+    response = await seller.http.post("/", content=body, headers=headers)
+    assert response.status_code == 401
+
+
+async def test_on_a_starlette_route_it_answers(seller: Seller) -> None:
     from starlette.applications import Starlette
     from starlette.routing import Route
 
     options = WebhookVerifyOptions(jwks_resolver=StaticJwksResolver({"keys": [JWK]}))
-    hooks = FeedWebhooks(seller.control, UPSTREAM, verify=options)
+    hooks = FeedWebhooks(seller.control, UPSTREAM, verify=options, url=URL)
     app = Starlette(routes=[Route("/webhooks/sub", hooks)])
     http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://seller.test")
     body = json.dumps(event()).encode()
-    response = await http.post(URL, content=body, headers=signed(body))
-    assert response.status_code == 202, response.text
+    assert (await http.post(URL, content=body, headers=signed(body))).status_code == 202

@@ -48,8 +48,15 @@ def test_a_payload_without_its_own_advisory_says_nothing() -> None:
     assert directives_of(answer()) is None
     assert directives_of({"products": [], "errors": None}) is None
     assert directives_of([1, 2]) is None
+    assert directives_of({"products": [], "errors": [{"code": "OTHER", "message": "m"}]}) is None
+
+
+def test_an_sdks_stale_response_counts_too() -> None:
+    """Relayed, an SDK's entry would state an age frozen at its hop: it is read, as the
+    producer's are, and the oldest wins."""
     sdk = stale(500, source="sdk", sdk_id="adcontextprotocol-adcp-python@9.2.0")
-    assert directives_of(answer(sdk)) is None  # an SDK's observation, not the producer's
+    said = directives_of(answer(stale(30), sdk))
+    assert said is not None and said.age == 500
 
 
 def test_the_oldest_of_its_advisories_is_the_answers_age() -> None:
@@ -66,10 +73,31 @@ def test_an_unreadable_age_counts_as_its_target(age: Any) -> None:
     error = stale(age)
     error["details"]["freshness_target_seconds"] = 120
     said = directives_of(answer(error))
-    assert said is not None and said.age == 120
+    assert said is not None and said.age == 120 and not said.age_known
     error["details"].pop("freshness_target_seconds")
     said = directives_of(answer(error))
-    assert said is not None and said.age == 0
+    assert said is not None and said.age == 0 and not said.age_known
+
+
+@pytest.mark.parametrize("age", [None, "400", True, -5, {"s": 1}])
+async def test_a_stale_serve_of_unreadable_age_is_announced_at_least_at_our_target(
+    cache: UpstreamCache, age: Any, assert_valid_advisory: Any
+) -> None:
+    sub = SubAgent()
+    sub.payload = answer(stale(age))
+    value, [advisory] = await ask(cache, sub)
+    assert_valid_advisory(advisory)
+    assert advisory["details"]["cache_age_seconds"] == 60  # our target: at least that old
+    assert "errors" not in delivered(value)
+
+
+async def test_an_errors_object_is_read_as_a_list_of_it(cache: UpstreamCache) -> None:
+    sub = SubAgent()
+    sub.payload = {"products": [], "errors": stale(400)}
+    value, [advisory] = await ask(cache, sub)
+    assert advisory["details"]["cache_age_seconds"] == 400
+    assert "errors" not in delivered(value)
+    assert "errors" not in delivered({"products": [], "errors": "oops"})
 
 
 def test_an_odd_code_is_not_repeated() -> None:
@@ -81,12 +109,12 @@ def test_an_odd_code_is_not_repeated() -> None:
     assert said.stale_at_source.code == "STALE_RESPONSE"
 
 
-def test_delivered_keeps_what_is_not_the_producers_staleness() -> None:
+def test_delivered_keeps_what_is_not_staleness() -> None:
     sdk = stale(5, source="sdk", sdk_id="x@1")
     other = {"code": "PIXEL_TRACKER_LOSSY_DOWNGRADE", "message": "m"}
     payload = answer(stale(300), sdk, other)
     out = delivered(payload)
-    assert out["errors"] == [sdk, other] and "context" not in out
+    assert out["errors"] == [other] and "context" not in out  # every staleness is ours to tell
     assert payload["errors"][0]["code"] == "STALE_RESPONSE"  # the cached payload untouched
     assert "errors" not in delivered(answer(stale(300)))
 
@@ -208,3 +236,20 @@ def test_sdk_entries_are_kept_once_per_code_and_field() -> None:
     producer = {"code": "FORMAT_PROJECTION_FAILED", "message": "c", "field": "products[0]"}
     out = delivered(answer(first, again, elsewhere, producer, producer))
     assert out["errors"] == [first, elsewhere, producer, producer]  # the first SDK entry kept
+
+
+async def test_an_answer_too_old_to_serve_never_opens_the_breaker(clock: FakeClock) -> None:
+    """The upstream answered: too old for us is no outage of its own (a fresh answer next is
+    asked for, not refused by an open breaker)."""
+    from adcp_stale_cache.breaker import BreakerPolicy
+
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock,
+                          breaker=BreakerPolicy(failure_threshold=1))  # fmt: skip
+    sub = SubAgent()
+    sub.payload = answer(stale(5000))
+    for _ in range(2):
+        with pytest.raises(UpstreamUnavailable), collect_advisories():
+            await cache.fetch(SUB, "k", sub, surface="get_products", directives=directives_of)
+    sub.payload = answer()
+    value, advisories = await ask(cache, sub)
+    assert sub.calls == 3 and advisories == [] and value["products"]

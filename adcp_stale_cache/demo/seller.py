@@ -271,7 +271,7 @@ def create_seller_app(
     honor_cache_control: bool = False,
     inventory_transport: httpx.AsyncBaseTransport | None = None,
     sub_sellers: Mapping[str, str] | None = None,
-    webhook_jwks: Mapping[str, Any] | None = None,
+    webhook_jwks: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> FastAPI:
     """The seller app; ``creative_agents`` maps each agent's name to its MCP URL.
 
@@ -283,8 +283,8 @@ def create_seller_app(
     reaches the inventory service another way than over the network (an in-process
     ``httpx.ASGITransport``, say: the benchmarks do). ``sub_sellers`` maps other AdCP
     sellers' names to their MCP URLs: ``get_products`` sells their public wholesale feeds too
-    (:mod:`.sub_sellers`); with ``webhook_jwks`` (the sub-sellers' public keys, a JWKS),
-    their signed feed webhooks are received at ``/webhooks/<name>``
+    (:mod:`.sub_sellers`); with ``webhook_jwks`` (per sub-seller name, its public keys as a
+    JWKS), their signed feed webhooks are received at ``/webhooks/<name>``
     (:mod:`~adcp_stale_cache.integrations.feed_webhooks`).
     """
     sub_sellers = dict(sub_sellers or {})
@@ -369,7 +369,7 @@ def create_seller_app(
 
         app.mount("/admin", admin_app(control, token=admin_token))
     if subs is not None and webhook_jwks and control is not None:
-        _mount_feed_webhooks(app, control, subs, webhook_jwks)
+        _mount_feed_webhooks(app, control, subs, webhook_jwks, public_url)
     app.router.routes.extend(mcp_app.routes)  # /mcp itself: a Mount would redirect to /mcp/
     skills = {name: (lambda params, name=name: skill(name, params)) for name in names}
     app.router.routes.extend(create_a2a_routes(skills, name="example-seller", url=f"{public_url}/"))
@@ -379,11 +379,16 @@ def create_seller_app(
 
 
 def _mount_feed_webhooks(
-    app: FastAPI, control: CacheControl, subs: SubSellers, jwks: Mapping[str, Any]
+    app: FastAPI,
+    control: CacheControl,
+    subs: SubSellers,
+    jwks: Mapping[str, Mapping[str, Any]],
+    public_url: str,
 ) -> None:
-    """Each sub-seller's signed feed webhooks at ``/webhooks/<name>``, verified against
-    ``jwks``. (The replay store is this process's: a replay another worker accepts only
-    soft-purges again, which changes nothing a buyer is served.)"""
+    """Each sub-seller's signed feed webhooks at ``/webhooks/<name>``, verified against its
+    own keys (``jwks[name]``) and the URL it signs (under ``public_url``). (The replay store
+    is this process's: a replay another worker accepts only soft-purges again, which changes
+    nothing a buyer is served.)"""
     from adcp.signing import StaticJwksResolver
     from adcp.webhooks import WebhookVerifyOptions
     from starlette.routing import Route
@@ -391,10 +396,14 @@ def _mount_feed_webhooks(
     from ..integrations.feed_webhooks import FeedWebhooks
 
     for agent in subs.agents:
-        options = WebhookVerifyOptions(jwks_resolver=StaticJwksResolver(dict(jwks)))
+        name = agent.upstream.name
+        if name not in jwks:  # its events would verify against no key: none are received
+            continue
+        options = WebhookVerifyOptions(jwks_resolver=StaticJwksResolver(dict(jwks[name])))
+        hooks = FeedWebhooks(control, agent.upstream, verify=options,
+                             url=f"{public_url}/webhooks/{name}")  # fmt: skip
         # A route, not a mount: a mount would redirect POST /webhooks/NAME to .../NAME/.
-        hooks = FeedWebhooks(control, agent.upstream, verify=options)
-        app.router.routes.append(Route(f"/webhooks/{agent.upstream.name}", hooks))
+        app.router.routes.append(Route(f"/webhooks/{name}", hooks))
 
 
 class _RememberAuthorization:

@@ -38,8 +38,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from pydantic import SecretStr
+
 from ..cache import UpstreamCache
-from ..failures import UpstreamError
+from ..failures import InvalidPayload, UpstreamError
 from ..hops import delivered, directives_of
 from ..policy import Upstream
 from ..wholesale import canonical
@@ -78,8 +80,9 @@ class AgentRefused(Exception):
 class AdcpAgent:
     """``upstream`` (an AdCP agent's MCP endpoint) behind ``cache``, on ``surface``.
 
-    ``token`` is sent as ``Authorization: Bearer``; give it to ``Upstream(credentials=)``
-    too when it is a tenant's own, so that tenants never share entries.
+    ``token`` is sent as ``Authorization: Bearer``, and joins the keys (as the upstream's
+    ``credentials``, unless it has its own): agents called with two tenants' tokens never
+    share an entry.
     """
 
     def __init__(
@@ -94,6 +97,8 @@ class AdcpAgent:
     ) -> None:
         if upstream.url is None and call is None:
             raise ValueError("an AdCP agent needs the URL of its MCP endpoint (or call=)")
+        if token is not None and upstream.credentials is None:
+            upstream = upstream.model_copy(update={"credentials": SecretStr(token)})
         self.cache, self.upstream, self.surface = cache, upstream, surface
         self.call: AgentCall = call or adcp_client_call(upstream.url or "", token, timeout)
 
@@ -113,12 +118,12 @@ class AdcpAgent:
         overlay drops it: the spec's downgrade).
         """
         params = {name: value for name, value in request.items() if name not in PER_CALL}
-        if "account" not in params:
+        public = {name: value for name, value in params.items() if name != "account"}
+        if canonical(params) == canonical(public):  # no account (an account: null is none)
             return delivered(await self._fetch(tool, params, ()))
         account = params["account"]
         account_id = account.get("account_id") if isinstance(account, Mapping) else None
         tags = (account_tag(account_id),) if isinstance(account_id, str) else ()
-        public = {name: value for name, value in params.items() if name != "account"}
         payload = await self._fetch(tool, params, tags, public)
         if payload.get(LAYER) == "public":
             payload = await self._fetch(tool, public, ())
@@ -156,7 +161,10 @@ class AdcpAgent:
         return {LAYER: "public", "cache_scope": "public"}
 
     async def _answer(self, tool: str, params: dict[str, Any]) -> dict[str, Any]:
-        return answer_of(await self.call(tool, params))
+        answer = answer_of(await self.call(tool, params))
+        if answer.get("unchanged") is True:  # sent no token: there is nothing it could match
+            raise InvalidPayload("the agent answered unchanged to a request with no token")
+        return answer
 
     async def _revalidate(
         self, tool: str, params: dict[str, Any], held: dict[str, Any]
@@ -170,12 +178,12 @@ class AdcpAgent:
         if isinstance(pricing, str):
             probe["if_pricing_version"] = pricing
         answer = answer_of(await self.call(tool, probe))
-        if answer.get("unchanged") is True and answer.get("cache_scope") == held.get("cache_scope"):
-            # Current at the agent: the held feed, without the staleness it had then.
-            return {**delivered(held), **_tokens(answer)}
-        if answer.get("unchanged") is True:  # another scope now: the held feed is not it
-            return await self._answer(tool, params)
-        return answer
+        if answer.get("unchanged") is not True:
+            return answer
+        same = all(answer.get(name) == held.get(name) for name in _ECHOED)
+        if same:  # current at the agent: the held feed, without the staleness it had then
+            return delivered(held)
+        return await self._answer(tool, params)  # unchanged, yet of another feed: read it
 
 
 def answer_of(payload: object) -> dict[str, Any]:
@@ -199,9 +207,11 @@ _NOT_THE_AGENTS = frozenset({"context", LAYER})
 
 
 def storable(payload: Mapping[str, Any]) -> bool:
-    """False for what must never be cached as an answer: the rejected arm and a partial
-    answer (``incomplete[]``); a products answer must hold its products."""
+    """False for what must never be cached as an answer: the rejected arm, a partial answer
+    (``incomplete[]``), an ``unchanged`` one; a products answer must hold its products."""
     if payload.get("status") == "rejected" or payload.get("incomplete"):
+        return False
+    if payload.get("unchanged") is True:  # no feed at all: a probe's answer, never kept
         return False
     return "products" not in payload or isinstance(payload.get("products"), list)
 
@@ -215,10 +225,8 @@ def _given(answer: dict[str, Any]) -> Callable[[], Awaitable[dict[str, Any]]]:
     return call
 
 
-def _tokens(answer: Mapping[str, Any]) -> dict[str, Any]:
-    """The tokens an unchanged answer echoes (the same as held, by its meaning)."""
-    return {name: answer[name] for name in ("wholesale_feed_version", "pricing_version")
-            if isinstance(answer.get(name), str)}  # fmt: skip
+#: What an ``unchanged: true`` answer must echo as the held answer has it to mean "the same".
+_ECHOED = ("wholesale_feed_version", "pricing_version", "cache_scope")
 
 
 def adcp_client_call(url: str, token: str | None, timeout: float) -> AgentCall:
@@ -268,7 +276,12 @@ def adcp_client_call(url: str, token: str | None, timeout: float) -> AgentCall:
 async def _unreachable(url: str) -> OSError:
     """What an unreachable agent's address says to a bare connection attempt."""
     parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:  # a port that is no number
+        return ConnectionError("the agent's URL names no port")
+    if not parts.hostname:
+        return ConnectionError("the agent's URL names no host")
     try:
         _, writer = await asyncio.wait_for(asyncio.open_connection(parts.hostname, port), 1.0)
     except ConnectionRefusedError as exc:

@@ -45,14 +45,15 @@ MAX_BODY = 256 * 1024
 class FeedWebhooks:
     """Wholesale-feed events of ``upstream`` (an AdCP agent behind ``control``'s cache).
 
-    ``verify`` is the ``adcp`` package's ``WebhookVerifyOptions`` (its JWKS resolver names the
-    agent's keys; keep one instance for the receiver's life: it holds the replay store).
-    ``url`` is the URL the agent signs (this endpoint's public URL), else the request's own.
+    ``verify`` is the ``adcp`` package's ``WebhookVerifyOptions``: its JWKS resolver must name
+    this agent's keys and no other's (an event another agent signed is then no event of this
+    one's); keep one instance for the receiver's life, it holds the replay store. ``url`` is
+    this endpoint's public URL, the one the agent signs: never read from the request, whose
+    ``Host`` header is the sender's to choose (an event signed for another seller's URL would
+    verify here).
     """
 
-    def __init__(
-        self, control: CacheControl, upstream: Upstream, *, verify: Any, url: str | None = None
-    ) -> None:
+    def __init__(self, control: CacheControl, upstream: Upstream, *, verify: Any, url: str) -> None:
         self.control, self.upstream, self.verify, self.url = control, upstream, verify, url
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -67,7 +68,7 @@ class FeedWebhooks:
             await _answer(send, 413, {"error": "event too large"})
             return
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        refused = self._unverified(scope, headers, body)
+        refused = self._unverified(headers, body)
         if refused is not None:
             await _answer(send, 401, {"error": "signature not verified", "code": refused})
             return
@@ -79,14 +80,14 @@ class FeedWebhooks:
             return
         await _answer(send, 202, applied)
 
-    def _unverified(self, scope: Scope, headers: Mapping[str, str], body: bytes) -> str | None:
+    def _unverified(self, headers: Mapping[str, str], body: bytes) -> str | None:
         """Why the event is not verified (its ``webhook_signature_*`` code), or None."""
         from adcp.signing import SignatureVerificationError
         from adcp.webhooks import verify_webhook_signature
 
         try:
-            verify_webhook_signature(method="POST", url=self.url or _own_url(scope, headers),
-                                     headers=headers, body=body, options=self.verify)  # fmt: skip
+            verify_webhook_signature(method="POST", url=self.url, headers=headers, body=body,
+                                     options=self.verify)  # fmt: skip
         except SignatureVerificationError as exc:
             logger.warning("feed_webhook_refused upstream=%s code=%s", self.upstream.name, exc.code)
             return str(exc.code)
@@ -129,15 +130,6 @@ def _selections(applies: Mapping[str, Any], receiving: object) -> list[list[str]
     if not isinstance(ids, list) or not ids or not all(isinstance(i, str) and i for i in ids):
         raise ValueError("an account-scoped event names no account")
     return [[account_tag(account)] for account in dict.fromkeys(ids)]
-
-
-def _own_url(scope: Scope, headers: Mapping[str, str]) -> str:
-    """The URL the request was sent to, as the sender signed it (host header and path)."""
-    host = headers.get("host") or "localhost"
-    raw = scope.get("raw_path")  # the path as sent (a mount's root_path would differ)
-    path = raw.decode("latin-1") if isinstance(raw, bytes) else scope["path"]
-    query = scope.get("query_string", b"").decode("latin-1")
-    return f"{scope.get('scheme', 'http')}://{host}{path}" + (f"?{query}" if query else "")
 
 
 async def _body(receive: Receive) -> bytes | None:
