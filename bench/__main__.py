@@ -616,6 +616,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--quick", action="store_true", help="small counts: proves the suite runs")
     parser.add_argument("--json", metavar="PATH", help="write the figures as one JSON object")
+    parser.add_argument("--curves", action="store_true",
+                        help="also how cost grows with the cache's size (bench/curves.py)")  # fmt: skip
     args = parser.parse_args(argv)
     n, rounds = (200, 3) if args.quick else (5000, 7)
     figures: dict[str, float] = {}
@@ -640,9 +642,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'figure':32} {'measured':>12}  target")
     for name, value in figures.items():
         print(f"{name:32} {value:12.3f}  {TARGETS.get(name, '')}")
+    written: dict[str, Any] = dict(figures)
+    if args.curves:
+        from .curves import curves
+
+        written["curves"] = measured = curves(args.quick)
+        print(f"\n{'curve point':32} {'measured':>12}")
+        for name, value in measured.items():
+            print(f"{name:32} {value:12.3f}")
     if args.json:
         with open(args.json, "w") as out:
-            json.dump(figures, out, indent=2)
+            json.dump(written, out, indent=2)
     return 0
 
 

@@ -24,11 +24,15 @@ FIGURES = [
 
 def test_quick_bench_prints_the_table_and_writes_the_json(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
-    run = subprocess.run([sys.executable, "-m", "bench", "--quick", "--json", str(out)], cwd=ROOT,
-                         capture_output=True, text=True, timeout=600)  # fmt: skip
+    run = subprocess.run([sys.executable, "-m", "bench", "--quick", "--curves", "--json", str(out)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     figures = json.loads(out.read_text())
     for name in FIGURES:
         assert name in figures and figures[name] > 0, name
         assert name in run.stdout
     assert figures["stampede_upstream_calls"] == 1  # single-flight: 1,000 callers, one call
+    curves = figures["curves"]  # how cost grows with size (quick: 1,000 and 10,000 entries)
+    for n in (1000, 10000):
+        assert curves[f"hit_us.memory.{n}"] > 0 and curves[f"memory_bytes_per_entry.{n}"] > 100
+        assert f"hit_us.memory.{n}" in run.stdout
