@@ -28,12 +28,19 @@ import socket
 import ssl
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from .policy import FailureKind, Upstream
 
 logger = logging.getLogger("adcp_stale_cache")
 
-_ADCP_CODE = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
+_ADCP_CODE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
+
+
+def is_adcp_code(value: object) -> TypeGuard[str]:
+    """True for what may stand as an AdCP error code in an advisory (``SERVICE_UNAVAILABLE``):
+    an upstream's text is never repeated as a code unless it is one, whole."""
+    return isinstance(value, str) and _ADCP_CODE.fullmatch(value) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +70,7 @@ class UpstreamError(Exception):
 
     def __init__(self, code: str, message: str = "", *, retry_after: float | None = None):
         super().__init__(f"{code}: {message}" if message else code)
-        self.code = code if _ADCP_CODE.match(code) else "UPSTREAM_ERROR"
+        self.code = code if is_adcp_code(code) else "UPSTREAM_ERROR"
         self.retry_after = retry_after
 
 
@@ -227,7 +234,7 @@ def _warn_once(meaning: object, error: Exception) -> None:
 
 
 def _upstream_code(code: str, retry_after: float | None) -> Failure:
-    code = code if _ADCP_CODE.match(code) else "UPSTREAM_ERROR"
+    code = code if is_adcp_code(code) else "UPSTREAM_ERROR"
     return Failure(FailureKind.UPSTREAM_ERROR, code, f"Upstream returned {code}", retry_after)
 
 

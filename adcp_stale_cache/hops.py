@@ -20,16 +20,13 @@ request's, never data.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from typing import Any
 
+from .advisory import STALE_RESPONSE
 from .directives import Directives
-from .failures import Failure
+from .failures import Failure, is_adcp_code
 from .policy import FailureKind
-
-STALE_RESPONSE = "STALE_RESPONSE"
-_CODE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
 
 
 def directives_of(payload: object) -> Directives | None:
@@ -55,7 +52,7 @@ def directives_of(payload: object) -> Directives | None:
             age = _seconds(details.get("freshness_target_seconds")) or 0.0
         original = details.get("original_error")
         code = original.get("code") if isinstance(original, Mapping) else None
-        code = code if isinstance(code, str) and _CODE.fullmatch(code) else STALE_RESPONSE
+        code = code if is_adcp_code(code) else STALE_RESPONSE
         if oldest is None or age > oldest[0]:
             oldest = (age, code)
     if oldest is None:

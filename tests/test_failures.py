@@ -107,3 +107,11 @@ def test_cyclic_chains_terminate() -> None:
     a, b = ValueError("a"), ValueError("b")
     a.__context__, b.__context__ = b, a
     assert classify(a).kind is FailureKind.UNEXPECTED
+
+
+def test_a_code_is_an_adcp_code_whole_or_not_at_all() -> None:
+    from adcp_stale_cache.failures import UpstreamError, is_adcp_code
+
+    assert is_adcp_code("SERVICE_UNAVAILABLE") and not is_adcp_code("SERVICE_UNAVAILABLE\n")
+    assert not is_adcp_code("refused by db-01.internal") and not is_adcp_code(5)
+    assert UpstreamError("RATE_LIMITED\n").code == "UPSTREAM_ERROR"  # a newline is not a code
