@@ -119,44 +119,47 @@ class AdcpAgent:
         """
         params = {name: value for name, value in request.items() if name not in PER_CALL}
         public = {name: value for name, value in params.items() if name != "account"}
-        if canonical(params) == canonical(public):  # no account (an account: null is none)
-            return delivered(await self._fetch(tool, params, ()))
+        own, shared = ("adcp", tool, canonical(params)), ("adcp", tool, canonical(public))
+        if own == shared:  # no account (an account: null is none)
+            return delivered(await self._fetch(tool, params, own, ()))
         account = params["account"]
         account_id = account.get("account_id") if isinstance(account, Mapping) else None
         tags = (account_tag(account_id),) if isinstance(account_id, str) else ()
-        payload = await self._fetch(tool, params, tags, public)
+        payload = await self._fetch(tool, params, own, tags, shared)
         if payload.get(LAYER) == "public":
-            payload = await self._fetch(tool, public, ())
+            payload = await self._fetch(tool, public, shared, ())
         return delivered(payload)
 
     async def _fetch(
-        self, tool: str, params: dict[str, Any], tags: tuple[str, ...],
-        public: dict[str, Any] | None = None,
+        self, tool: str, params: dict[str, Any], key: tuple[Any, ...], tags: tuple[str, ...],
+        public: tuple[Any, ...] | None = None,
     ) -> dict[str, Any]:  # fmt: skip
-        """The entry of ``params``; with ``public`` (an account's request), a public answer
-        is kept in the public layer of ``public`` and the account's entry marks it."""
+        """The entry of ``params`` (under ``key``); with ``public`` (the public layer's key,
+        for an account's request), a public answer is kept there and the account's entry
+        marks it."""
 
         async def call() -> dict[str, Any]:
-            return await self._layered(tool, public, await self._answer(tool, params))
+            return await self._layered(public, await self._answer(tool, params))
 
         async def revalidate(held: dict[str, Any]) -> dict[str, Any]:
-            return await self._layered(tool, public, await self._revalidate(tool, params, held))
+            return await self._layered(public, await self._revalidate(tool, params, held))
 
         return await self.cache.fetch(
-            self.upstream, ("adcp", tool, canonical(params)), call, surface=self.surface,
-            cacheable=storable, directives=directives_of, tags=tags, revalidate=revalidate,
+            self.upstream, key, call, surface=self.surface, cacheable=storable,
+            directives=directives_of, tags=tags, revalidate=revalidate,
         )  # fmt: skip
 
     async def _layered(
-        self, tool: str, public: dict[str, Any] | None, answer: dict[str, Any]
+        self, public: tuple[Any, ...] | None, answer: dict[str, Any]
     ) -> dict[str, Any]:
         """An account's ``answer`` as its entry keeps it: itself (an overlay), or, said
-        ``public``, the mark of the public layer (where the answer is kept)."""
+        ``public``, the mark of the public layer (where the answer is kept, under
+        ``public``)."""
         if public is None or answer.get("cache_scope") != "public" or not storable(answer):
             return answer
         await self.cache.fetch(
-            self.upstream, ("adcp", tool, canonical(public)), _given(answer),
-            surface=self.surface, cacheable=storable, directives=directives_of,
+            self.upstream, public, _given(answer), surface=self.surface, cacheable=storable,
+            directives=directives_of,
         )  # fmt: skip
         return {LAYER: "public", "cache_scope": "public"}
 
@@ -191,7 +194,7 @@ def answer_of(payload: object) -> dict[str, Any]:
     outage, :class:`~adcp_stale_cache.UpstreamError`; others as :class:`AgentRefused`), the
     agent's ``context`` echo dropped (and a member named as our layer mark: see ask)."""
     if not isinstance(payload, Mapping):
-        raise UpstreamError("INVALID_PAYLOAD", "the agent answered no JSON object")
+        raise InvalidPayload("the agent answered no JSON object")
     failed = payload.get("adcp_error")
     if isinstance(failed, Mapping):
         code = failed.get("code")
