@@ -167,15 +167,8 @@ class SellerTools:
             theirs, failed = await self.sub_sellers.products()
             products.extend(theirs)
             errors.extend(failed)
-        if errors and not products:
-            raise ToolFailed(_fatal(errors, params))
-        payload: dict[str, Any] = {
-            "products": products,
-            "cache_scope": "account" if auth else "public",
-        }
-        if errors:
-            payload["errors"] = errors
-        return _echo(payload, params)
+        scope = "account" if auth else "public"
+        return _gathered(params, "products", products, errors, cache_scope=scope)
 
     async def _wholesale(self, params: Mapping[str, Any], auth: str | None) -> dict[str, Any]:
         try:
@@ -196,12 +189,7 @@ class SellerTools:
         formats, errors = await gather_items(
             (self._formats(a, arguments) for a in self.agents), field="formats"
         )
-        if errors and not formats:
-            raise ToolFailed(_fatal(errors, params))
-        payload: dict[str, Any] = {"formats": formats}
-        if errors:
-            payload["errors"] = errors
-        return _echo(payload, params)
+        return _gathered(params, "formats", formats, errors)
 
     async def comply_test_controller(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """The sandbox test controller: ``force_upstream_unavailable`` and ``list_scenarios``."""
@@ -447,6 +435,21 @@ def _echo(payload: dict[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
     if "context" in params:
         payload["context"] = params["context"]
     return payload
+
+
+def _gathered(
+    params: Mapping[str, Any], field: str, items: list[Any], errors: list[dict[str, Any]],
+    **members: Any,
+) -> dict[str, Any]:  # fmt: skip
+    """An answer gathered from several upstreams: ``items`` under ``field`` (then
+    ``members``), those that answered nothing named in ``errors``; fatal only when no item
+    came back at all."""
+    if errors and not items:
+        raise ToolFailed(_fatal(errors, params))
+    payload: dict[str, Any] = {field: items, **members}
+    if errors:
+        payload["errors"] = errors
+    return _echo(payload, params)
 
 
 def _fatal(errors: list[dict[str, Any]], params: Mapping[str, Any]) -> dict[str, Any]:
