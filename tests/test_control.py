@@ -712,7 +712,12 @@ async def test_a_purge_between_a_flights_check_and_its_write_wins(tmp_path: Path
         await worker.fetch(INVENTORY, key, up, surface=due)
         up.delay = 0.01
         flight = asyncio.ensure_future(worker.fetch(INVENTORY, key, up, surface=due))
-        await asyncio.sleep(random.uniform(0.009, 0.0115))  # about when it checks and writes
+        # Its call has started, so it read the purge count before the purge: timed from the
+        # call's start, not from ensure_future (on a loaded machine a flight could otherwise
+        # begin after the purge and store, rightly, what it read after it).
+        while up.calls < 2:
+            await asyncio.sleep(0)
+        await asyncio.sleep(random.uniform(0.008, 0.0115))  # about when it checks and writes
         await CacheControl(operator).invalidate(upstream=INVENTORY, key=key, soft=False)
         await flight
         stored = await operator_store.get(worker.store_key(INVENTORY, key))
