@@ -20,6 +20,8 @@ two counts must agree, else the figure is refused. (``RedisStore`` sends no pipe
 - ``redis_hit``: keys another process stored, read once each by a process that never held
   them (its memory tier is cold), at the same rate.
 - ``miss``: keys no one stored: the lookup, the upstream call, the store's write.
+- ``miss_bytes_sent``: what a miss sends Redis, in bytes (its key, value and labels, and
+  its script by SHA-1: see ``RedisStore``).
 - ``miss_coordinated``: a miss with ``coordinate_refreshes=True`` (the cross-process refresh
   lease, as the docs' recipe sets it): information, no target.
 
@@ -103,6 +105,16 @@ class RoundTrips:
         self._marks = 0
         self._monitor: Any = None
         self._task: asyncio.Task[None] | None = None
+        self._own_bytes: int | None = None  # what a window's own commands send
+        self.received = 0
+
+    @staticmethod
+    async def _nothing() -> None:
+        return None
+
+    async def _bytes_of(self, work: Callable[[], Awaitable[object]]) -> int:
+        await self.count(work)
+        return self.received
 
     async def __aenter__(self) -> RoundTrips:
         self._monitor = self.admin.monitor()
@@ -137,17 +149,24 @@ class RoundTrips:
             await asyncio.sleep(0.01)
         raise TimeoutError("the MONITOR stream never showed the marker")
 
-    async def _calls(self) -> int:
-        stats = await self.admin.info("commandstats")
-        return sum(int(v["calls"]) for k, v in stats.items() if k.startswith("cmdstat_"))
+    async def _calls(self) -> tuple[int, int]:
+        """Commands run so far, and bytes received (one ``INFO``)."""
+        stats = await self.admin.info("stats", "commandstats")
+        calls = sum(int(v["calls"]) for k, v in stats.items() if k.startswith("cmdstat_"))
+        return calls, int(stats["total_net_input_bytes"])
 
     async def count(self, work: Callable[[], Awaitable[object]]) -> int:
-        """The round trips clients made to the server while ``work`` ran."""
-        before = await self._calls()  # its own INFO is counted once it has answered
+        """The round trips clients made to the server while ``work`` ran (and, in
+        :attr:`received`, the bytes they sent it, this bench's own subtracted)."""
+        if self._own_bytes is None:
+            self._own_bytes = 0
+            self._own_bytes = await self._bytes_of(self._nothing)  # INFO and the markers
+        before, bytes_before = await self._calls()  # counted once it has answered
         start = await self._mark()
         await work()
         end = await self._mark()
-        after = await self._calls()
+        after, bytes_after = await self._calls()
+        self.received = bytes_after - bytes_before - self._own_bytes
         window = self.seen[start + 1 : end]
         scripted = sum(1 for kind, _ in window if kind == "lua")
         own = 3  # the opening INFO and the two markers
@@ -218,8 +237,9 @@ async def count_round_trips(
             # A miss: nothing cached anywhere.
             cold = [fetcher(reader, ("cold", i)) for i in range(keys)]
             out["miss"] = await trips.count(lambda: paced(cold, rate)) / keys
+            out["miss_bytes_sent"] = trips.received / keys
             leased = cache(coordinate_refreshes=True)
-            await fetcher(leased, "warm")()
+            await fetcher(leased, "warm-leased")()  # a miss: its scripts are cached
             cold = [fetcher(leased, ("cold-leased", i)) for i in range(keys)]
             out["miss_coordinated"] = await trips.count(lambda: paced(cold, rate)) / keys
     finally:

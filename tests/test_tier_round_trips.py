@@ -197,17 +197,35 @@ async def test_redis_counts_a_purge_again_once_it_marked(
     await operator.set("k", Entry(b"v", clock.now - 30), 3600)
     await tiers.get("k")
     client = operator.client
-    eval_ = client.eval
+    evalsha = client.evalsha
 
     async def marking(*args: Any) -> Any:  # the reader reads while the purge is under way
         clock.advance(0.1)
         await tiers.get("k")  # hears the first count, reads the unmarked copy
         clock.advance(0.1)
         await tiers.get("k")  # notes it as matching
-        return await eval_(*args)
+        return await evalsha(*args)
 
-    client.eval = marking
+    client.evalsha = marking
     await operator.purge(lambda key, entry: True, soft=True)
     clock.advance(0.1)
     entry = await tiers.get("k")
     assert entry is not None and entry.revalidate
+
+
+async def test_redis_sends_a_script_by_its_sha_and_its_text_once(
+    redis_url: str, redis_stores: list[Any]
+) -> None:
+    """Scripts go by EVALSHA: a write sends its key, value and labels, not a few hundred
+    bytes of Lua each time; the text goes once, when the server lacks it."""
+    from adcp_stale_cache.stores.redis import RedisStore
+
+    store = RedisStore(url=redis_url)
+    redis_stores.append(store)
+    count = await store.generation()
+    for i in range(3):
+        entry = Entry(b"v", time.time(), ("upstream=inventory",))
+        assert await store.set_unless_purged(f"k{i}", entry, 60, count)
+    stats = await store.client.info("commandstats")
+    assert stats["cmdstat_eval"]["calls"] == 1  # after the server said NOSCRIPT, once
+    assert stats["cmdstat_evalsha"]["calls"] == 3
