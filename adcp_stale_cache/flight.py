@@ -1,6 +1,7 @@
 """Stage 3 of a fetch, **fly**: the one upstream call every caller of a key shares.
 
-A flight is keyed by the store key *and the purge count read when it starts* (see
+A flight is keyed by the store key *and the purge count read when it starts* (or just
+before: a tier's reading of the last ``check_seconds``, see
 :mod:`~adcp_stale_cache.purges`): a request never joins a call that started before a purge
 it could know of, and the call's answer is stored only if no purge landed since that
 reading. The flight calls within its deadline (on the library's own loop when calls are
