@@ -24,9 +24,14 @@ def test_quick_redis_curves_write_every_figure() -> None:
     # A Redis hit is at least its GET; a miss at least its GET and its write.
     assert figures["redis_round_trips.redis_hit"] >= 1
     assert figures["redis_round_trips.miss"] >= 2
+    for name in ("memory_hit_rate", "redis_hit_rate", "miss_rate", "miss_coordinated_rate"):
+        assert figures[f"redis_round_trips.{name}"] > 0, name  # requests per second achieved
+    assert 0 < figures["redis_round_trips.miss_bytes_sent"] < 10_000  # key, value, labels
     for n in (2, 5, 10):
         upper = figures[f"purge_propagation_ms.{n}"]
         assert 0 <= figures[f"purge_propagation_ms.{n}.lower"] <= upper < 10_000, n
+        assert 0 <= figures[f"purge_propagation_ms.{n}.median"] <= upper, n
+        assert figures[f"purge_propagation_ms.{n}.woke_late"] >= 0, n
 
 
 def test_round_trips_without_purge_count_reads_are_exact() -> None:
