@@ -85,7 +85,10 @@ class StoreSettings(BaseModel):
         default=1.0,
         gt=0,
         allow_inf_nan=False,
-        description="Tiered store: age up to which the memory copy is used.",
+        description=(
+            "Tiered store: how long the memory copy is used after it was stored or last "
+            "matched the shared copy."
+        ),
     )
     unheard_fresh_seconds: float = Field(
         default=5.0,

@@ -1,6 +1,7 @@
 """Stage 3 of a fetch, **fly**: the one upstream call every caller of a key shares.
 
-A flight is keyed by the store key *and the purge count read when it starts* (see
+A flight is keyed by the store key *and the purge count read when it starts* (or just
+before: a tier's reading of the last ``check_seconds``, see
 :mod:`~adcp_stale_cache.purges`): a request never joins a call that started before a purge
 it could know of, and the call's answer is stored only if no purge landed since that
 reading. The flight calls within its deadline (on the library's own loop when calls are
@@ -34,7 +35,7 @@ from .keys import key_size
 from .lookup import Lookup
 from .metrics import CacheMetrics
 from .policy import SurfacePolicy, Surfaces, Upstream
-from .purges import purge_count, store_unless_purged
+from .purges import flight_count, purge_count, store_unless_purged
 from .singleflight import SingleFlight, call_with_deadline
 from .steering import RefreshMemory, RememberedRefresh
 from .stores import Store
@@ -186,7 +187,7 @@ class Flights:
             remembered = as_made(found.collector, refresh)
             self.memory.remember(found.store_key, found.labels, remembered, weight)
         try:
-            epoch = await purge_count(self.store)
+            epoch = await flight_count(self.store)  # the tier's recent reading: no round trip
         except BaseException:  # cancelled before the flight could release the probe
             if admitted.probe is not None:
                 admitted.probe.release_probe()
@@ -246,6 +247,7 @@ class Flights:
     async def latest(self, found: Lookup) -> Entry | None:
         """After a failed flight, the entry to fall back on: one another flight stored
         meanwhile when it is newer than the one held."""
+        self._ask_shared(found.store_key)
         latest, fallback = await self.read(found.store_key), found.fallback
         if latest is None or (fallback is not None and latest.stored_at < fallback.stored_at):
             return fallback
@@ -372,13 +374,22 @@ class Flights:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             await asyncio.sleep(0.02)
+            self._ask_shared(store_key)
             entry = await self.read(store_key)
             if entry is not None and entry.stored_at >= since:
                 return entry
             if lease_active is not None and not await lease_active(store_key):
+                self._ask_shared(store_key)
                 entry = await self.read(store_key)  # released: it stored, or it did not
                 return entry if entry is not None and entry.stored_at >= since else None
         raise TimeoutError(f"no answer within {timeout:g}s (refresh by another process)")
+
+    def _ask_shared(self, store_key: str) -> None:
+        """The next read of ``store_key`` asks the shared store: what another process wrote
+        is what this read waits for, never a memory copy noted as matching before."""
+        ask: Any = getattr(self.store, "ask_shared", None)
+        if ask is not None:
+            ask(store_key)
 
 
 def _terms(said: Directives | None, policy: SurfacePolicy) -> Terms | None:

@@ -34,6 +34,22 @@ async def purge_count(store: Any) -> object:
     return UNREADABLE if count is None else count
 
 
+async def flight_count(store: Any) -> object:
+    """The purge count a flight starts under: the store's own recent reading when it keeps
+    one (a tier's, see :meth:`~adcp_stale_cache.stores.TieredStore.heard_generation`: no
+    round trip), else :func:`purge_count`. A reading taken before the flight is as good as
+    one taken at its start, only more cautious: a purge in between refuses its write too."""
+    heard = getattr(store, "heard_generation", None)
+    if heard is not None:
+        try:
+            count = await heard()
+        except Exception:
+            count = None
+        if count is not None:
+            return count
+    return await purge_count(store)
+
+
 def purged_since(before: object, now: object) -> bool:
     """True when a purge landed between two readings (both known)."""
     known = before is not None and now is not None

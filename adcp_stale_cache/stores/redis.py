@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import logging
 import math
 import struct
@@ -75,6 +76,11 @@ _SET_UNLESS_PURGED = (
 _RELEASE = (
     "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
 )
+#: Each script's SHA-1: scripts are sent by it (EVALSHA), their text only when the server's
+#: script cache lacks it (a restart, a failover): a write then sends its key and value, not
+#: a few hundred bytes of Lua besides.
+_SHA = {script: hashlib.sha1(script.encode()).hexdigest() for script in (_MARK, _SET,
+        _SET_UNLESS_PURGED, _RELEASE)}  # fmt: skip
 
 
 class RedisStore:
@@ -177,7 +183,7 @@ class RedisStore:
                     await pipe.execute()
             elif entry.labels:
                 names = [self._key(key), *(self._label(label) for label in entry.labels)]
-                await self.client.eval(_SET, len(names), *names, raw, ttl, key)
+                await _script(self.client, _SET, len(names), *names, raw, ttl, key)
             else:
                 await self.client.set(self._key(key), raw, px=ttl)
         except Exception as exc:
@@ -204,8 +210,8 @@ class RedisStore:
                  *(self._label(label) for label in entry.labels)]  # fmt: skip
         raw = encode(entry)  # as in set: not a fault of Redis
         try:
-            kept = await self.client.eval(
-                _SET_UNLESS_PURGED, len(names), *names, raw, ttl, key, str(count)
+            kept = await _script(
+                self.client, _SET_UNLESS_PURGED, len(names), *names, raw, ttl, key, str(count)
             )
             return bool(kept)
         except Exception as exc:
@@ -243,7 +249,7 @@ class RedisStore:
         finally:
             if acquired and self.available:
                 try:
-                    await self.client.eval(_RELEASE, 1, lock, token)
+                    await _script(self.client, _RELEASE, 1, lock, token)
                 except Exception as exc:
                     self._failed("release", exc)
 
@@ -291,7 +297,11 @@ class RedisStore:
                         if soft
                         else Entry(b"", self.clock(), entry.labels, tombstone=True)
                     )
-                    count += bool(await client.eval(_MARK, 1, self._key(key), raw, marked))
+                    count += bool(await _script(client, _MARK, 1, self._key(key), raw, marked))
+            # Counted again once marked: a memory tier that read an entry between the first
+            # count and its mark (and noted its copy as matching, see TieredStore) hears of
+            # the purge after that read, never before it only.
+            await client.incr(f"{self.prefix}:generation")
         except Exception as exc:
             self._failed("purge", exc)
         return count
@@ -375,6 +385,17 @@ class RedisStore:
         self.failures += 1
         self._down_until = time.monotonic() + self.retry_after_seconds
         logger.warning("redis_unavailable op=%s error=%s", op, type(exc).__name__)
+
+
+async def _script(client: Any, script: str, keys: int, *args: object) -> Any:
+    """Run ``script`` by its SHA-1 (one round trip), or by its text when the server does
+    not have it cached yet (two: its text also caches it)."""
+    from redis.exceptions import NoScriptError
+
+    try:
+        return await client.evalsha(_SHA[script], keys, *args)
+    except NoScriptError:
+        return await client.eval(script, keys, *args)
 
 
 def encode(entry: Entry) -> bytes:

@@ -1,7 +1,9 @@
 """Two tiers: a bounded memory store in front of a shared one (a file, Redis).
 
-Reads take the memory copy while it is young (``near_max_age_seconds``), else ask the shared
-store and keep the newer of the two, so a process sees what another process refreshed. When
+Reads take the memory copy while it is young or was seen to match the shared copy within
+``near_max_age_seconds`` (1 s), else ask the shared store and keep the newer of the two, so a
+process sees what another process refreshed within that time; a hot key costs one shared
+read per ``near_max_age_seconds``, not one per request once its copy is a second old. When
 the shared store is down or empty, the memory copy is still served: a process keeps its
 stale fallback through a Redis outage, and a cold process finds one in Redis through an
 upstream outage. Writes go to both tiers.
@@ -24,6 +26,7 @@ Redis is down, and after a restart while Redis is unreachable.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -58,22 +61,26 @@ class TieredStore:
         self.unheard_fresh_seconds = unheard_fresh_seconds
         self._generation: object = None  # the shared store's purge count, as last read
         self._checked_at = -check_seconds  # monotonic: when it was last asked
+        self._read_at: float | None = None  # monotonic: when its last answer was asked for
         self._heard_at = self.clock()  # wall: when it last answered
         self._purged_at = 0.0  # wall: when it was last seen to grow (a purge)
         self._unsure_at = 0.0  # wall: when it last changed, grown or not (first reading too)
+        # Wall: when each memory copy last matched the shared one (see _confirm); bounded.
+        self._confirmed: dict[str, float] = {}
+        self._confirmed_max = int(getattr(self.near, "max_entries", 10_000))
+        self._confirming = threading.Lock()  # the tier may be shared by threads
 
     async def get(self, key: str) -> Entry | None:
-        """The newer of the memory and shared copies (memory alone while it is young and no
-        purge was heard of since it was stored)."""
+        """The newer of the memory and shared copies (memory alone while it was stored or
+        seen to match the shared copy within ``near_max_age_seconds``, and no purge was
+        heard of since)."""
         near = await self.near.get(key)
         now = self.clock()
         await self._listen(now)
-        if (
-            near is not None
-            and now - near.stored_at < self.near_max_age_seconds
-            and near.stored_at > self._unsure_at
-        ):
-            return near
+        if near is not None:
+            seen = max(near.stored_at, self._confirmed.get(key, near.stored_at))
+            if now - seen < self.near_max_age_seconds and seen > self._unsure_at:
+                return self._due(near, now, shared=True)
         failures = getattr(self.far, "failures", None)
         far = await self.far.get(key)
         if (
@@ -85,23 +92,70 @@ class TieredStore:
             # No shared copy of a copy stored before a purge: hard-purged (its tombstone since
             # evicted or expired) reads exactly as evicted, so it is forgotten, never served.
             # (A shared store that did not answer says nothing: the copy stays the fallback.)
+            self._forget(key)
             await self.near.delete(key)
             return None
         # The newer copy wins; on a tie the shared one when it carries another process's purge.
         if far is None or (near is not None and near.stored_at > far.stored_at):
             return self._due(near, now, shared=False)
         if near is not None and near.stored_at == far.stored_at and _same_marks(near, far):
-            return self._due(near, now, shared=True)  # the same entry: no rewrite of memory
+            self._confirm(key, now)  # the same entry: no rewrite of memory
+            return self._due(near, now, shared=True)
         if far.tombstone:  # hard-purged by some process: drop this process's copy too
+            self._forget(key)
             await self.near.delete(key)
             return far
         await self.near.set(key, far, self.near_ttl_seconds)
+        self._confirm(key, now)
         return far
+
+    def _confirm(self, key: str, now: float) -> None:
+        """Note that the memory copy of ``key`` matched the shared one as of ``now`` (a time
+        taken before the shared read: a purge heard of after it voids the note, see get).
+        A purge marking entries between two counts of it (Redis: see its purge) is heard of
+        after such a read, never missed. The notes are bounded like the memory tier."""
+        with self._confirming:
+            self._confirmed.pop(key, None)
+            self._confirmed[key] = now
+            if len(self._confirmed) > self._confirmed_max:
+                del self._confirmed[next(iter(self._confirmed))]  # the oldest note
+
+    def ask_shared(self, key: str) -> None:
+        """Let the next read of ``key`` ask the shared store (unless this process's copy is
+        young), whatever was noted of the memory copy: a process waiting on another's
+        write to it (see flight). Nested tiers pass it on."""
+        self._forget(key)
+        beneath: Any = getattr(self.far, "ask_shared", None)
+        if beneath is not None:
+            beneath(key)
+
+    def _forget(self, key: str) -> None:
+        """Drop the note of ``key``: its memory copy is replaced or gone."""
+        with self._confirming:
+            self._confirmed.pop(key, None)
 
     async def generation(self) -> object:
         """Both tiers' purge counts (None when one that counts cannot be read)."""
         counts = (await purge_count(self.near), await purge_count(self.far))
         return None if UNREADABLE in counts else counts
+
+    async def heard_generation(self) -> object:
+        """The purge count as :meth:`generation` gives it, from the shared tiers' reading of
+        at most ``check_seconds`` ago (the near tier's, in this process, read now): what a
+        flight may start under instead of a round trip (see purges). None when the last
+        reading is older, or did not answer: the caller reads the count itself.
+
+        A reading earlier than the flight is conservative: a purge after it still refuses
+        the flight's write. It misses only another process's purge of the last
+        ``check_seconds``, which this process's reads do not know of yet either; its own
+        purges move the near tier's count, read now."""
+        read_at, heard = self._read_at, self._generation
+        if read_at is None or time.monotonic() - read_at >= self.check_seconds:
+            return None
+        if not isinstance(heard, tuple) or len(heard) != 2:
+            return None
+        near = await purge_count(self.near)
+        return None if near is UNREADABLE else (near, heard[1])
 
     async def _listen(self, now: float) -> None:
         """Read the shared tiers' purge count, at most every ``check_seconds``."""
@@ -111,6 +165,7 @@ class TieredStore:
         self._checked_at = checked  # before the read: concurrent gets do not all ask
         current = await self.generation()
         if current is None:
+            self._read_at = None  # unreadable: flights read the count themselves
             return
         if current != self._generation:
             # Copies stored before are read through once more. A count seen to grow is a
@@ -123,6 +178,7 @@ class TieredStore:
             self._unsure_at = now
             self._generation = current
         self._heard_at = now
+        self._read_at = checked
 
     def _due(self, near: Entry | None, now: float, *, shared: bool) -> Entry | None:
         """``near``, due for revalidation when a purge may have missed it:
@@ -142,6 +198,7 @@ class TieredStore:
 
     async def set(self, key: str, entry: Entry, ttl_seconds: float) -> None:
         """Write both tiers."""
+        self._forget(key)
         await self.near.set(key, entry, ttl_seconds)
         await self.far.set(key, entry, ttl_seconds)
 
@@ -155,6 +212,7 @@ class TieredStore:
         if not isinstance(count, tuple) or len(count) != 2:
             return False
         near_count, far_count = count
+        self._forget(key)
         try:
             kept = await store_unless_purged(self.far, key, entry, ttl_seconds, far_count)
         except Exception:
@@ -166,6 +224,7 @@ class TieredStore:
 
     async def delete(self, key: str) -> None:
         """Forget ``key`` in both tiers."""
+        self._forget(key)
         await self.near.delete(key)
         await self.far.delete(key)
 
