@@ -93,13 +93,127 @@ async def _sides() -> dict[str, Any]:
     return {side: ops[side] for side in SIDES}
 
 
-async def _count(operations: int, warmup: int) -> None:
-    """Each side: warmed, then N operations between the two marker calls."""
+async def _parts() -> dict[str, Any]:
+    """The pieces of a fresh shared-codec hit and of a pass-through request, each alone:
+    what the floors of docs/benchmarks.md ("Missed targets") are made of."""
+    import functools
+
+    from adcp_stale_cache import SharedJsonCodec, StaleAdvisoryMiddleware, Upstream, UpstreamCache
+    from adcp_stale_cache.collector import AdvisoryCollector, _current, current_collector
+    from adcp_stale_cache.decision import plan
+    from adcp_stale_cache.lookup import Lookup
+    from adcp_stale_cache.middleware import _Response, route_path
+    from adcp_stale_cache.peek import RequestPeek
+    from adcp_stale_cache.values import decode
+
+    from .__main__ import POLICY, SURFACES, json_app, products
+
+    cache, upstream, codec = (
+        UpstreamCache(surfaces=SURFACES),
+        Upstream(name="inv"),
+        SharedJsonCodec(),
+    )
+    value = {"products": products(3)}
+
+    async def call() -> Any:
+        return value
+
+    await cache.fetch(upstream, "k", call, surface="get_products", codec=codec)
+    lookups, metrics = cache.lookups, cache.serving.metrics
+    found = await lookups.look_up(upstream, "k", "get_products", ())
+    entry, key, now = found.entry, found.store_key, lookups.clock()
+    middleware = StaleAdvisoryMiddleware(json_app(), surfaces=SURFACES)
+    scope = {"type": "http", "method": "POST", "path": "/api/get_products", "root_path": "",
+             "headers": [(b"content-type", b"application/json")]}  # fmt: skip
+    start = {"type": "http.response.start", "status": 200,
+             "headers": [(b"content-type", b"application/json")]}  # fmt: skip
+    body = {"type": "http.response.body", "body": b"{}"}
+    collector = AdvisoryCollector()
+
+    async def receive() -> Any:
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    async def send(message: Any) -> None:
+        pass
+
+    peek = RequestPeek(SURFACES, collector, scope, receive, 1 << 20, True)
+
+    async def nothing() -> None:  # what every other part includes: one awaited coroutine
+        pass
+
+    async def hit() -> None:
+        await cache.fetch(upstream, "k", call, surface="get_products", codec=codec)
+
+    async def look_up() -> None:
+        await lookups.look_up(upstream, "k", "get_products", ())
+
+    async def store_read() -> None:
+        await cache.store.get(key)
+
+    async def store_key() -> None:
+        lookups.store_key(upstream, "k", None)
+
+    async def surface() -> None:
+        lookups.policy("get_products", None)
+
+    async def request_collector() -> None:
+        current_collector()
+
+    async def decision() -> None:
+        plan(entry, now, POLICY)
+
+    async def lookup_record() -> None:
+        Lookup(upstream, "k", POLICY, True, None, key, (), None, entry, found.step)
+
+    async def shared_decode() -> None:
+        decode(codec, entry, upstream)  # type: ignore[arg-type]
+
+    async def hit_event() -> None:
+        metrics.hit("get_products", "inv")
+
+    async def serve() -> None:
+        cache.serving.fresh(found, codec)
+
+    async def new_collector() -> None:
+        AdvisoryCollector(None, None, functools.partial(middleware._partition, scope))
+
+    async def new_peek() -> None:
+        RequestPeek(SURFACES, collector, scope, receive, 1 << 20, True)
+
+    async def new_response() -> None:
+        _Response(collector, scope, peek, send, True, middleware._replaced)
+
+    async def surface_of_path() -> None:
+        middleware._surface_at(route_path(scope))
+
+    async def context_var() -> None:
+        _current.reset(_current.set(collector))
+
+    async def receive_hop() -> None:
+        await RequestPeek(SURFACES, collector, scope, receive, 1 << 20, True).receive()
+
+    async def send_hops() -> None:
+        response = _Response(collector, scope, peek, send, True, middleware._replaced)
+        await response.send(start)
+        await response.send(body)
+
+    ops = locals()
+    return {name: ops[name] for name in PARTS}
+
+
+#: The parts ``--parts`` counts (functions of ``_parts``).
+PARTS = ("nothing", "hit", "look_up", "store_read", "store_key", "surface", "request_collector",
+         "decision", "lookup_record", "serve", "shared_decode", "hit_event", "new_collector",
+         "new_peek", "new_response", "surface_of_path", "context_var", "receive_hop", "send_hops")  # fmt: skip
+
+
+async def _count(operations: int, warmup: int, parts: bool = False) -> None:
+    """Each side (or part): warmed, then N operations between the two marker calls."""
     import gc
     import logging
 
     logging.getLogger("adcp_stale_cache").setLevel(logging.ERROR)
-    sides = await _sides()
+    sides = await (_parts() if parts else _sides())
     for op in sides.values():
         for _ in range(warmup):
             await op()
@@ -111,10 +225,10 @@ async def _count(operations: int, warmup: int) -> None:
         os.getpgrp()  # callgrind: --dump-before=getpgrp
 
 
-def _worker(operations: int, warmup: int) -> None:
+def _worker(operations: int, warmup: int, parts: bool = False) -> None:
     import asyncio
 
-    asyncio.run(_count(operations, warmup))
+    asyncio.run(_count(operations, warmup, parts))
 
 
 # -- the parent: runs valgrind, reads its dumps -----------------------------------------------
@@ -142,8 +256,11 @@ def valgrind_command(out: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def count(operations: int = OPERATIONS, warmup: int = WARMUP) -> dict[str, int]:
-    """Instructions per operation of every side (one valgrind run)."""
+def count(
+    operations: int = OPERATIONS, warmup: int = WARMUP, parts: bool = False
+) -> dict[str, int]:
+    """Instructions per operation of every side (one valgrind run); ``parts``: of every
+    part of a hit and of a pass-through request instead (see ``_parts``)."""
     if shutil.which("valgrind") is None:
         raise RuntimeError("valgrind is not installed (Debian: apt-get install valgrind)")
     with tempfile.TemporaryDirectory() as folder:
@@ -152,16 +269,17 @@ def count(operations: int = OPERATIONS, warmup: int = WARMUP) -> dict[str, int]:
                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}  # fmt: skip
         env.pop("PYTHONMALLOC", None)  # pymalloc, as a deployment runs
         worker = [sys.executable, "-m", "bench.instructions", "--worker",
-                  str(operations), str(warmup)]  # fmt: skip
+                  str(operations), str(warmup), str(int(parts))]  # fmt: skip
         run = subprocess.run([*valgrind_command(out), *worker], cwd=ROOT, env=env,
                              capture_output=True, text=True)  # fmt: skip
         if run.returncode != 0:
             raise RuntimeError(f"the counting run failed ({run.returncode}):\n{run.stderr[-3000:]}")
         # Dumps are numbered as written: callgrind.out.1 is the first side's window.
         dumps = sorted(out.glob("callgrind.out.*"), key=lambda p: int(p.suffix[1:]))
-        if len(dumps) != len(SIDES):
-            raise RuntimeError(f"expected {len(SIDES)} dumps, callgrind wrote {len(dumps)}")
-        return {side: round(_summary(d) / operations) for side, d in zip(SIDES, dumps, strict=True)}
+        names = PARTS if parts else SIDES
+        if len(dumps) != len(names):
+            raise RuntimeError(f"expected {len(names)} dumps, callgrind wrote {len(dumps)}")
+        return {name: round(_summary(d) / operations) for name, d in zip(names, dumps, strict=True)}
 
 
 def figures(per_op: dict[str, int]) -> dict[str, Any]:
@@ -303,15 +421,25 @@ def report(measured: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.instructions", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    parser.add_argument("--worker", nargs=2, type=int, metavar=("N", "WARMUP"),
+    parser.add_argument("--worker", nargs=3, type=int, metavar=("N", "WARMUP", "PARTS"),
                         help=argparse.SUPPRESS)  # fmt: skip
+    parser.add_argument("--parts", action="store_true",
+                        help="the pieces of a hit and of a pass-through request, each alone")  # fmt: skip
     parser.add_argument("--pins", metavar="BASELINE", help="print the baseline's packages as pins")
     parser.add_argument("--check", metavar="BASELINE", help="fail on a regression past 3%%")
     parser.add_argument("--write-baseline", metavar="PATH", help="record the figures as a baseline")
     parser.add_argument("--json", metavar="PATH", help="write the instructions object")
     args = parser.parse_args(argv)
     if args.worker:
-        _worker(*args.worker)
+        _worker(args.worker[0], args.worker[1], bool(args.worker[2]))
+        return 0
+    if args.parts:
+        counted = count(parts=True)
+        print(
+            "instructions per operation, each part alone (each includes 'nothing': one awaited call)"
+        )
+        for name, value in counted.items():
+            print(f"{name:20} {value:9d}")
         return 0
     if args.pins:
         print(pins(args.pins))
