@@ -379,7 +379,9 @@ def check(measured: dict[str, Any], baseline_path: str | Path) -> int:
         else:
             was, now = baseline.get(name), measured[name]
         change = "" if was is None else f"{now / was - 1:+.2%}"
-        print(f"  {name:32} {was!s:>12} -> {now:<12.6g} {change}")
+        shown = (f"{was:12.4f} -> {now:<12.4f}" if isinstance(now, float) and was is not None
+                 else f"{was!s:>12} -> {now!s:<12}")  # fmt: skip
+        print(f"  {name:32} {shown} {change}")
     moved = differences(measured, baseline)
     if moved:
         print(
