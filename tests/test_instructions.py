@@ -124,3 +124,13 @@ def test_the_harness_counts_every_side_under_valgrind() -> None:
     assert per_op["transport_hit"] > per_op["transport_floor"] * 0.5
     figures = instructions.figures(per_op)
     assert 0.5 < figures["passthrough_ratio"] < 1
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None,
+                    reason="valgrind is not installed (Debian: apt-get install valgrind; CI installs it)")  # fmt: skip
+def test_the_parts_of_a_hit_are_counted_each_alone() -> None:
+    parts = instructions.count(operations=10, warmup=5, parts=True)
+    assert list(parts) == list(instructions.PARTS)
+    # A whole is more than any of its parts, and every part more than an empty await.
+    assert parts["hit"] > parts["look_up"] > parts["store_read"] > parts["nothing"] > 0
+    assert all(parts[name] > parts["nothing"] for name in instructions.PARTS[1:]), parts
