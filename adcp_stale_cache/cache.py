@@ -135,7 +135,9 @@ class UpstreamCache:
         self.outages = outages if outages is not None or not test_mode else _compliance_outages()
         # Entries written under another schema version live under other keys: never read.
         keyspace = namespace if schema_version is None else f"{namespace}@{schema_version}"
-        self.lookups = Lookups(self.store, self.surfaces, self.clock, keyspace, self.store_key)
+        own_keys = type(self).store_key is not UpstreamCache.store_key  # a subclass's keys
+        self.lookups = Lookups(self.store, self.surfaces, self.clock, keyspace,
+                               self.store_key if own_keys else None)  # fmt: skip
         shared = SharedBreakers(self.store) if share_breakers and breaker else None
         # Breakers are per process: a monotonic clock unless the caller chose one (a test's).
         self.metrics = with_tracing(metrics, tracing)

@@ -103,7 +103,11 @@ def max_stale_seconds(entry: Entry, policy: Freshness) -> float:
 def is_fresh(entry: Entry, now: float, policy: Freshness) -> bool:
     """True while the entry is younger than its freshness target (and not soft-purged: an
     invalidated entry is past its target whatever its age)."""
-    return not entry.revalidate and entry.age(now) < target_seconds(entry, policy)
+    if entry.revalidate:
+        return False
+    if entry.terms is None:  # no terms of the upstream's (most entries): every hit asks this
+        return max(0.0, now - entry.stored_at) < policy.freshness_target_seconds
+    return entry.age(now) < target_seconds(entry, policy)
 
 
 def is_servable(entry: Entry, now: float, policy: Freshness) -> bool:

@@ -38,7 +38,6 @@ class Lookup:
     partition: str | None  # the caller partition the entry is keyed under (None: shared)
     store_key: str
     tags: tuple[str, ...]  # the call's own (see labels)
-    timeout: float  # the upstream call's deadline
     collector: AdvisoryCollector | None  # the current request's
     entry: Entry | None
     step: Fresh | Refresh
@@ -52,6 +51,11 @@ class Lookup:
         if self._labels is None:
             self._labels = entry_labels(self.upstream, self.policy.name, self.partition, self.tags)
         return self._labels
+
+    @property
+    def timeout(self) -> float:
+        """The upstream call's deadline (read when a call is made: a hit never needs it)."""
+        return self.upstream.timeout_seconds or self.policy.upstream_timeout_seconds
 
     @property
     def fallback(self) -> Entry | None:
@@ -109,12 +113,11 @@ class Lookups:
             private = release is UNREAD
             key = ("adcp_version", f"unread-{uuid.uuid4()}" if private else release, key)
         store_key = self.key_of(upstream, key, partition)
-        timeout = upstream.timeout_seconds or policy.upstream_timeout_seconds
         entry = await self.read(store_key)
         step = plan(entry, self.clock(), policy)
         tags = tags if isinstance(tags, tuple) else tuple(tags)  # as of the call, not later
-        return Lookup(upstream, key, policy, shared, partition, store_key, tags, timeout,
-                      collector, entry, step, private)  # fmt: skip
+        return Lookup(upstream, key, policy, shared, partition, store_key, tags, collector,
+                      entry, step, private)  # fmt: skip
 
     def release_of(self, collector: AdvisoryCollector | None) -> Any:
         """The release a fetch's entry is keyed by (see ``varies_by_version``), or
@@ -140,6 +143,8 @@ class Lookups:
         self, surface: str | SurfacePolicy | None, collector: AdvisoryCollector | None
     ) -> tuple[SurfacePolicy, bool]:
         """The policy of this call, and whether it was identified (not the default)."""
+        if type(surface) is str:  # the common case first, by name (get: the unknown's error)
+            return self.surfaces.by_name.get(surface) or self.surfaces.get(surface), True
         if isinstance(surface, SurfacePolicy):
             return surface, True
         if surface is not None:

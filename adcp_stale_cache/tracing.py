@@ -40,12 +40,16 @@ class SpanEvents(CacheMetrics):
     """Cache events as events (and a ``stale`` attribute) on the current OpenTelemetry span."""
 
     def __init__(self) -> None:
-        from opentelemetry import trace
+        from opentelemetry import context, trace
 
+        self._current_context = context.get_current
         self._current_span = trace.get_current_span
 
     def _event(self, name: str, **attributes: Any) -> Any:
-        span = self._current_span()
+        current = self._current_context()
+        if not current:  # an empty context holds no span: the one check of every hit then
+            return None
+        span = self._current_span(current)
         if not span.is_recording():
             return None
         span.add_event(
@@ -54,10 +58,12 @@ class SpanEvents(CacheMetrics):
         return span
 
     def hit(self, surface: str, upstream: str) -> None:
-        self._event("hit", surface=surface, upstream=upstream)
+        if self._current_context():  # (as _event checks: every hit pays this alone)
+            self._event("hit", surface=surface, upstream=upstream)
 
     def miss(self, surface: str, upstream: str) -> None:
-        self._event("miss", surface=surface, upstream=upstream)
+        if self._current_context():
+            self._event("miss", surface=surface, upstream=upstream)
 
     def refresh(self, surface: str, upstream: str, seconds: float, ok: bool) -> None:
         self._event(

@@ -112,10 +112,16 @@ def json_app() -> Any:
     return Starlette(routes=[Route("/api/get_products", get_products, methods=["POST"])])
 
 
-async def passthrough(n: int, rounds: int) -> dict[str, float]:
+def passthrough_ops() -> tuple[Op, Op]:
+    """One request to the bare JSON app, and to the same app behind the middleware (no
+    advisory: the pass-through path)."""
     bare = json_app()
     wrapped = StaleAdvisoryMiddleware(bare, surfaces=SURFACES)
-    t_bare, t_wrapped = await side_by_side(asgi_caller(bare), asgi_caller(wrapped), n, rounds)
+    return asgi_caller(bare), asgi_caller(wrapped)
+
+
+async def passthrough(n: int, rounds: int) -> dict[str, float]:
+    t_bare, t_wrapped = await side_by_side(*passthrough_ops(), n, rounds)
     return {"passthrough_ratio": t_bare / t_wrapped}  # requests/s with / without
 
 
@@ -271,26 +277,34 @@ async def inject(n: int, rounds: int) -> dict[str, float]:
     return out
 
 
-async def transport_hit(n: int, rounds: int) -> dict[str, float]:
-    body = orjson.dumps({"products": products(3)})
+TRANSPORT_URL = "http://inventory.internal/products"
 
-    def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, content=body, headers={"content-type": "application/json"})
 
-    floor = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+def upstream_handler(request: httpx.Request) -> httpx.Response:
+    """The in-memory upstream of the transport figures: three products as JSON."""
+    return httpx.Response(200, content=_UPSTREAM_BODY, headers={"content-type": "application/json"})
+
+
+_UPSTREAM_BODY = orjson.dumps({"products": products(3)})
+
+
+async def transport_ops() -> tuple[Op, Op]:
+    """A fresh hit through ``CachingTransport`` (its entry stored), and the floor: the same
+    httpx call to an in-memory ``MockTransport``."""
+    floor = httpx.AsyncClient(transport=httpx.MockTransport(upstream_handler))
     cache = UpstreamCache(surfaces=SURFACES)
-    ours = httpx.AsyncClient(
-        transport=CachingTransport(
-            cache,
-            Upstream(name="inv"),
-            transport=httpx.MockTransport(handler),
-            surface="get_products",
-        )
-    )
-    url = "http://inventory.internal/products"
-    await ours.get(url)
-    t_ours, t_floor = await side_by_side(lambda: ours.get(url), lambda: floor.get(url), n, rounds)
+    ours = httpx.AsyncClient(transport=CachingTransport(
+        cache, Upstream(name="inv"), transport=httpx.MockTransport(upstream_handler),
+        surface="get_products"))  # fmt: skip
+    await ours.get(TRANSPORT_URL)
+    return lambda: ours.get(TRANSPORT_URL), lambda: floor.get(TRANSPORT_URL)
+
+
+async def transport_hit(n: int, rounds: int) -> dict[str, float]:
+    hit, floor = await transport_ops()
+    t_ours, t_floor = await side_by_side(hit, floor, n, rounds)
     out = {"transport_hit_vs_floor": t_ours / t_floor}
+    handler, url = upstream_handler, TRANSPORT_URL
 
     from hishel.httpx import AsyncCacheTransport
 
@@ -299,9 +313,7 @@ async def transport_hit(n: int, rounds: int) -> dict[str, float]:
         transport=AsyncCacheTransport(httpx.MockTransport(handler), storage=storage)
     )
     await client.get(url)
-    t_hishel, t_ours2 = await side_by_side(
-        lambda: client.get(url), lambda: ours.get(url), max(50, n // 10), rounds
-    )
+    t_hishel, t_ours2 = await side_by_side(lambda: client.get(url), hit, max(50, n // 10), rounds)
     out["hishel_vs_transport_hit"] = t_hishel / t_ours2
     return out
 
@@ -316,7 +328,10 @@ async def _hishel_storage() -> Any:
     return hishel.AsyncSqliteStorage(connection=connection)
 
 
-async def wrapper_hit(n: int, rounds: int) -> dict[str, float]:
+async def wrapper_ops() -> dict[str, Op]:
+    """Fresh hits (each warmed): ``ours`` through ``cache.fetch`` (default codec: a fresh
+    copy per caller), ``ours_shared`` with ``SharedJsonCodec``, ``cashews`` 7's ``@cache``
+    (mem://) and ``aiocache``'s ``@cached`` (memory), all of one small value."""
     from cashews import Cache
 
     cache = UpstreamCache(surfaces=SURFACES)
@@ -348,10 +363,17 @@ async def wrapper_hit(n: int, rounds: int) -> dict[str, float]:
     async def ours_shared() -> None:  # read-only callers: no copy per hit
         await cache.fetch(upstream, "k", call, surface="get_products", codec=shared_codec)
 
-    await ours()
-    await ours_shared()
-    await cashews_call()
-    await aiocache_call()
+    ops: dict[str, Op] = {"ours": ours, "ours_shared": ours_shared, "cashews": cashews_call,
+                          "aiocache": aiocache_call}  # fmt: skip
+    for op in ops.values():
+        await op()
+    return ops
+
+
+async def wrapper_hit(n: int, rounds: int) -> dict[str, float]:
+    ops = await wrapper_ops()
+    ours, ours_shared, cashews_call, aiocache_call = (
+        ops["ours"], ops["ours_shared"], ops["cashews"], ops["aiocache"])  # fmt: skip
     t_ours, t_cashews = await side_by_side(ours, cashews_call, n, rounds)
     t_shared, t_cashews2 = await side_by_side(ours_shared, cashews_call, n, rounds)
     t_ours2, t_aio = await side_by_side(ours, aiocache_call, n, rounds)
@@ -627,7 +649,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH", help="write the figures as one JSON object")
     parser.add_argument("--curves", action="store_true",
                         help="also how cost grows with the cache's size (bench/curves.py)")  # fmt: skip
+    parser.add_argument("--instructions", action="store_true",
+                        help="also the hot paths' instruction counts under valgrind (bench/instructions.py)")  # fmt: skip
+    parser.add_argument("--check", metavar="BASELINE",
+                        help="with --instructions: only the counts, failing on a regression past 3%% "
+                             "against BASELINE (bench/instructions-baseline.json)")  # fmt: skip
+    parser.add_argument("--write-baseline", metavar="PATH",
+                        help="with --instructions: only the counts, recorded as a baseline")  # fmt: skip
     args = parser.parse_args(argv)
+    if (args.check or args.write_baseline) and not args.instructions:
+        parser.error("--check and --write-baseline go with --instructions")
+    if args.check or args.write_baseline:  # the guard: the counts alone, no wall clock
+        from . import instructions
+
+        return instructions.run(args.check, args.write_baseline, args.json)
     n, rounds = (200, 3) if args.quick else (5000, 7)
     figures: dict[str, float] = {}
 
@@ -659,6 +694,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{'curve point':32} {'measured':>12}")
         for name, value in measured.items():
             print(f"{name:32} {value:12.3f}")
+    if args.instructions:
+        from . import instructions
+
+        written["instructions"] = counted = instructions.measure(args.quick)
+        instructions.report(counted)
     if args.json:
         with open(args.json, "w") as out:
             json.dump(written, out, indent=2)
