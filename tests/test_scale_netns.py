@@ -463,8 +463,8 @@ async def test_ten_sellers_on_a_cluster_under_load_answer_every_request_a_cache_
     result: dict[str, Any] = {
         "conditions": {
             "sellers": SELLERS,
+            "service": f"one seller service, known to buyers as {SERVICE}, a process each",
             "seller_hosts": HOSTS,
-            "processes_per_seller": 1,
             "redis": "6-node cluster (3 masters, 3 replicas), one namespace",
             "upstreams": len(INVENTORIES) + len(AGENTS),
             "killed": list(KILLED),
