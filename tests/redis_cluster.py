@@ -8,13 +8,12 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 
 from adcp_stale_cache.demo.processes import wait_for_port
-
-from .redis_server import redis_cli
 
 
 def free_ports(count: int) -> list[int]:
@@ -28,30 +27,44 @@ def free_ports(count: int) -> list[int]:
 
 class RedisCluster:
     """Six redis-server processes joined by ``redis-cli --cluster create``; kill a master at
-    will and wait for its replica to take over."""
+    will and wait for its replica to take over. ``host`` is the address they bind (loopback
+    by default) and ``wrap`` the command that runs them (a network namespace's ``ip netns
+    exec``, say: tests/scale_hosts.py)."""
 
-    def __init__(self, nodes: int = 6) -> None:
+    def __init__(
+        self,
+        nodes: int = 6,
+        host: str = "127.0.0.1",
+        wrap: Callable[[list[str]], Sequence[str]] = list,
+    ) -> None:
         if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
             pytest.skip("redis-server and redis-cli are not installed (CI installs them)")
         self.dir = Path(tempfile.mkdtemp(prefix="adcp-cluster-"))
         ports = free_ports(nodes * 2)  # each node's port and its cluster bus port
         self.ports, self.bus_ports = ports[:nodes], ports[nodes:]
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
-        self.url = "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in self.ports[:3])
+        self.host, self.wrap = host, wrap
+        self.url = "redis+cluster://" + ",".join(f"{host}:{p}" for p in self.ports[:3])
+
+    def cli(self, port: int, *args: str) -> str:
+        """What ``redis-cli -h HOST -p PORT ARGS...`` prints (bounded to 10 s)."""
+        done = subprocess.run(["redis-cli", "-h", self.host, "-p", str(port), *args],
+                              capture_output=True, text=True, timeout=10)  # fmt: skip
+        return done.stdout
 
     def start(self) -> RedisCluster:
         for port, bus in zip(self.ports, self.bus_ports, strict=True):
             command = ["redis-server", "--port", str(port), "--cluster-port", str(bus),
-                       "--bind", "127.0.0.1", "--cluster-enabled", "yes",
+                       "--bind", self.host, "--protected-mode", "no", "--cluster-enabled", "yes",
                        "--cluster-config-file", f"nodes-{port}.conf", "--cluster-node-timeout",
                        "1000", "--save", "", "--appendonly", "no", "--dir", str(self.dir)]  # fmt: skip
             self.processes[port] = subprocess.Popen(
-                command, stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL
+                self.wrap(command), stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL
             )
         for port in self.ports:
-            wait_for_port(port)
+            wait_for_port(port, host=self.host)
         subprocess.run(
-            ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{p}" for p in self.ports),
+            ["redis-cli", "--cluster", "create", *(f"{self.host}:{p}" for p in self.ports),
              "--cluster-replicas", "1", "--cluster-yes"],
             check=True, capture_output=True, timeout=60,
         )  # fmt: skip
@@ -70,7 +83,7 @@ class RedisCluster:
         then promotes a replica missing keys its master had."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            check = subprocess.run(["redis-cli", "--cluster", "check", f"127.0.0.1:{self.ports[0]}"],
+            check = subprocess.run(["redis-cli", "--cluster", "check", f"{self.host}:{self.ports[0]}"],
                                    capture_output=True, text=True, timeout=10)  # fmt: skip
             if "All nodes agree about slots configuration" in check.stdout:
                 return
@@ -80,14 +93,14 @@ class RedisCluster:
     def masters(self) -> list[int]:
         """The ports of the live masters."""
         alive = [p for p in self.ports if self.processes[p].poll() is None]
-        return [p for p in alive if "role:master" in redis_cli(p, "info", "replication")]
+        return [p for p in alive if "role:master" in self.cli(p, "info", "replication")]
 
     def wait_ok(self, timeout: float = 30) -> float:
         """Wait until every live node says the cluster is ok, with three masters; seconds."""
         started = time.monotonic()
         while time.monotonic() - started < timeout:
             alive = [p for p in self.ports if self.processes[p].poll() is None]
-            states = [redis_cli(p, "cluster", "info") for p in alive]
+            states = [self.cli(p, "cluster", "info") for p in alive]
             if all("cluster_state:ok" in s for s in states) and len(self.masters()) == 3:
                 return time.monotonic() - started
             time.sleep(0.1)
@@ -99,7 +112,7 @@ class RedisCluster:
         connection only, and redis-cli's has none, so it answered at once.)"""
         deadline = time.monotonic() + timeout
         for port in self.masters():
-            while not (caught_up(redis_cli(port, "info", "replication")) and self.same_keys(port)):
+            while not (caught_up(self.cli(port, "info", "replication")) and self.same_keys(port)):
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"the replica of {port} did not catch up: {self.describe()}")
                 time.sleep(0.05)
@@ -107,15 +120,15 @@ class RedisCluster:
     def same_keys(self, master: int) -> bool:
         """Whether ``master``'s replica holds exactly its keys (offsets can agree while
         the keys do not: see start)."""
-        info = redis_cli(master, "info", "replication")
+        info = self.cli(master, "info", "replication")
         fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
         replica = dict(
             item.split("=", 1) for item in fields.get("slave0", "").split(",") if "=" in item
         )
         if not replica.get("port", "").isdigit():
             return False
-        mine = set(redis_cli(master, "keys", "*").split())
-        return mine == set(redis_cli(int(replica["port"]), "keys", "*").split())
+        mine = set(self.cli(master, "keys", "*").split())
+        return mine == set(self.cli(int(replica["port"]), "keys", "*").split())
 
     def kill(self, port: int) -> None:
         self.processes[port].kill()
@@ -129,22 +142,22 @@ class RedisCluster:
             if self.processes[port].poll() is not None:
                 lines.append(f"{port}: dead")
                 continue
-            info = redis_cli(port, "info", "replication")
+            info = self.cli(port, "info", "replication")
             fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
-            role, keys = fields.get("role", "?").strip(), redis_cli(port, "dbsize").strip()
+            role, keys = fields.get("role", "?").strip(), self.cli(port, "dbsize").strip()
             link = fields.get("master_link_status", "").strip()
             if role == "slave":
                 master = fields.get("master_port", "?").strip()
                 link += f" of {master}"
                 if master.isdigit() and self.processes[int(master)].poll() is None:
-                    mine = set(redis_cli(port, "keys", "*").split())
-                    theirs = set(redis_cli(int(master), "keys", "*").split())
+                    mine = set(self.cli(port, "keys", "*").split())
+                    theirs = set(self.cli(int(master), "keys", "*").split())
                     link += f" lacks={sorted(theirs - mine)[:3]} extra={sorted(mine - theirs)[:3]}"
             else:
                 link = fields.get("slave0", "no replica").strip()
             lines.append(f"{port}: {role} keys={keys} {link}".rstrip())
             if key is not None:
-                lines[-1] += f" exists={redis_cli(port, 'exists', key).strip()}"
+                lines[-1] += f" exists={self.cli(port, 'exists', key).strip()}"
         return "; ".join(lines)
 
     def stop(self) -> None:

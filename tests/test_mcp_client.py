@@ -70,3 +70,74 @@ def test_failures_read_alike_in_both() -> None:
         assert raised.value.code == "RATE_LIMITED"
     with pytest.raises(InvalidPayload):
         _answer_of(V2Result(content=[Text("not JSON")]), "t")
+
+
+def test_an_mcp_server_answering_503_is_an_outage_not_a_bug() -> None:
+    """mcp 2.x reads any HTTP error as a JSON-RPC -32603 and drops the status: a creative
+    agent's 503 then classified as the caller's own bug (UNEXPECTED), never served stale."""
+    import asyncio
+    import threading
+
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    from adcp_stale_cache.demo.processes import free_port, wait_for_port
+    from adcp_stale_cache.failures import FailureKind, classify
+    from adcp_stale_cache.integrations.mcp_client import MCP_V1, call_mcp_tool
+    from adcp_stale_cache.policy import DEFAULT_STALE_ON
+
+    if MCP_V1:
+        pytest.skip("mcp 1.x raises httpx's own status error, read as it is")
+    status = {"code": 503}
+
+    async def refuse(request: Request) -> Response:
+        return Response("busy", status_code=status["code"], headers={"Retry-After": "7"})
+
+    app = Starlette(routes=[Route("/mcp", refuse, methods=["GET", "POST", "DELETE"])])
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_for_port(port)
+        for code, kind in ((503, FailureKind.HTTP_5XX), (429, FailureKind.RATE_LIMITED)):
+            status["code"] = code
+            with pytest.raises(Exception) as raised:
+                asyncio.run(call_mcp_tool(f"http://127.0.0.1:{port}/mcp", "list_creative_formats"))
+            failure = classify(raised.value)
+            assert (failure.kind, failure.retry_after) == (kind, 7.0), code
+            assert failure.kind in DEFAULT_STALE_ON
+        status["code"] = 421  # a 4xx is the caller's to correct: no outage
+        with pytest.raises(Exception) as raised:
+            asyncio.run(call_mcp_tool(f"http://127.0.0.1:{port}/mcp", "list_creative_formats"))
+        assert classify(raised.value).kind is FailureKind.UNEXPECTED
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+async def test_the_example_mcp_apps_answer_under_the_address_they_are_served_at() -> None:
+    """The SDK guards a loopback-bound server against DNS rebinding (any other Host header is
+    a 421): a creative agent or a seller served on another address (another host, a network
+    namespace) must be named for it, or every call to it fails."""
+    import httpx
+
+    from adcp_stale_cache.demo.creative_agent import create_creative_agent_app
+    from adcp_stale_cache.demo.seller import create_seller_app
+
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}}  # fmt: skip
+    headers = {"accept": "application/json, text/event-stream", "host": "10.77.99.1:9000"}
+    agent = create_creative_agent_app(name="a", public_url="http://10.77.99.1:9000/mcp")
+    seller = create_seller_app(creative_agents={}, inventory_url="http://127.0.0.1:1",
+                               public_url="http://10.77.99.1:9000")  # fmt: skip
+    for app in (agent, seller):
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://x") as client:
+                answer = await client.post("/mcp", json=initialize, headers=headers)
+        assert answer.status_code == 200, (app, answer.status_code, answer.text[:200])

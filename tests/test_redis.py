@@ -441,3 +441,43 @@ async def test_a_redis_back_empty_keeps_the_memory_fallback(redis_server: RedisS
         value = await cache.fetch(INVENTORY, "k", up, surface="get_products")
     assert value == {"products": [1]}
     assert [e["code"] for e in advisories.errors()] == ["STALE_RESPONSE"]
+
+
+class QueuedClient:
+    """A client out of reach, as redis-py's Cluster client is: one operation at a time
+    (its re-initialisation is behind a lock), each waiting as long as it is let."""
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.calls = 0
+
+    async def get(self, key: str) -> bytes | None:
+        self.calls += 1
+        async with self.lock:
+            await asyncio.Event().wait()  # never answered
+        return None
+
+
+async def test_an_operation_is_bounded_as_a_whole_not_per_read() -> None:
+    """Socket timeouts bound each read, not an operation: twenty requests queued behind an
+    unreachable Cluster's client each waited for all the ones before (a seller cut off from
+    its Cluster answered in 8 s, then 15 s and more). Each now fails by its own deadline."""
+    client = QueuedClient()
+    store = RedisStore(client, socket_timeout=0.01)
+    found = await asyncio.wait_for(asyncio.gather(*(store.get(f"k{i}") for i in range(20))), 10)
+    assert found == [None] * 20 and store.failures == 20 and client.calls == 20
+    assert await store.get("k") is None and client.calls == 20  # then it stays away
+
+
+def test_every_client_retries_once_at_once() -> None:
+    """redis-py retries an operation ten times with a backoff by default: a Redis out of
+    reach held each for seconds. One immediate retry (an idle connection the server closed)."""
+    from redis.backoff import NoBackoff
+
+    from adcp_stale_cache.stores.redis_urls import client_from_url
+
+    for url in ("redis://127.0.0.1:1/0", "redis+cluster://127.0.0.1:1,127.0.0.1:2",
+                "redis+sentinel://127.0.0.1:1/seller"):  # fmt: skip
+        client = client_from_url(url, socket_timeout=0.25)
+        retry = getattr(client, "retry", None) or client.connection_pool.connection_kwargs["retry"]
+        assert retry.get_retries() == 1 and isinstance(retry._backoff, NoBackoff), url

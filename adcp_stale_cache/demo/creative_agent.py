@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from .data import creative_formats
 
@@ -18,4 +19,8 @@ def create_creative_agent_app(*, name: str, public_url: str, formats: int = 3) -
     def list_creative_formats() -> dict[str, Any]:
         return {"formats": catalogue}
 
-    return server.streamable_http_app(stateless_http=True, json_response=True)
+    # The SDK guards a loopback-bound server against DNS rebinding (any other Host header is
+    # a 421): named for the host it is reached at, an agent on another address answers.
+    return server.streamable_http_app(
+        stateless_http=True, json_response=True, host=urlsplit(public_url).hostname or "127.0.0.1"
+    )

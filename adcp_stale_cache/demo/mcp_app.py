@@ -16,10 +16,12 @@ Json = dict[str, Any]
 
 def create_mcp_app(
     call: Callable[[str, Json], Awaitable[Json]], names: Sequence[str], *,
-    json_response: bool = False,
+    json_response: bool = False, host: str = "127.0.0.1",
 ) -> Any:  # fmt: skip
     """An ASGI app serving ``names`` at ``/mcp``: ``call(name, params)`` answers each (the
-    seller's tools; this module knows nothing else of the seller)."""
+    seller's tools; this module knows nothing else of the seller). ``host`` is the one it is
+    reached at: the SDK answers 421 to a loopback-bound server asked under any other name
+    (its guard against DNS rebinding), so a seller on another address must say so."""
     server = MCPServer(name="example-seller")
 
     async def run(name: str, params: Json) -> Json | CallToolResult:
@@ -95,4 +97,6 @@ def create_mcp_app(
             }
             return await run("comply_test_controller", request)
 
-    return server.streamable_http_app(streamable_http_path="/mcp", json_response=json_response)
+    return server.streamable_http_app(
+        streamable_http_path="/mcp", json_response=json_response, host=host
+    )

@@ -18,6 +18,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextvars import ContextVar
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 from fastapi import FastAPI, Request
@@ -311,7 +312,7 @@ def create_seller_app(
     from .a2a_app import FatalSkillError, create_a2a_routes
     from .mcp_app import create_mcp_app
 
-    mcp_app = create_mcp_app(tools.call, names)
+    mcp_app = create_mcp_app(tools.call, names, host=urlsplit(public_url).hostname or "127.0.0.1")
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..codecs import present
-from ..failures import InvalidPayload, UpstreamError
+from ..failures import InvalidPayload, UpstreamError, UpstreamHTTPError
 
 try:  # mcp 2.x
     import httpx2
@@ -46,15 +46,32 @@ async def call_mcp_tool(
     """One ``tools/call`` over streamable HTTP; returns the payload as a dict.
 
     Raises :class:`~adcp_stale_cache.UpstreamError` for a tool error (``isError: true``,
-    with the payload's ``adcp_error`` code when it has one) and
-    :class:`~adcp_stale_cache.InvalidPayload` when the result holds no JSON object.
+    with the payload's ``adcp_error`` code when it has one),
+    :class:`~adcp_stale_cache.InvalidPayload` when the result holds no JSON object and
+    :class:`~adcp_stale_cache.failures.UpstreamHTTPError` when the server answered a 5xx or
+    a 429 (an outage, served stale).
     """
     if not MCP_V1:
-        http = httpx2.AsyncClient(headers=dict(headers or {}))
+        # mcp 2.x turns an HTTP error into a JSON-RPC "Server returned an error response"
+        # (-32603) and drops the status: a 503 would read as the caller's own bug, never as
+        # an outage. The responses are watched here so the status stays what fails.
+        outage: list[httpx2.Response] = []
+
+        async def watch(response: httpx2.Response) -> None:
+            if response.status_code >= 500 or response.status_code == 429:
+                outage.append(response)
+
+        http = httpx2.AsyncClient(headers=dict(headers or {}), event_hooks={"response": [watch]})
         # cache=None: the MCP client must not answer from a cache of its own behind ours.
         transport = streamable_http_client(url, http_client=http)
-        async with http, Client(transport, cache=None) as client:
-            result = await client.call_tool(tool, dict(arguments or {}))
+        try:
+            async with http, Client(transport, cache=None) as client:
+                result = await client.call_tool(tool, dict(arguments or {}))
+        except Exception as exc:
+            if not outage:
+                raise
+            failed = outage[0]
+            raise UpstreamHTTPError(failed.status_code, retry_after=_retry_after(failed)) from exc
     else:
         async with (
             streamablehttp_client(url, headers=dict(headers or {})) as (read, write, _),
@@ -63,6 +80,12 @@ async def call_mcp_tool(
             await session.initialize()
             result = await session.call_tool(tool, dict(arguments or {}))
     return _answer_of(result, tool)
+
+
+def _retry_after(response: Any) -> float | None:
+    # As the httpx transport reads it (RFC 9110 delay-seconds, digits only; a date is no hint).
+    value = response.headers.get("retry-after", "").strip()
+    return float(value) if value.isascii() and value.isdigit() else None
 
 
 def _answer_of(result: Any, tool: str) -> dict[str, Any]:

@@ -22,9 +22,10 @@ clock skew between hosts, which NTP keeps small; ages are clamped at zero, so a 
 the writer never sees a negative age). Keys carry the format version: a future format uses
 ``v2`` keys and never misreads a ``v1`` value. Redis expires each entry at target + max-stale.
 
-Redis faults never fail a request: every operation has short socket timeouts, and after a
-failure the store stays away from Redis for ``retry_after_seconds`` (answering "no entry"),
-then tries again; the client reconnects by itself.
+Redis faults never fail a request: every operation has short socket timeouts and a deadline
+of its own (``deadline_seconds``, four socket timeouts by default), and after a failure the
+store stays away from Redis for ``retry_after_seconds`` (answering "no entry"), then tries
+again; the client reconnects by itself.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import hashlib
 import logging
 import math
 import struct
+import sys
 import time
 import uuid
 import weakref
@@ -45,6 +47,11 @@ from typing import Any
 
 from ..entry import TERMS_SIZE, Entry, Terms
 from .redis_urls import client_from_url
+
+if sys.version_info >= (3, 11, 3):  # as redis-py itself chooses (async-timeout is its need)
+    from asyncio import timeout as _deadline  # type: ignore[attr-defined,unused-ignore]
+else:  # pragma: no cover
+    from async_timeout import timeout as _deadline  # type: ignore[import-not-found,no-redef,unused-ignore]
 
 logger = logging.getLogger("adcp_stale_cache.redis")
 
@@ -96,6 +103,7 @@ class RedisStore:
         prefix: str = "adcp-stale-cache",
         socket_timeout: float = 0.25,
         retry_after_seconds: float = 1.0,
+        deadline_seconds: float | None = None,
     ) -> None:
         self._make_client: Callable[[], Any] | None = None
         if client is None:
@@ -112,6 +120,11 @@ class RedisStore:
         self._warned_loop = False
         self.prefix = f"{prefix}:v{FORMAT_VERSION}"
         self.retry_after_seconds = retry_after_seconds
+        # A whole operation's bound (4 socket timeouts by default): socket timeouts bound
+        # each read, not an operation. A Cluster out of reach queues every operation behind
+        # its client's one re-initialisation at a time (each asks every startup node), and a
+        # seller cut off from it answered in 8 s, then 15 s and more as requests queued.
+        self.deadline_seconds = deadline_seconds if deadline_seconds else 4 * socket_timeout
         self.failures = 0  # Redis operations that failed (and were answered as "no entry")
         self._down_until = 0.0
         self._count_down_until = 0.0  # the purge count's own: see generation
@@ -161,7 +174,8 @@ class RedisStore:
         if not self.available:
             return None
         try:
-            raw = await self.client.get(self._key(key))
+            async with _deadline(self.deadline_seconds):
+                raw = await self.client.get(self._key(key))
         except Exception as exc:
             self._failed("get", exc)
             return None
@@ -174,20 +188,24 @@ class RedisStore:
         ttl = max(1, int(ttl_seconds * 1000))
         raw = encode(entry)  # before Redis is asked: an unwritable entry is no Redis fault
         try:
-            if entry.labels and self.cluster:  # label sets live in other slots: one by one
-                async with self.client.pipeline(transaction=False) as pipe:
-                    pipe.set(self._key(key), raw, px=ttl)
-                    for label in entry.labels:  # a set lives as long as its longest entry
-                        name = self._label(label)
-                        pipe.sadd(name, key).pexpire(name, ttl, nx=True).pexpire(name, ttl, gt=True)
-                    await pipe.execute()
-            elif entry.labels:
-                names = [self._key(key), *(self._label(label) for label in entry.labels)]
-                await _script(self.client, _SET, len(names), *names, raw, ttl, key)
-            else:
-                await self.client.set(self._key(key), raw, px=ttl)
+            async with _deadline(self.deadline_seconds):
+                await self._write(key, raw, ttl, entry.labels)
         except Exception as exc:
             self._failed("set", exc)
+
+    async def _write(self, key: str, raw: bytes, ttl: int, labels: Any) -> None:
+        if labels and self.cluster:  # label sets live in other slots: one by one
+            async with self.client.pipeline(transaction=False) as pipe:
+                pipe.set(self._key(key), raw, px=ttl)
+                for label in labels:  # a set lives as long as its longest entry
+                    name = self._label(label)
+                    pipe.sadd(name, key).pexpire(name, ttl, nx=True).pexpire(name, ttl, gt=True)
+                await pipe.execute()
+        elif labels:
+            names = [self._key(key), *(self._label(label) for label in labels)]
+            await _script(self.client, _SET, len(names), *names, raw, ttl, key)
+        else:
+            await self.client.set(self._key(key), raw, px=ttl)
 
     async def set_unless_purged(
         self, key: str, entry: Entry, ttl_seconds: float, count: object
@@ -210,9 +228,10 @@ class RedisStore:
                  *(self._label(label) for label in entry.labels)]  # fmt: skip
         raw = encode(entry)  # as in set: not a fault of Redis
         try:
-            kept = await _script(
-                self.client, _SET_UNLESS_PURGED, len(names), *names, raw, ttl, key, str(count)
-            )
+            async with _deadline(self.deadline_seconds):
+                kept = await _script(
+                    self.client, _SET_UNLESS_PURGED, len(names), *names, raw, ttl, key, str(count)
+                )
             return bool(kept)
         except Exception as exc:
             self._failed("set", exc)
@@ -223,7 +242,8 @@ class RedisStore:
         if not self.available:
             return
         try:
-            await self.client.delete(self._key(key))
+            async with _deadline(self.deadline_seconds):
+                await self.client.delete(self._key(key))
         except Exception as exc:
             self._failed("delete", exc)
 
@@ -239,9 +259,9 @@ class RedisStore:
         acquired = True
         if self.available:
             try:
-                acquired = bool(
-                    await self.client.set(lock, token, nx=True, px=max(1, int(seconds * 1000)))
-                )
+                async with _deadline(self.deadline_seconds):
+                    ttl = max(1, int(seconds * 1000))
+                    acquired = bool(await self.client.set(lock, token, nx=True, px=ttl))
             except Exception as exc:
                 self._failed("lease", exc)
         try:
@@ -249,7 +269,8 @@ class RedisStore:
         finally:
             if acquired and self.available:
                 try:
-                    await _script(self.client, _RELEASE, 1, lock, token)
+                    async with _deadline(self.deadline_seconds):
+                        await _script(self.client, _RELEASE, 1, lock, token)
                 except Exception as exc:
                     self._failed("release", exc)
 
@@ -258,7 +279,8 @@ class RedisStore:
         if not self.available:
             return False
         try:
-            return bool(await self.client.exists(self._lease(key)))
+            async with _deadline(self.deadline_seconds):
+                return bool(await self.client.exists(self._lease(key)))
         except Exception as exc:
             self._failed("lease_active", exc)
             return False
@@ -337,7 +359,8 @@ class RedisStore:
         if client is None or not self.available:
             return None
         try:
-            state: bytes | None = await client.get(f"{self.prefix}:breaker:{name}")
+            async with _deadline(self.deadline_seconds):
+                state: bytes | None = await client.get(f"{self.prefix}:breaker:{name}")
         except Exception as exc:
             self._failed("breaker_state", exc)
             return None
@@ -347,8 +370,9 @@ class RedisStore:
         """Publish this process's open breaker on ``name`` for ``seconds``."""
         if self.available:
             try:
-                await self.client.set(f"{self.prefix}:breaker:{name}", state,
-                                      px=max(1, int(seconds * 1000)))  # fmt: skip
+                async with _deadline(self.deadline_seconds):
+                    await self.client.set(f"{self.prefix}:breaker:{name}", state,
+                                          px=max(1, int(seconds * 1000)))  # fmt: skip
             except Exception as exc:
                 self._failed("breaker_opened", exc)
 
@@ -356,7 +380,8 @@ class RedisStore:
         """Withdraw the open breaker published on ``name``."""
         if self.available:
             try:
-                await self.client.delete(f"{self.prefix}:breaker:{name}")
+                async with _deadline(self.deadline_seconds):
+                    await self.client.delete(f"{self.prefix}:breaker:{name}")
             except Exception as exc:
                 self._failed("breaker_closed", exc)
 
@@ -367,7 +392,8 @@ class RedisStore:
         if client is None or not self.available or time.monotonic() < self._count_down_until:
             return None
         try:
-            return int(await client.get(f"{self.prefix}:generation") or 0)
+            async with _deadline(self.deadline_seconds):
+                return int(await client.get(f"{self.prefix}:generation") or 0)
         except Exception as exc:
             # Not a reason to stay away from the whole store: the count lives in one slot,
             # and every miss reads it (see purges); the entries' own reads and writes decide.

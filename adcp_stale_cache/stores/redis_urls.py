@@ -73,9 +73,17 @@ def client_from_url(url: str, *, socket_timeout: float) -> Any:
     found = url_problem(url)
     if found is not None:
         raise ValueError(f"{found}: {redacted(url)}")
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+
     parts = urlsplit(url)
+    # One immediate retry (a pooled connection the server closed while idle), never
+    # redis-py's default of ten with a backoff: a Redis out of reach then held an operation
+    # for seconds (a Cluster's each retry asks every startup node again), where the store's
+    # short timeout and stay-away are meant to answer at once. Every client gets its own.
     timeouts: dict[str, Any] = {
-        "socket_timeout": socket_timeout, "socket_connect_timeout": socket_timeout
+        "socket_timeout": socket_timeout, "socket_connect_timeout": socket_timeout,
+        "retry": Retry(NoBackoff(), 1),
     }  # fmt: skip
     if "+" not in parts.scheme:
         try:
