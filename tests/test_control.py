@@ -712,12 +712,17 @@ async def test_a_purge_between_a_flights_check_and_its_write_wins(tmp_path: Path
         up, key = CountingUpstream(), f"k{trial}"
         await worker.fetch(INVENTORY, key, up, surface=due)
         up.delay = 0.01
-        flight = asyncio.ensure_future(worker.fetch(INVENTORY, key, up, surface=due))
+        started = asyncio.Event()
+
+        async def call(up: CountingUpstream = up, started: asyncio.Event = started) -> Any:
+            started.set()
+            return await up()
+
+        flight = asyncio.ensure_future(worker.fetch(INVENTORY, key, call, surface=due))
         # Its call has started, so it read the purge count before the purge: timed from the
         # call's start, not from ensure_future (on a loaded machine a flight could otherwise
         # begin after the purge and store, rightly, what it read after it).
-        while up.calls < 2:
-            await asyncio.sleep(0)
+        await started.wait()
         await asyncio.sleep(random.uniform(0.008, 0.0115))  # about when it checks and writes
         await CacheControl(operator).invalidate(upstream=INVENTORY, key=key, soft=False)
         await flight

@@ -41,7 +41,7 @@ import time
 import uuid
 import weakref
 import zlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -171,14 +171,7 @@ class RedisStore:
 
     async def get(self, key: str) -> Entry | None:
         """The entry under ``key``; None when absent, unreadable or Redis is down."""
-        if not self.available:
-            return None
-        try:
-            async with _deadline(self.deadline_seconds):
-                raw = await self.client.get(self._key(key))
-        except Exception as exc:
-            self._failed("get", exc)
-            return None
+        raw = await self._call("get", None, lambda client: client.get(self._key(key)))
         return decode(raw) if raw else None
 
     async def set(self, key: str, entry: Entry, ttl_seconds: float) -> None:
@@ -187,15 +180,13 @@ class RedisStore:
             return
         ttl = max(1, int(ttl_seconds * 1000))
         raw = encode(entry)  # before Redis is asked: an unwritable entry is no Redis fault
-        try:
-            async with _deadline(self.deadline_seconds):
-                await self._write(key, raw, ttl, entry.labels)
-        except Exception as exc:
-            self._failed("set", exc)
+        await self._call(
+            "set", None, lambda client: self._write(client, key, raw, ttl, entry.labels)
+        )
 
-    async def _write(self, key: str, raw: bytes, ttl: int, labels: Any) -> None:
+    async def _write(self, client: Any, key: str, raw: bytes, ttl: int, labels: Any) -> None:
         if labels and self.cluster:  # label sets live in other slots: one by one
-            async with self.client.pipeline(transaction=False) as pipe:
+            async with client.pipeline(transaction=False) as pipe:
                 pipe.set(self._key(key), raw, px=ttl)
                 for label in labels:  # a set lives as long as its longest entry
                     name = self._label(label)
@@ -203,9 +194,9 @@ class RedisStore:
                 await pipe.execute()
         elif labels:
             names = [self._key(key), *(self._label(label) for label in labels)]
-            await _script(self.client, _SET, len(names), *names, raw, ttl, key)
+            await _script(client, _SET, len(names), *names, raw, ttl, key)
         else:
-            await self.client.set(self._key(key), raw, px=ttl)
+            await client.set(self._key(key), raw, px=ttl)
 
     async def set_unless_purged(
         self, key: str, entry: Entry, ttl_seconds: float, count: object
@@ -221,31 +212,19 @@ class RedisStore:
                 return False
             await self.set(key, entry, ttl_seconds)
             return True
-        if not self.available:
-            return True
         ttl = max(1, int(ttl_seconds * 1000))
         names = [f"{self.prefix}:generation", self._key(key),
                  *(self._label(label) for label in entry.labels)]  # fmt: skip
         raw = encode(entry)  # as in set: not a fault of Redis
-        try:
-            async with _deadline(self.deadline_seconds):
-                kept = await _script(
-                    self.client, _SET_UNLESS_PURGED, len(names), *names, raw, ttl, key, str(count)
-                )
-            return bool(kept)
-        except Exception as exc:
-            self._failed("set", exc)
-            return True
+        args = (*names, raw, ttl, key, str(count))
+        kept = await self._call(
+            "set", True, lambda c: _script(c, _SET_UNLESS_PURGED, len(names), *args)
+        )
+        return bool(kept)
 
     async def delete(self, key: str) -> None:
         """Forget ``key``."""
-        if not self.available:
-            return
-        try:
-            async with _deadline(self.deadline_seconds):
-                await self.client.delete(self._key(key))
-        except Exception as exc:
-            self._failed("delete", exc)
+        await self._call("delete", None, lambda client: client.delete(self._key(key)))
 
     @asynccontextmanager
     async def lease(self, key: str, seconds: float) -> AsyncIterator[bool]:
@@ -255,35 +234,19 @@ class RedisStore:
         others for longer. Yields True too when Redis is down (no coordination possible: each
         process refreshes for itself).
         """
-        lock, token = self._lease(key), uuid.uuid4().hex
-        acquired = True
-        if self.available:
-            try:
-                async with _deadline(self.deadline_seconds):
-                    ttl = max(1, int(seconds * 1000))
-                    acquired = bool(await self.client.set(lock, token, nx=True, px=ttl))
-            except Exception as exc:
-                self._failed("lease", exc)
+        lock, token, ttl = self._lease(key), uuid.uuid4().hex, max(1, int(seconds * 1000))
+        acquired = bool(
+            await self._call("lease", True, lambda c: c.set(lock, token, nx=True, px=ttl))
+        )
         try:
             yield acquired
         finally:
-            if acquired and self.available:
-                try:
-                    async with _deadline(self.deadline_seconds):
-                        await _script(self.client, _RELEASE, 1, lock, token)
-                except Exception as exc:
-                    self._failed("release", exc)
+            if acquired:
+                await self._call("release", None, lambda c: _script(c, _RELEASE, 1, lock, token))
 
     async def lease_active(self, key: str) -> bool:
         """Whether some process holds the refresh lease of ``key``."""
-        if not self.available:
-            return False
-        try:
-            async with _deadline(self.deadline_seconds):
-                return bool(await self.client.exists(self._lease(key)))
-        except Exception as exc:
-            self._failed("lease_active", exc)
-            return False
+        return bool(await self._call("lease_active", False, lambda c: c.exists(self._lease(key))))
 
     async def purge(self, match: Callable[[str, Entry], bool], *, soft: bool) -> int:
         """Invalidate the entries ``match`` selects: mark them for revalidation (``soft``,
@@ -355,35 +318,20 @@ class RedisStore:
     async def breaker_state(self, name: str) -> bytes | None:
         """What another process published about its open breaker on ``name`` (None: closed,
         or Redis down)."""
-        client = self._client_here()
-        if client is None or not self.available:
-            return None
-        try:
-            async with _deadline(self.deadline_seconds):
-                state: bytes | None = await client.get(f"{self.prefix}:breaker:{name}")
-        except Exception as exc:
-            self._failed("breaker_state", exc)
-            return None
+        state: bytes | None = await self._call(
+            "breaker_state", None, lambda client: client.get(f"{self.prefix}:breaker:{name}")
+        )
         return state
 
     async def breaker_opened(self, name: str, state: str, seconds: float) -> None:
         """Publish this process's open breaker on ``name`` for ``seconds``."""
-        if self.available:
-            try:
-                async with _deadline(self.deadline_seconds):
-                    await self.client.set(f"{self.prefix}:breaker:{name}", state,
-                                          px=max(1, int(seconds * 1000)))  # fmt: skip
-            except Exception as exc:
-                self._failed("breaker_opened", exc)
+        name, ms = f"{self.prefix}:breaker:{name}", max(1, int(seconds * 1000))
+        await self._call("breaker_opened", None, lambda c: c.set(name, state, px=ms))
 
     async def breaker_closed(self, name: str) -> None:
         """Withdraw the open breaker published on ``name``."""
-        if self.available:
-            try:
-                async with _deadline(self.deadline_seconds):
-                    await self.client.delete(f"{self.prefix}:breaker:{name}")
-            except Exception as exc:
-                self._failed("breaker_closed", exc)
+        await self._call("breaker_closed", None,
+                         lambda client: client.delete(f"{self.prefix}:breaker:{name}"))  # fmt: skip
 
     async def generation(self) -> int | None:
         """How many purges this Redis has seen so far (None when it is down):
@@ -406,6 +354,18 @@ class RedisStore:
     async def aclose(self) -> None:
         """Close the client's connections."""
         await self.client.aclose()
+
+    async def _call(self, op: str, default: Any, command: Callable[[Any], Awaitable[Any]]) -> Any:
+        """``command(client)`` within the deadline; ``default`` while the store stays away
+        from Redis, or when it fails (counted and logged: the store then stays away)."""
+        if not self.available:
+            return default
+        try:
+            async with _deadline(self.deadline_seconds):
+                return await command(self.client)
+        except Exception as exc:
+            self._failed(op, exc)
+            return default
 
     def _failed(self, op: str, exc: Exception) -> None:
         self.failures += 1
