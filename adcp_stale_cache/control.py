@@ -40,7 +40,7 @@ from typing import Any
 from cachetools import LRUCache
 
 from .entry import Entry
-from .labels import label_value, labels
+from .labels import built_from, label_value, labels
 from .metrics import CacheMetrics, CombinedMetrics
 from .policy import Upstream
 from .steering import RememberedRefresh, Steerable
@@ -77,16 +77,26 @@ class Warm:
 
 @dataclass(frozen=True)
 class Selection:
-    """Which entries an invalidation takes: all the given criteria must hold."""
+    """Which entries an invalidation takes: all the given criteria must hold. A key selects
+    the entry under it and every entry built from it (labelled :func:`built_from` it)."""
 
     labels: frozenset[str]
     store_key: str | None = None
 
     def __call__(self, key: str, entry: Entry) -> bool:
         """True when the entry stored under ``key`` is selected."""
-        if self.store_key is not None and key != self.store_key:
+        if (
+            self.store_key is not None
+            and key != self.store_key
+            and self.from_key not in entry.labels
+        ):
             return False
         return self.labels.issubset(entry.labels)
+
+    @property
+    def from_key(self) -> str | None:
+        """The label of the entries built from the selected key (None: no key selected)."""
+        return None if self.store_key is None else built_from(self.store_key)
 
 
 class UpstreamStats(CacheMetrics):

@@ -49,6 +49,12 @@ def entry_labels(
     return found if upstream.credentials is None else (*found, "credentials=own")
 
 
+def built_from(store_key: str) -> str:
+    """The label an entry built from the entry under ``store_key`` carries (a catalog answer
+    whose call read an account through the cache): a purge of that key takes it too."""
+    return f"from={_escaped(store_key)}"
+
+
 def label_value(entry_labels: Iterable[str], name: str) -> str | None:
     """The value of the label ``name`` among ``entry_labels``, if there is one."""
     prefix = f"{name}="

@@ -21,6 +21,7 @@ from .decision import Fail, Fresh, Refresh, ServeStale, on_failure, target_secon
 from .entry import Entry
 from .failures import UNKNOWN_FAILURE, Failure, UpstreamUnavailable, classify
 from .flight import Flights, Refreshed
+from .labels import built_from
 from .lookup import Lookup
 from .metrics import CacheMetrics
 from .policy import SurfacePolicy, Upstream
@@ -191,7 +192,7 @@ class Serving:
                     )
                 )
         if collector.read_labels is not None:
-            collector.read_labels.update(refreshed.labels)
+            collector.read_labels.update((*refreshed.labels, built_from(found.store_key)))
         if _CONTEXT in data if data is not None else _names_context(refreshed.value):
             collector.served_context = True  # another caller's flight may have been asked
         return refreshed.value if refreshed.data is None else codec.loads(refreshed.data)
@@ -228,7 +229,7 @@ def _composed(found: Lookup, entry: Entry, codec: Codec[Any], *, fresh: bool) ->
     if collector.composition is not None:
         collector.composition.append(_part(found, entry, codec, fresh=fresh))
     if collector.read_labels is not None:
-        collector.read_labels.update(entry.labels)
+        collector.read_labels.update((*entry.labels, built_from(found.store_key)))
     if _CONTEXT in entry.data:  # a byte search: a false alarm only costs the answer a check
         collector.served_context = True
 

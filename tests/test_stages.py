@@ -38,6 +38,7 @@ from adcp_stale_cache.lookup import MAX_CLOCK_SKEW_SECONDS, Lookups
 from adcp_stale_cache.metrics import CacheMetrics
 from adcp_stale_cache.policy import FailureKind
 from adcp_stale_cache.serving import NOT_FRESH, Serving
+from adcp_stale_cache.stores.sqlite import SqliteStore
 from adcp_stale_cache.values import JSON
 
 from .conftest import FakeClock
@@ -588,6 +589,57 @@ async def test_purging_what_a_composite_was_built_from_purges_the_composite(
     version["now"] = 1
     assert await CacheControl(cache).invalidate(surface="accounts", soft=False) == 2
     assert await ask() == {"built_from": {"v": 1}}  # never the composite of purged data
+
+
+@pytest.mark.parametrize("kind", ["memory", "file", "redis"])
+async def test_a_hard_purge_of_a_key_takes_what_was_built_from_it(
+    kind: str, tmp_path: Path
+) -> None:
+    """Found by the simulation on Redis: an operator's hard purge of one account entry (by
+    key) left the catalog answer built from it a fresh hit: a key selected that key alone,
+    while purges by surface, upstream, partition or tag reached the composite by the labels
+    it carries. Entries built from others now carry ``from=<their key>`` too."""
+    server = None
+    if kind == "redis":
+        pytest.importorskip("redis.asyncio", reason="the redis extra is needed")
+        from adcp_stale_cache.stores.redis import RedisStore
+
+        from .redis_server import RedisServer
+
+        server = RedisServer().start()
+        store: Any = RedisStore(url=server.url)
+    else:
+        store = MemoryStore() if kind == "memory" else SqliteStore(tmp_path / "cache.db")
+    accounts = SurfacePolicy(name="accounts", freshness_target_seconds=600, max_stale_seconds=600)
+    catalog = SurfacePolicy(name="catalog", freshness_target_seconds=600, max_stale_seconds=600)
+    cache = UpstreamCache(store, surfaces=Surfaces.of(accounts, catalog), breaker=None)
+    account_service, version = Upstream(name="account-service"), {"now": 1}
+
+    async def account() -> dict[str, Any]:
+        return {"v": version["now"]}
+
+    async def composite() -> dict[str, Any]:
+        return {"acct": await cache.fetch(account_service, "me", account, surface="accounts")}
+
+    async def ask(partition: str) -> Any:
+        with use_collector(AdvisoryCollector(partition=partition)):
+            return await cache.fetch(Upstream(name="catalog"), "all", composite, surface="catalog")
+
+    try:
+        assert await ask("pc") == await ask("pd") == {"acct": {"v": 1}}
+        version["now"] = 2
+        taken = await CacheControl(cache).invalidate(
+            upstream=account_service, key="me", partition="pc", soft=False
+        )
+        assert taken == 2  # the account entry and the catalog answer built from it
+        assert await ask("pc") == {"acct": {"v": 2}}  # never the composite of purged data
+        assert await ask("pd") == {"acct": {"v": 1}}  # another caller's: not selected
+    finally:
+        if server is not None:
+            await store.aclose()
+            server.kill()
+        elif kind == "file":
+            store.close()
 
 
 async def test_a_flight_that_could_not_read_the_purge_count_never_stores_over_a_purge(

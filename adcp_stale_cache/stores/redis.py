@@ -297,8 +297,10 @@ class RedisStore:
         """The keys ``match`` may select, in batches."""
         labels = sorted(getattr(match, "labels", ()))
         store_key = getattr(match, "store_key", None)
-        if store_key is not None:
-            yield [store_key]
+        if store_key is not None:  # the entry, and those built from it (see Selection)
+            label = getattr(match, "from_key", None)
+            built = await client.smembers(self._label(label)) if label is not None else ()
+            yield [store_key, *sorted(member.decode() for member in built)]
             return
         if labels and self.cluster:  # the sets live in several slots: intersect here
             sets = [set(await client.smembers(self._label(label))) for label in labels]
