@@ -9,6 +9,9 @@ Bounded by entries and bytes: past either bound the oldest entries (by ``stored_
 first. Oldest-first rather than least-recently-used, so that a hit is a read and never a
 write: with several processes, a write per hit would serialise them on the file's lock.
 Expired entries are deleted as writes find them and in bulk when a bound is reached.
+Entries are indexed by label (a table of (label, key) rows, kept by the file's own
+triggers and each write's transaction): a purge by labels reads the entries that carry
+them, not every entry.
 
 ``read_on_loop=True`` trades that rule for speed on reads: a hit is then read on the calling
 event loop through a read-only connection that never waits for a lock (busy: that read
@@ -38,6 +41,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..entry import Entry, Terms
+from .label_index import selected_by
 
 logger = logging.getLogger("adcp_stale_cache.sqlite")
 
@@ -76,6 +80,34 @@ CREATE TRIGGER IF NOT EXISTS count_delete AFTER DELETE ON entries BEGIN
 END;
 """
 
+# The label index (added within format 3, so that a file written before it still opens, and
+# a process of the release before, sharing the file, keeps it exact): the rows of ``labels``
+# say which entries carry a label, so that a purge by labels reads only those. The file's
+# own triggers queue every entry written with new labels in ``unindexed`` and drop the label
+# rows of an entry deleted or relabelled, whoever writes; this store then indexes its own
+# writes in the same transaction, and the rows queued by anyone else (the previous release,
+# or a file from before the index: every entry is queued when the index is created) at
+# the next purge, before it selects.
+_INDEX = """
+CREATE TABLE IF NOT EXISTS labels (
+    label TEXT NOT NULL, key TEXT NOT NULL, PRIMARY KEY (label, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS labels_by_key ON labels (key);
+CREATE TABLE IF NOT EXISTS unindexed (key TEXT PRIMARY KEY) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS index_insert AFTER INSERT ON entries BEGIN
+    INSERT OR IGNORE INTO unindexed VALUES (NEW.key);
+END;
+CREATE TRIGGER IF NOT EXISTS index_relabel AFTER UPDATE OF labels ON entries
+WHEN OLD.labels IS NOT NEW.labels BEGIN
+    DELETE FROM labels WHERE key = OLD.key;
+    INSERT OR IGNORE INTO unindexed VALUES (NEW.key);
+END;
+CREATE TRIGGER IF NOT EXISTS index_delete AFTER DELETE ON entries BEGIN
+    DELETE FROM labels WHERE key = OLD.key;
+    DELETE FROM unindexed WHERE key = OLD.key;
+END;
+"""
+
 _UPSERT = (
     "INSERT INTO entries (key, stored_at, expires_at, size, checksum, labels, flags, terms, data) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET "
@@ -84,7 +116,8 @@ _UPSERT = (
     "terms = excluded.terms, data = excluded.data"
 )
 _DROP = (
-    "DROP TABLE IF EXISTS entries; DROP TABLE IF EXISTS totals; DROP TABLE IF EXISTS generation;"
+    "DROP TABLE IF EXISTS entries; DROP TABLE IF EXISTS totals; DROP TABLE IF EXISTS generation; "
+    "DROP TABLE IF EXISTS labels; DROP TABLE IF EXISTS unindexed;"
 )
 
 
@@ -262,7 +295,11 @@ class SqliteStore:
             (version,) = db.execute("PRAGMA user_version").fetchone()
             if version != FILE_FORMAT:  # new, or written by another release: start empty
                 db.executescript(f"{_DROP} PRAGMA user_version = {FILE_FORMAT};")
-            db.executescript(_SCHEMA)
+            indexed = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'unindexed'")
+            before_the_index = indexed.fetchone() is None
+            db.executescript(_SCHEMA + _INDEX)
+            if before_the_index:  # a file from before the index: its entries indexed once, now
+                _in_transaction(db, _index_everything)
         except BaseException:
             db.close()
             raise
@@ -310,6 +347,9 @@ class SqliteStore:
                  "\n".join(entry.labels), _flags(entry),
                  entry.terms.pack() if entry.terms is not None else None, data),
             )  # fmt: skip
+            # Queued by the file's trigger when the entry is new or relabelled: indexed now.
+            if db.execute("DELETE FROM unindexed WHERE key = ?", (key,)).rowcount:
+                db.executemany(_INDEXED, [(label, key) for label in entry.labels])
             count, size = db.execute("SELECT entries, bytes FROM totals WHERE id = 1").fetchone()
             if count > self.max_entries or size > self.max_bytes:
                 db.execute("DELETE FROM entries WHERE expires_at <= ?", (now,))
@@ -346,14 +386,10 @@ class SqliteStore:
         )  # a tombstone is stamped with the purge's time: newer than every copy before it
         db.execute("BEGIN IMMEDIATE")  # select and mark at once: no refresh slips between
         try:
-            rows = db.execute(
-                "SELECT key, stored_at, labels, flags FROM entries "
-                f"WHERE expires_at > ? AND flags & {_TOMBSTONE} = 0",
-                (time.time(),),
-            ).fetchall()
+            _index_queued(db)  # entries written by others since: the index is whole again
             keys = [
                 (key,)
-                for key, stored_at, labels, flags in rows
+                for key, stored_at, labels, flags in _selectable(db, match)
                 if match(key, Entry(b"", stored_at, _split(labels), bool(flags & _REVALIDATE)))
             ]
             db.executemany(statement, keys)
@@ -389,6 +425,61 @@ class SqliteStore:
 
 _REVALIDATE, _TOMBSTONE = 1, 2  # the flags column
 _TOMBSTONE_SIZE = Entry(b"", 0.0).size  # what a tombstone counts against the byte bound
+_INDEXED = "INSERT OR IGNORE INTO labels (label, key) VALUES (?, ?)"
+_ENTRY_COLUMNS = "SELECT e.key, e.stored_at, e.labels, e.flags"
+_LIVE = f"e.expires_at > ? AND e.flags & {_TOMBSTONE} = 0"  # unexpired, not a tombstone
+
+
+def _selectable(
+    db: sqlite3.Connection, match: Callable[[str, Entry], bool]
+) -> list[tuple[str, float, str, int]]:
+    """The unexpired entries ``match`` may select: those carrying the labels a selection
+    names (through the index: the narrowest label's rows, the others looked up), or every
+    one when ``match`` names none."""
+    now = time.time()
+    named = selected_by(match)
+    args: list[object]
+    if named is None:
+        query, args = f"{_ENTRY_COLUMNS} FROM entries e WHERE {_LIVE}", [now]
+    elif named[1] is not None:
+        query, args = f"{_ENTRY_COLUMNS} FROM entries e WHERE e.key = ? AND {_LIVE}", [named[1]]
+        args.append(now)
+    else:
+        first, *rest = named[0]
+        others = "".join(
+            " AND EXISTS (SELECT 1 FROM labels m WHERE m.label = ? AND m.key = l.key)" for _ in rest
+        )
+        query = (
+            f"{_ENTRY_COLUMNS} FROM labels l JOIN entries e ON e.key = l.key "
+            f"WHERE l.label = ?{others} AND {_LIVE}"
+        )
+        args = [first, *rest, now]
+    return [(str(k), float(t), str(ls), int(f)) for k, t, ls, f in db.execute(query, args)]
+
+
+def _index_queued(db: sqlite3.Connection) -> None:
+    """Index the entries the file's triggers queued (written by another release, or before
+    the index existed); within the caller's transaction."""
+    rows = db.execute(
+        "SELECT u.key, e.labels FROM unindexed u JOIN entries e ON e.key = u.key"
+    ).fetchall()
+    db.executemany(_INDEXED, [(label, key) for key, labels in rows for label in _split(labels)])
+    db.execute("DELETE FROM unindexed")
+
+
+def _index_everything(db: sqlite3.Connection) -> None:
+    db.execute("INSERT OR IGNORE INTO unindexed SELECT key FROM entries")
+    _index_queued(db)
+
+
+def _in_transaction(db: sqlite3.Connection, fn: Callable[[sqlite3.Connection], None]) -> None:
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        fn(db)
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
 
 
 def _flags(entry: Entry) -> int:
