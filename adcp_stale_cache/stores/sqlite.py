@@ -13,11 +13,14 @@ Entries are indexed by label (a table of (label, key) rows, kept by the file's o
 triggers and each write's transaction): a purge by labels reads the entries that carry
 them, not every entry.
 
-``read_on_loop=True`` trades that rule for speed on reads: a hit is then read on the calling
-event loop through a read-only connection that never waits for a lock (busy: that read
-goes through the thread). WAL readers do not wait for writers, so only the disk itself can
-hold such a read; the thread hop it saves is most of a hit's cost (see the benchmarks).
-Writes stay off the loop.
+Reads are the exception (``read_on_loop``, the default): a hit is read on the calling event
+loop through a read-only connection that never waits for a lock (busy: that read goes
+through the thread). WAL readers do not wait for writers, so only the disk itself can hold
+such a read; the thread hop it saves is most of a hit's cost (see the benchmarks). When
+reads on the loop take longer than ``slow_read_seconds`` on average (a cold or slow disk),
+the reads of the next ``slow_read_pause_seconds`` go through the thread, so that such a
+disk holds the loop for a few reads per pause, not on every hit. ``read_on_loop=False``
+keeps every query off the loop. Writes always are.
 
 Faults never fail a request: a missing directory, a locked, read-only, full, truncated or
 garbage file makes an operation answer "no entry" (or skip the write), with one WARNING per
@@ -125,6 +128,10 @@ class SqliteStore:
     """Entries in one SQLite file, shared by the processes of a host; see the module text."""
 
     clock = staticmethod(time.time)
+    #: Reads on the loop slower than this on average send reads through the thread a while.
+    slow_read_seconds = 0.002
+    #: How long reads then go through the thread.
+    slow_read_pause_seconds = 1.0
 
     def __init__(
         self,
@@ -134,7 +141,7 @@ class SqliteStore:
         max_bytes: int = 512 * 1024 * 1024,
         busy_timeout_seconds: float = 0.25,
         retry_after_seconds: float = 1.0,
-        read_on_loop: bool = False,
+        read_on_loop: bool = True,
     ) -> None:
         if max_entries < 1 or max_bytes < 1:
             raise ValueError("max_entries and max_bytes must be positive")
@@ -147,6 +154,8 @@ class SqliteStore:
         self._down_until = 0.0
         self._failing = False  # within a failure episode: logged once
         self.read_on_loop = read_on_loop
+        self._thread_reads_until = 0.0  # perf_counter: after slow reads on the loop
+        self._read_seconds = 0.0  # the recent reads on the loop, averaged (see _timed_on_loop)
         self._db: sqlite3.Connection | None = None
         self._reader: sqlite3.Connection | None = None  # read_on_loop: opened by the thread
         self._inode: int | None = None
@@ -162,11 +171,18 @@ class SqliteStore:
     async def get(self, key: str) -> Entry | None:
         """The entry under ``key`` if present, intact and unexpired; None otherwise."""
         reader = self._reader
+        started = time.perf_counter()
         # On the loop while the file is the one the reader opened (a file replaced since is
-        # read, and the reader reopened, through the thread).
-        if reader is not None and self.available and self._inode == _inode(self.path):
+        # read, and the reader reopened, through the thread), and reads there are fast.
+        if (
+            reader is not None
+            and started >= self._thread_reads_until
+            and self.available
+            and self._inode == _inode(self.path)
+        ):
             try:
                 row = self._get(reader, key)  # on the loop: a WAL read waits for no lock
+                self._timed_on_loop(time.perf_counter() - started, started)
             except sqlite3.OperationalError as exc:
                 if not _busy(exc):
                     self._failed("get", exc)
@@ -187,6 +203,18 @@ class SqliteStore:
             return None  # a torn or foreign row: no entry
         return Entry(data, stored_at, _split(labels), bool(flags & _REVALIDATE),
                      bool(flags & _TOMBSTONE), terms)  # fmt: skip
+
+    def _timed_on_loop(self, seconds: float, now: float) -> None:
+        """Weigh a read's time on the loop into the recent reads' average; past
+        ``slow_read_seconds``, reads go through the thread for ``slow_read_pause_seconds``.
+        Averaged, each read counted at most twice the bound: a disk that is slow read after
+        read moves it within a few reads, where one read the machine merely paused (another
+        process ran meanwhile) does not."""
+        bound = self.slow_read_seconds
+        self._read_seconds += (min(seconds, 2 * bound) - self._read_seconds) * 0.2
+        if self._read_seconds > bound:  # a cold or stalled disk holds the loop: a pause
+            self._thread_reads_until = now + self.slow_read_pause_seconds
+            self._read_seconds = 0.0  # after it, the loop is tried afresh
 
     async def set(self, key: str, entry: Entry, ttl_seconds: float) -> None:
         """Keep ``entry`` until ``ttl_seconds`` from now, evicting the oldest past a bound."""
