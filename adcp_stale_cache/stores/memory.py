@@ -5,6 +5,7 @@ labels reads the entries that carry them, not every entry."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import time
@@ -100,7 +101,8 @@ class MemoryStore:
                 if soft:  # the same size, labels and expiry: rewritten in place
                     self._data.mark(key, (dataclasses.replace(entry, revalidate=True), expires_at))
                 else:
-                    del self._data[key]
+                    with contextlib.suppress(KeyError):  # expired meanwhile: gone all the same
+                        del self._data[key]
             self._purges += 1  # every purge, one that found nothing too
         return len(found)
 
