@@ -107,8 +107,10 @@ class StoreSettings(BaseModel):
         default=512 * 1024 * 1024, ge=1, description="File tier: bound on stored bytes."
     )
     file_read_on_loop: bool = Field(
-        default=False,
-        description="File tier: read hits on the event loop (lock-free WAL reads; faster).",
+        default=True,
+        description="File tier: read hits on the event loop (lock-free WAL reads; faster; "
+        "a slow read sends reads to the store's thread for a second). false: every query "
+        "in the store's thread.",
     )
 
     @field_validator("redis_url")

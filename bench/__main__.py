@@ -564,7 +564,7 @@ async def file_hit(n: int, rounds: int) -> dict[str, float]:
         return httpx.Response(200, content=body, headers={"content-type": "application/json"})
 
     with tempfile.TemporaryDirectory() as folder:
-        store = SqliteStore(f"{folder}/ours.db")
+        store = SqliteStore(f"{folder}/ours.db", read_on_loop=False)  # the thread's hop
         out["file_hit_vs_memory_hit"] = await hit_vs_memory_hit(store, n, rounds)
         on_loop = SqliteStore(f"{folder}/ours.db", read_on_loop=True)
         out["file_hit_on_loop_vs_memory_hit"] = await hit_vs_memory_hit(on_loop, n, rounds)

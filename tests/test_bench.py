@@ -4,6 +4,7 @@ speed is judged by the ratios the suite prints (docs/benchmarks.md)."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -36,3 +37,12 @@ def test_quick_bench_prints_the_table_and_writes_the_json(tmp_path: Path) -> Non
     for n in (1000, 10000):
         assert curves[f"hit_us.memory.{n}"] > 0 and curves[f"memory_bytes_per_entry.{n}"] > 100
         assert f"hit_us.memory.{n}" in run.stdout
+    stores = ["memory", "file", *(["redis"] if shutil.which("redis-server") else [])]
+    for store in stores:
+        for n in (1000, 10000):
+            assert store == "memory" or curves[f"hit_us.{store}.{n}"] > 0, (store, n)
+        # Purges by tag (quick: of 10,000 entries), and the 1% count in a cache 10x smaller.
+        for point in ("0.01", "0.1", "100_of_1000", "100_of_10000"):
+            assert curves[f"purge_tag_ms.{store}.{point}"] > 0, (store, point)
+        assert curves[f"purge_tag_growth.{store}"] > 0
+        assert f"purge_tag_ms.{store}.0.01" in run.stdout

@@ -405,3 +405,83 @@ async def test_a_reader_on_the_loop_notices_a_replaced_file_and_a_busy_read_is_n
     assert reader.available and reader.failures == 0
     reader.close()
     writer.close()
+
+
+async def test_a_slow_read_on_the_loop_sends_reads_to_the_thread_for_a_while(
+    tmp_path: Path,
+) -> None:
+    """Issue 26: hits are read on the loop by default; reads that hold the loop longer than
+    ``slow_read_seconds`` on average (a cold disk) send the next reads through the store's
+    thread until ``slow_read_pause_seconds`` have passed, then the loop reads again. One
+    slow read alone (the machine paused the process) does not."""
+    store = SqliteStore(tmp_path / "cache.db")
+    assert store.read_on_loop  # the default
+    await store.set("k", Entry(b"v", time.time()), 600)
+    assert await store.get("k") is not None  # opens the reader
+    loop_reads: list[str] = []
+
+    class Slow:  # the on-loop connection, on a disk that takes 10 ms for the next reads
+        def __init__(self, connection: Any) -> None:
+            self.connection, self.slow = connection, 0
+
+        def execute(self, *args: Any) -> Any:
+            loop_reads.append(args[1][0])
+            if self.slow:
+                self.slow -= 1
+                time.sleep(0.01)
+            return self.connection.execute(*args)
+
+        def close(self) -> None:
+            self.connection.close()
+
+    slow = Slow(store._reader)
+    store._reader = slow  # type: ignore[assignment]
+    store.slow_read_pause_seconds = 0.3
+    slow.slow = 1  # one slow read among fast ones: reads stay on the loop
+    for _ in range(10):
+        assert await store.get("k") is not None
+    assert len(loop_reads) == 10
+    slow.slow = 100  # a slow disk: after a few reads, the thread reads
+    for _ in range(10):
+        found = await store.get("k")
+        assert found is not None and found.data == b"v"
+    assert 12 <= len(loop_reads) <= 15, len(loop_reads)
+    read = len(loop_reads)
+    await asyncio.sleep(0.35)
+    assert (await store.get("k")) is not None and len(loop_reads) == read + 1  # the loop again
+    assert store.failures == 0
+    store.close()
+
+
+def test_a_store_shared_by_threads_reads_on_each_loop(tmp_path: Path) -> None:
+    """Sellers that run each request on a loop of its own in a worker thread share one
+    store: its reader connection is then used by several threads at once (SQLite's own
+    serialised mode), and every read finds its own entry."""
+    import threading
+
+    store = SqliteStore(tmp_path / "cache.db")
+    asyncio.run(store.set("seed", Entry(b"seed", time.time()), 600))
+    errors: list[BaseException] = []
+
+    def worker(n: int) -> None:
+        async def run() -> None:
+            for i in range(50):
+                await store.set(f"{n}-{i}", Entry(f"{n}-{i}".encode(), time.time()), 600)
+            for _ in range(5):
+                for i in range(50):
+                    found = await store.get(f"{n}-{i}")
+                    assert found is not None and found.data == f"{n}-{i}".encode()
+
+        try:
+            asyncio.run(run())
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors, errors
+    assert store.failures == 0
+    store.close()

@@ -1,7 +1,11 @@
-"""A bounded in-process store: least recently used entries go first, by count and by bytes."""
+"""A bounded in-process store: least recently used entries go first, by count and by bytes.
+
+Entries are indexed by label (see :mod:`~adcp_stale_cache.stores.label_index`): a purge by
+labels reads the entries that carry them, not every entry."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import time
@@ -11,6 +15,9 @@ from typing import Any
 from cachetools import Cache, TLRUCache
 
 from ..entry import Entry
+from .label_index import LabelIndex, selected_by
+
+_Item = tuple[Entry, float]  # (entry, expiry time)
 
 
 class MemoryStore:
@@ -35,9 +42,7 @@ class MemoryStore:
         self.max_bytes = max_bytes
         self.clock = clock
         # Each item is (entry, expiry time), so a soft purge can rewrite it and keep its expiry.
-        self._data: TLRUCache[str, tuple[Entry, float]] = TLRUCache(
-            maxsize=max_bytes, ttu=_expires_at, timer=clock, getsizeof=_sizeof
-        )
+        self._data = _IndexedCache(max_bytes, clock)
         self._lock = threading.Lock()
         self._purges = 0  # see generation
 
@@ -88,16 +93,35 @@ class MemoryStore:
 
     async def purge(self, match: Callable[[str, Entry], bool], *, soft: bool) -> int:
         """Invalidate the entries ``match`` selects: mark them for revalidation (``soft``),
-        or forget them. Returns how many."""
+        or forget them. Returns how many. A selection by labels (or by key) reads only the
+        entries that carry its labels; any other ``match`` is asked of every entry."""
         with self._lock:
-            found = [(key, item) for key, item in self._items() if match(key, item[0])]
+            found = [(key, item) for key, item in self._selectable(match) if match(key, item[0])]
             for key, (entry, expires_at) in found:
-                if soft:
-                    self._data[key] = (dataclasses.replace(entry, revalidate=True), expires_at)
+                if soft:  # the same size, labels and expiry: rewritten in place
+                    self._data.mark(key, (dataclasses.replace(entry, revalidate=True), expires_at))
                 else:
-                    del self._data[key]
+                    with contextlib.suppress(KeyError):  # expired meanwhile: gone all the same
+                        del self._data[key]
             self._purges += 1  # every purge, one that found nothing too
         return len(found)
+
+    def _selectable(self, match: Callable[[str, Entry], bool]) -> list[tuple[str, _Item]]:
+        """The unexpired items ``match`` may select (every one, when it names no labels)."""
+        named = selected_by(match)
+        if named is None:
+            return self._items()
+        labels, store_key, built = named
+        self._data.expire()  # what is left is unexpired, as a scan would read it
+        index = self._data.index
+        if store_key is None:
+            keys = index.candidates(labels)
+        else:  # the entry, and those built from it (see Selection)
+            keys = [store_key, *(index.candidates([built]) if built is not None else ())]
+        data = self._data
+        return [
+            (key, Cache.__getitem__(data, key)) for key in keys if Cache.__contains__(data, key)
+        ]
 
     async def generation(self) -> int:
         """How many purges this store has seen: a flight that saw it move while it was in
@@ -115,7 +139,50 @@ class MemoryStore:
         return int(self._data.currsize)
 
 
-def _expires_at(_key: str, item: tuple[Entry, float], now: float) -> float:
+class _IndexedCache(TLRUCache[str, _Item]):
+    """The store's items, with a label index kept exact through every way an item comes or
+    goes: a write or overwrite, a delete, an eviction (``popitem``, past a bound) and an
+    expiry (``expire``, which cachetools calls on every write and eviction)."""
+
+    def __init__(self, max_bytes: int, clock: Callable[[], float]) -> None:
+        super().__init__(maxsize=max_bytes, ttu=_expires_at, timer=clock, getsizeof=_sizeof)
+        self.index = LabelIndex()
+
+    def __setitem__(self, key: str, value: _Item) -> None:
+        old = Cache.__getitem__(self, key) if Cache.__contains__(self, key) else None
+        if old is not None:  # replaced (or, expired, dropped): its labels go first
+            self.index.remove(key, old[0].labels)
+        try:
+            super().__setitem__(key, value)
+        finally:  # indexed as held: a value too large or already expired is not
+            if Cache.__contains__(self, key):
+                self.index.add(key, Cache.__getitem__(self, key)[0].labels)
+
+    def __delitem__(self, key: str) -> None:
+        held = Cache.__getitem__(self, key) if Cache.__contains__(self, key) else None
+        try:
+            super().__delitem__(key)  # (raises KeyError for an expired key, once deleted)
+        finally:
+            if held is not None and not Cache.__contains__(self, key):
+                self.index.remove(key, held[0].labels)
+
+    def expire(self, time: float | None = None) -> list[tuple[str, _Item]]:
+        expired = list(super().expire(time))
+        for key, (entry, _) in expired:
+            self.index.remove(key, entry.labels)
+        return expired
+
+    def clear(self) -> None:
+        super().clear()
+        self.index.clear()
+
+    def mark(self, key: str, value: _Item) -> None:
+        """Rewrite a held item with one of the same size, labels and expiry (a purge's
+        mark), leaving its recency as it was: a purge is not a use."""
+        Cache.__setitem__(self, key, value)
+
+
+def _expires_at(_key: str, item: _Item, now: float) -> float:
     return item[1]
 
 

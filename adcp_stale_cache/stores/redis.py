@@ -268,7 +268,8 @@ class RedisStore:
             async for batch in self._candidates(client, match):
                 names = [self._key(key) for key in batch]
                 values = await (client.mget_nonatomic if self.cluster else client.mget)(names)
-                for key, raw in zip(batch, values, strict=True):
+                marks = []
+                for name, key, raw in zip(names, batch, values, strict=True):
                     entry = decode(raw) if raw else None
                     if entry is None or entry.tombstone or not match(key, entry):
                         continue
@@ -282,7 +283,8 @@ class RedisStore:
                         if soft
                         else Entry(b"", self.clock(), entry.labels, tombstone=True)
                     )
-                    count += bool(await _script(client, _MARK, 1, self._key(key), raw, marked))
+                    marks.append((name, raw, marked))
+                count += await self._marked(client, marks)
             # Counted again once marked: a memory tier that read an entry between the first
             # count and its mark (and noted its copy as matching, see TieredStore) hears of
             # the purge after that read, never before it only.
@@ -290,6 +292,16 @@ class RedisStore:
         except Exception as exc:
             self._failed("purge", exc)
         return count
+
+    async def _marked(self, client: Any, marks: list[tuple[str, bytes, bytes]]) -> int:
+        """Mark a batch of entries (each only if it is still the value read), in one
+        pipeline: one round trip per batch, not one per entry; how many were marked."""
+        if not marks:
+            return 0
+        async with client.pipeline(transaction=False) as pipe:
+            for name, raw, marked in marks:
+                pipe.eval(_MARK, 1, name, raw, marked)
+            return sum(bool(done) for done in await pipe.execute())
 
     async def _candidates(
         self, client: Any, match: Callable[[str, Entry], bool]

@@ -9,12 +9,18 @@ Bounded by entries and bytes: past either bound the oldest entries (by ``stored_
 first. Oldest-first rather than least-recently-used, so that a hit is a read and never a
 write: with several processes, a write per hit would serialise them on the file's lock.
 Expired entries are deleted as writes find them and in bulk when a bound is reached.
+Entries are indexed by label (a table of (label, key) rows, kept by the file's own
+triggers and each write's transaction): a purge by labels reads the entries that carry
+them, not every entry.
 
-``read_on_loop=True`` trades that rule for speed on reads: a hit is then read on the calling
-event loop through a read-only connection that never waits for a lock (busy: that read
-goes through the thread). WAL readers do not wait for writers, so only the disk itself can
-hold such a read; the thread hop it saves is most of a hit's cost (see the benchmarks).
-Writes stay off the loop.
+Reads are the exception (``read_on_loop``, the default): a hit is read on the calling event
+loop through a read-only connection that never waits for a lock (busy: that read goes
+through the thread). WAL readers do not wait for writers, so only the disk itself can hold
+such a read; the thread hop it saves is most of a hit's cost (see the benchmarks). When
+reads on the loop take longer than ``slow_read_seconds`` on average (a cold or slow disk),
+the reads of the next ``slow_read_pause_seconds`` go through the thread, so that such a
+disk holds the loop for a few reads per pause, not on every hit. ``read_on_loop=False``
+keeps every query off the loop. Writes always are.
 
 Faults never fail a request: a missing directory, a locked, read-only, full, truncated or
 garbage file makes an operation answer "no entry" (or skip the write), with one WARNING per
@@ -38,6 +44,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..entry import Entry, Terms
+from .label_index import selected_by
 
 logger = logging.getLogger("adcp_stale_cache.sqlite")
 
@@ -76,6 +83,34 @@ CREATE TRIGGER IF NOT EXISTS count_delete AFTER DELETE ON entries BEGIN
 END;
 """
 
+# The label index (added within format 3, so that a file written before it still opens, and
+# a process of the release before, sharing the file, keeps it exact): the rows of ``labels``
+# say which entries carry a label, so that a purge by labels reads only those. The file's
+# own triggers queue every entry written with new labels in ``unindexed`` and drop the label
+# rows of an entry deleted or relabelled, whoever writes; this store then indexes its own
+# writes in the same transaction, and the rows queued by anyone else (the previous release,
+# or a file from before the index: every entry is queued when the index is created) at
+# the next purge, before it selects.
+_INDEX = """
+CREATE TABLE IF NOT EXISTS labels (
+    label TEXT NOT NULL, key TEXT NOT NULL, PRIMARY KEY (label, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS labels_by_key ON labels (key);
+CREATE TABLE IF NOT EXISTS unindexed (key TEXT PRIMARY KEY) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS index_insert AFTER INSERT ON entries BEGIN
+    INSERT OR IGNORE INTO unindexed VALUES (NEW.key);
+END;
+CREATE TRIGGER IF NOT EXISTS index_relabel AFTER UPDATE OF labels ON entries
+WHEN OLD.labels IS NOT NEW.labels BEGIN
+    DELETE FROM labels WHERE key = OLD.key;
+    INSERT OR IGNORE INTO unindexed VALUES (NEW.key);
+END;
+CREATE TRIGGER IF NOT EXISTS index_delete AFTER DELETE ON entries BEGIN
+    DELETE FROM labels WHERE key = OLD.key;
+    DELETE FROM unindexed WHERE key = OLD.key;
+END;
+"""
+
 _UPSERT = (
     "INSERT INTO entries (key, stored_at, expires_at, size, checksum, labels, flags, terms, data) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET "
@@ -84,7 +119,8 @@ _UPSERT = (
     "terms = excluded.terms, data = excluded.data"
 )
 _DROP = (
-    "DROP TABLE IF EXISTS entries; DROP TABLE IF EXISTS totals; DROP TABLE IF EXISTS generation;"
+    "DROP TABLE IF EXISTS entries; DROP TABLE IF EXISTS totals; DROP TABLE IF EXISTS generation; "
+    "DROP TABLE IF EXISTS labels; DROP TABLE IF EXISTS unindexed;"
 )
 
 
@@ -92,6 +128,10 @@ class SqliteStore:
     """Entries in one SQLite file, shared by the processes of a host; see the module text."""
 
     clock = staticmethod(time.time)
+    #: Reads on the loop slower than this on average send reads through the thread a while.
+    slow_read_seconds = 0.002
+    #: How long reads then go through the thread.
+    slow_read_pause_seconds = 1.0
 
     def __init__(
         self,
@@ -101,7 +141,7 @@ class SqliteStore:
         max_bytes: int = 512 * 1024 * 1024,
         busy_timeout_seconds: float = 0.25,
         retry_after_seconds: float = 1.0,
-        read_on_loop: bool = False,
+        read_on_loop: bool = True,
     ) -> None:
         if max_entries < 1 or max_bytes < 1:
             raise ValueError("max_entries and max_bytes must be positive")
@@ -114,6 +154,8 @@ class SqliteStore:
         self._down_until = 0.0
         self._failing = False  # within a failure episode: logged once
         self.read_on_loop = read_on_loop
+        self._thread_reads_until = 0.0  # perf_counter: after slow reads on the loop
+        self._read_seconds = 0.0  # the recent reads on the loop, averaged (see _timed_on_loop)
         self._db: sqlite3.Connection | None = None
         self._reader: sqlite3.Connection | None = None  # read_on_loop: opened by the thread
         self._inode: int | None = None
@@ -129,23 +171,30 @@ class SqliteStore:
     async def get(self, key: str) -> Entry | None:
         """The entry under ``key`` if present, intact and unexpired; None otherwise."""
         reader = self._reader
+        started = time.perf_counter()
         # On the loop while the file is the one the reader opened (a file replaced since is
-        # read, and the reader reopened, through the thread).
-        if reader is not None and self.available and self._inode == _inode(self.path):
+        # read, and the reader reopened, through the thread), and reads there are fast.
+        if (
+            reader is not None
+            and started >= self._thread_reads_until
+            and self.available
+            and self._inode == _inode(self.path)
+        ):
             try:
-                row = self._get(reader, key)  # on the loop: a WAL read waits for no lock
+                row = _get(reader, key)  # on the loop: a WAL read waits for no lock
+                self._timed_on_loop(time.perf_counter() - started, started)
             except sqlite3.OperationalError as exc:
                 if not _busy(exc):
                     self._failed("get", exc)
                     return None
                 # Busy (another connection is recovering or checkpointing the file): this
                 # read waits in the thread, bounded; the store is no less available.
-                row = await self._run("get", self._get, key)
+                row = await self._run("get", _get, key)
             except (sqlite3.Error, OSError) as exc:
                 self._failed("get", exc)
                 return None
         else:
-            row = await self._run("get", self._get, key)
+            row = await self._run("get", _get, key)
         if row is None:
             return None
         stored_at, checksum, data, labels, flags, packed = row
@@ -154,6 +203,18 @@ class SqliteStore:
             return None  # a torn or foreign row: no entry
         return Entry(data, stored_at, _split(labels), bool(flags & _REVALIDATE),
                      bool(flags & _TOMBSTONE), terms)  # fmt: skip
+
+    def _timed_on_loop(self, seconds: float, now: float) -> None:
+        """Weigh a read's time on the loop into the recent reads' average; past
+        ``slow_read_seconds``, reads go through the thread for ``slow_read_pause_seconds``.
+        Averaged, each read counted at most twice the bound: a disk that is slow read after
+        read moves it within a few reads, where one read the machine merely paused (another
+        process ran meanwhile) does not."""
+        bound = self.slow_read_seconds
+        self._read_seconds += (min(seconds, 2 * bound) - self._read_seconds) * 0.2
+        if self._read_seconds > bound:  # a cold or stalled disk holds the loop: a pause
+            self._thread_reads_until = now + self.slow_read_pause_seconds
+            self._read_seconds = 0.0  # after it, the loop is tried afresh
 
     async def set(self, key: str, entry: Entry, ttl_seconds: float) -> None:
         """Keep ``entry`` until ``ttl_seconds`` from now, evicting the oldest past a bound."""
@@ -169,23 +230,23 @@ class SqliteStore:
 
     async def delete(self, key: str) -> None:
         """Forget ``key``."""
-        await self._run("delete", self._delete, key)
+        await self._run("delete", _delete, key)
 
     async def purge(self, match: Callable[[str, Entry], bool], *, soft: bool) -> int:
         """Invalidate the entries ``match`` selects (by their labels): mark them for
         revalidation (``soft``), or delete them. Returns how many. Tried even while the store
         stays away from the file after a failure, and awaited to its end (an operator's
         action reports what happened); a failure is counted in ``failures``."""
-        return await self._run("purge", self._purge, match, soft, operator=True) or 0
+        return await self._run("purge", _purge, match, soft, self.clock(), operator=True) or 0
 
     async def generation(self) -> int | None:
         """How many purges this file has seen so far (None when the file fails):
         processes' memory tiers watch it to hear of another process's invalidation."""
-        return await self._run("generation", self._generation)
+        return await self._run("generation", _generation)
 
     async def totals(self) -> tuple[int, int]:
         """(entries, bytes) held, as the file counts them."""
-        row = await self._run("totals", self._totals)
+        row = await self._run("totals", _totals)
         return row if row is not None else (0, 0)
 
     def close(self) -> None:
@@ -262,7 +323,11 @@ class SqliteStore:
             (version,) = db.execute("PRAGMA user_version").fetchone()
             if version != FILE_FORMAT:  # new, or written by another release: start empty
                 db.executescript(f"{_DROP} PRAGMA user_version = {FILE_FORMAT};")
-            db.executescript(_SCHEMA)
+            indexed = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'unindexed'")
+            before_the_index = indexed.fetchone() is None
+            db.executescript(_SCHEMA + _INDEX)
+            if before_the_index:  # a file from before the index: its entries indexed once, now
+                _in_transaction(db, _index_everything)
         except BaseException:
             db.close()
             raise
@@ -278,19 +343,6 @@ class SqliteStore:
             finally:
                 self._db = None
 
-    def _get(
-        self, db: sqlite3.Connection, key: str
-    ) -> tuple[float, int, bytes, str, int, bytes | None] | None:
-        row = db.execute(
-            "SELECT stored_at, checksum, data, labels, flags, terms FROM entries "
-            "WHERE key = ? AND expires_at > ?",
-            (key, time.time()),
-        ).fetchone()
-        if row is None:
-            return None
-        terms = bytes(row[5]) if row[5] is not None else None
-        return float(row[0]), int(row[1]), bytes(row[2]), str(row[3]), int(row[4]), terms
-
     def _set(
         self, db: sqlite3.Connection, key: str, entry: Entry, ttl: float, unless: object = None
     ) -> bool:
@@ -301,7 +353,7 @@ class SqliteStore:
         now = time.time()
         db.execute("BEGIN IMMEDIATE")
         try:
-            if unless is not None and self._generation(db) != unless:
+            if unless is not None and _generation(db) != unless:
                 db.execute("COMMIT")  # a purge landed since the count was read: it wins
                 return False
             db.execute(
@@ -310,6 +362,9 @@ class SqliteStore:
                  "\n".join(entry.labels), _flags(entry),
                  entry.terms.pack() if entry.terms is not None else None, data),
             )  # fmt: skip
+            # Queued by the file's trigger when the entry is new or relabelled: indexed now.
+            if db.execute("DELETE FROM unindexed WHERE key = ?", (key,)).rowcount:
+                db.executemany(_INDEXED, [(label, key) for label in entry.labels])
             count, size = db.execute("SELECT entries, bytes FROM totals WHERE id = 1").fetchone()
             if count > self.max_entries or size > self.max_bytes:
                 db.execute("DELETE FROM entries WHERE expires_at <= ?", (now,))
@@ -333,48 +388,6 @@ class SqliteStore:
                 (batch,),
             )
 
-    def _purge(
-        self, db: sqlite3.Connection, match: Callable[[str, Entry], bool], soft: bool
-    ) -> int:
-        # A hard purge leaves a tombstone, not a gap: other processes' memory tiers drop
-        # their copies when they see it (a missing row could be an expiry, or a new file).
-        statement = (
-            f"UPDATE entries SET flags = flags | {_REVALIDATE} WHERE key = ?"
-            if soft
-            else f"UPDATE entries SET flags = {_TOMBSTONE}, data = x'', checksum = 0, size = "
-            f"{_TOMBSTONE_SIZE}, stored_at = {self.clock()!r} WHERE key = ?"
-        )  # a tombstone is stamped with the purge's time: newer than every copy before it
-        db.execute("BEGIN IMMEDIATE")  # select and mark at once: no refresh slips between
-        try:
-            rows = db.execute(
-                "SELECT key, stored_at, labels, flags FROM entries "
-                f"WHERE expires_at > ? AND flags & {_TOMBSTONE} = 0",
-                (time.time(),),
-            ).fetchall()
-            keys = [
-                (key,)
-                for key, stored_at, labels, flags in rows
-                if match(key, Entry(b"", stored_at, _split(labels), bool(flags & _REVALIDATE)))
-            ]
-            db.executemany(statement, keys)
-            # Every purge counts, one that found nothing too (see purges).
-            db.execute("UPDATE generation SET purges = purges + 1 WHERE id = 1")
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        return len(keys)
-
-    def _delete(self, db: sqlite3.Connection, key: str) -> None:
-        db.execute("DELETE FROM entries WHERE key = ?", (key,))
-
-    def _generation(self, db: sqlite3.Connection) -> int:
-        return int(db.execute("SELECT purges FROM generation WHERE id = 1").fetchone()[0])
-
-    def _totals(self, db: sqlite3.Connection) -> tuple[int, int]:
-        count, size = db.execute("SELECT entries, bytes FROM totals WHERE id = 1").fetchone()
-        return int(count), int(size)
-
     def _failed(self, op: str, exc: BaseException) -> None:
         self.failures += 1
         self._down_until = time.monotonic() + self.retry_after_seconds
@@ -389,6 +402,121 @@ class SqliteStore:
 
 _REVALIDATE, _TOMBSTONE = 1, 2  # the flags column
 _TOMBSTONE_SIZE = Entry(b"", 0.0).size  # what a tombstone counts against the byte bound
+_INDEXED = "INSERT OR IGNORE INTO labels (label, key) VALUES (?, ?)"
+_ENTRY_COLUMNS = "SELECT e.key, e.stored_at, e.labels, e.flags"
+_LIVE = f"e.expires_at > ? AND e.flags & {_TOMBSTONE} = 0"  # unexpired, not a tombstone
+
+
+# Run in the store's own thread, on its connection.
+
+
+def _get(
+    db: sqlite3.Connection, key: str
+) -> tuple[float, int, bytes, str, int, bytes | None] | None:
+    row = db.execute(
+        "SELECT stored_at, checksum, data, labels, flags, terms FROM entries "
+        "WHERE key = ? AND expires_at > ?",
+        (key, time.time()),
+    ).fetchone()
+    if row is None:
+        return None
+    terms = bytes(row[5]) if row[5] is not None else None
+    return float(row[0]), int(row[1]), bytes(row[2]), str(row[3]), int(row[4]), terms
+
+
+def _purge(
+    db: sqlite3.Connection, match: Callable[[str, Entry], bool], soft: bool, stamp: float
+) -> int:
+    # A hard purge leaves a tombstone, not a gap: other processes' memory tiers drop
+    # their copies when they see it (a missing row could be an expiry, or a new file).
+    statement = (
+        f"UPDATE entries SET flags = flags | {_REVALIDATE} WHERE key = ?"
+        if soft
+        else f"UPDATE entries SET flags = {_TOMBSTONE}, data = x'', checksum = 0, size = "
+        f"{_TOMBSTONE_SIZE}, stored_at = {stamp!r} WHERE key = ?"
+    )  # a tombstone is stamped with the purge's time: newer than every copy before it
+    db.execute("BEGIN IMMEDIATE")  # select and mark at once: no refresh slips between
+    try:
+        _index_queued(db)  # entries written by others since: the index is whole again
+        keys = [
+            (key,)
+            for key, stored_at, labels, flags in _selectable(db, match)
+            if match(key, Entry(b"", stored_at, _split(labels), bool(flags & _REVALIDATE)))
+        ]
+        db.executemany(statement, keys)
+        # Every purge counts, one that found nothing too (see purges).
+        db.execute("UPDATE generation SET purges = purges + 1 WHERE id = 1")
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    return len(keys)
+
+
+def _delete(db: sqlite3.Connection, key: str) -> None:
+    db.execute("DELETE FROM entries WHERE key = ?", (key,))
+
+
+def _generation(db: sqlite3.Connection) -> int:
+    return int(db.execute("SELECT purges FROM generation WHERE id = 1").fetchone()[0])
+
+
+def _totals(db: sqlite3.Connection) -> tuple[int, int]:
+    count, size = db.execute("SELECT entries, bytes FROM totals WHERE id = 1").fetchone()
+    return int(count), int(size)
+
+
+def _selectable(
+    db: sqlite3.Connection, match: Callable[[str, Entry], bool]
+) -> list[tuple[str, float, str, int]]:
+    """The unexpired entries ``match`` may select: those carrying the labels a selection
+    names (through the index: the narrowest label's rows, the others looked up), or every
+    one when ``match`` names none."""
+    now = time.time()
+    named = selected_by(match)
+    args: list[object]
+    if named is None:
+        query, args = f"{_ENTRY_COLUMNS} FROM entries e WHERE {_LIVE}", [now]
+    elif named[1] is not None:  # the entry, and those built from it (see Selection)
+        built = "(SELECT key FROM labels WHERE label = ?)"
+        query = f"{_ENTRY_COLUMNS} FROM entries e WHERE (e.key = ? OR e.key IN {built}) AND {_LIVE}"
+        args = [named[1], named[2], now]
+    else:
+        first, *rest = named[0]
+        others = "".join(
+            " AND EXISTS (SELECT 1 FROM labels m WHERE m.label = ? AND m.key = l.key)" for _ in rest
+        )
+        query = (
+            f"{_ENTRY_COLUMNS} FROM labels l JOIN entries e ON e.key = l.key "
+            f"WHERE l.label = ?{others} AND {_LIVE}"
+        )
+        args = [first, *rest, now]
+    return [(str(k), float(t), str(ls), int(f)) for k, t, ls, f in db.execute(query, args)]
+
+
+def _index_queued(db: sqlite3.Connection) -> None:
+    """Index the entries the file's triggers queued (written by another release, or before
+    the index existed); within the caller's transaction."""
+    rows = db.execute(
+        "SELECT u.key, e.labels FROM unindexed u JOIN entries e ON e.key = u.key"
+    ).fetchall()
+    db.executemany(_INDEXED, [(label, key) for key, labels in rows for label in _split(labels)])
+    db.execute("DELETE FROM unindexed")
+
+
+def _index_everything(db: sqlite3.Connection) -> None:
+    db.execute("INSERT OR IGNORE INTO unindexed SELECT key FROM entries")
+    _index_queued(db)
+
+
+def _in_transaction(db: sqlite3.Connection, fn: Callable[[sqlite3.Connection], None]) -> None:
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        fn(db)
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
 
 
 def _flags(entry: Entry) -> int:
