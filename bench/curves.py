@@ -10,7 +10,9 @@
   selecting 1% and 10% of 100,000 entries; and ``purge_tag_ms.<store>.<k>_of_<n>``: the same
   count of entries selected in a cache 10x smaller and in the large one (the 1% purge), whose
   ratio, ``purge_tag_growth.<store>``, says whether a purge's cost follows what it selects
-  or the cache's size. Each is the best of five, the three purges taking turns.
+  or the cache's size. Each is the best of five, the three purges taking turns;
+- Redis round trips per request and a purge's propagation to 2, 5 and 10 processes: see
+  :mod:`bench.redis_curves`, whose figures join these.
 
 Every entry is stored as a ``fetch`` stores it (its key, labels, encoding): a model entry is
 fetched through the cache into the store, then copied under other keys. Large file and Redis
@@ -27,17 +29,18 @@ import gc
 import os
 import random
 import shutil
-import subprocess
 import tempfile
 import time
 import tracemalloc
 import zlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from adcp_stale_cache import MemoryStore, SurfacePolicy, Surfaces, Upstream, UpstreamCache
 from adcp_stale_cache.control import CacheControl
 from adcp_stale_cache.entry import Entry
+
+from .redis_curves import redis_curves, redis_server
 
 POLICY = SurfacePolicy(name="get_products", field="products", freshness_target_seconds=3600,
                        max_stale_seconds=3600)  # fmt: skip
@@ -321,26 +324,14 @@ async def purge_curve(bench: Bench, n: int, rounds: int = 5) -> dict[str, float]
     }
 
 
-@contextlib.asynccontextmanager
-async def redis_server() -> AsyncIterator[str | None]:
-    """A redis-server of our own on a free loopback port (None when none is installed)."""
+@contextlib.contextmanager
+def optional_redis() -> Iterator[str | None]:
+    """A redis-server of our own (see redis_curves), or None when none is installed."""
     if shutil.which("redis-server") is None:
         yield None
         return
-    from adcp_stale_cache.demo.processes import free_port, wait_for_port
-
-    port = free_port()
-    proc = subprocess.Popen(  # noqa: ASYNC220 (a local server for the benchmark, started once)
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        wait_for_port(port, process=proc)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        proc.terminate()
-        proc.wait()
+    with redis_server() as url:
+        yield url
 
 
 async def all_curves(quick: bool) -> dict[str, float]:
@@ -348,18 +339,20 @@ async def all_curves(quick: bool) -> dict[str, float]:
     hits, store_hits = (2_000, 1_000) if quick else (20_000, 10_000)
     purge_size = QUICK_PURGE_SIZE if quick else PURGE_SIZE
     out = await memory_curves(sizes, hits)
-    with tempfile.TemporaryDirectory() as folder:
-        async with redis_server() as url:
-            benches: list[Bench] = [MemoryBench(), FileBench(folder)]
-            if url is not None:
-                benches.append(RedisBench(url))
-            for bench in benches[1:]:
-                out.update(await store_hit_curve(bench, sizes, store_hits))
-            for bench in benches:
-                out.update(await purge_curve(bench, purge_size))
+    with tempfile.TemporaryDirectory() as folder, optional_redis() as url:
+        benches: list[Bench] = [MemoryBench(), FileBench(folder)]
+        if url is not None:
+            benches.append(RedisBench(url))
+        for bench in benches[1:]:
+            out.update(await store_hit_curve(bench, sizes, store_hits))
+        for bench in benches:
+            out.update(await purge_curve(bench, purge_size))
     return out
 
 
 def curves(quick: bool) -> dict[str, float]:
-    """Every curve this run measures (smaller sizes with ``quick``)."""
-    return asyncio.run(all_curves(quick))
+    """Every curve this run measures (smaller sizes with ``quick``): the stores' (here), then
+    Redis round trips and purge propagation (:mod:`bench.redis_curves`)."""
+    measured = asyncio.run(all_curves(quick))
+    measured.update(redis_curves(quick))
+    return measured

@@ -22,34 +22,37 @@ def ip(*args: str, namespace: str | None = None) -> None:
     subprocess.run(command, check=True, capture_output=True, timeout=10)
 
 
-class Network:
-    """Namespaces ``redis``, ``h1``, ``h2`` on ``10.77.1.0/24`` (front) and ``10.77.2.0/24``
-    (back); the root namespace is ``10.77.1.254`` on the front."""
+class Namespaces:
+    """Hosts in namespaces ``<name>-<host>-<pid>``, each joined to the networks it has an
+    address on by a veth pair on that network's bridge; the root namespace joins the networks
+    given ``roots`` (network -> its address there). ``short`` (two letters) begins the names
+    of its bridges and links: two sets of hosts of one process never share one."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, name: str, short: str, addresses: dict[tuple[str, str], str], roots: dict[str, str]
+    ) -> None:
         if os.geteuid() != 0 or shutil.which("ip") is None:
             pytest.skip("needs root and iproute2 to create network namespaces (CI runs as root)")
-        tag = str(os.getpid() % 100000)
-        self.ns = {name: f"adcp-{name}-{tag}" for name in ("redis", "h1", "h2")}
-        self.bridges = {"front": f"brf{tag}", "back": f"brb{tag}"}
+        self.tag = tag = str(os.getpid() % 100000)
+        hosts = dict.fromkeys(host for host, _ in addresses)
+        self.ns = {host: f"{name}-{host}-{tag}" for host in hosts}
+        # Interface names are at most 15 characters: two letters, then the pid.
+        self.bridges = {network: f"{short}{network[0]}{tag}" for network in ("front", "back")}
         self.links: dict[tuple[str, str], str] = {}  # (host, network) -> root-side veth
-        self.addresses = {
-            ("h1", "front"): "10.77.1.2", ("h2", "front"): "10.77.1.3",
-            ("h1", "back"): "10.77.2.2", ("h2", "back"): "10.77.2.3", ("redis", "back"): "10.77.2.1",
-        }  # fmt: skip
-        self.root = "10.77.1.254"
+        self.addresses, self.roots = addresses, roots
 
-    def up(self) -> Network:
+    def up(self) -> Namespaces:
         try:
             for name in self.ns.values():
                 ip("netns", "add", name)
                 ip("link", "set", "lo", "up", namespace=name)
-            for bridge in self.bridges.values():
+            for network, bridge in self.bridges.items():
                 ip("link", "add", bridge, "type", "bridge")
                 ip("link", "set", bridge, "up")
-            ip("addr", "add", f"{self.root}/24", "dev", self.bridges["front"])
+                if network in self.roots:
+                    ip("addr", "add", f"{self.roots[network]}/24", "dev", bridge)
             for index, ((host, network), address) in enumerate(self.addresses.items()):
-                outer, inner = f"vo{index}{self.bridges['front'][3:]}", f"vi{index}"
+                outer, inner = f"{self.bridges['front'][:2]}o{index}{self.tag}", f"vi{index}"
                 ip("link", "add", outer, "type", "veth", "peer", "name", inner)
                 ip("link", "set", inner, "netns", self.ns[host])
                 ip("link", "set", outer, "master", self.bridges[network])
@@ -78,3 +81,16 @@ class Network:
             subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=10)
         for bridge in self.bridges.values():
             subprocess.run(["ip", "link", "del", bridge], capture_output=True, timeout=10)
+
+
+class Network(Namespaces):
+    """Namespaces ``redis``, ``h1``, ``h2`` on ``10.77.1.0/24`` (front) and ``10.77.2.0/24``
+    (back); the root namespace is ``10.77.1.254`` on the front."""
+
+    def __init__(self) -> None:
+        addresses = {
+            ("h1", "front"): "10.77.1.2", ("h2", "front"): "10.77.1.3",
+            ("h1", "back"): "10.77.2.2", ("h2", "back"): "10.77.2.3", ("redis", "back"): "10.77.2.1",
+        }  # fmt: skip
+        super().__init__("adcp", "nt", addresses, {"front": "10.77.1.254"})
+        self.root = self.roots["front"]
