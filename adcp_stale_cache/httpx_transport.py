@@ -257,6 +257,10 @@ def _retry_after(response: httpx.Response) -> float | None:
 class ResponseCodec:
     """An httpx response as bytes: status, headers as JSON, then the (decoded) body."""
 
+    #: Every write loads back (an int, pairs of strings, bytes): a store need not read it
+    #: back to check (see values.encode), which cost a 304 revalidation a third of its work.
+    round_trips = True
+
     def dumps(self, response: httpx.Response) -> bytes:
         """Serialise status, content headers and body."""
         headers = [

@@ -137,13 +137,16 @@ def encode(codec: Codec[T], value: T, upstream: Upstream) -> bytes | None:
 
     Reading back costs one decode per store (never per hit): a codec that writes what it
     cannot load (a model whose members do not round-trip) would otherwise fail every later
-    hit, or the very call that stored it.
+    hit, or the very call that stored it. A codec whose every write loads back by
+    construction says so (``round_trips = True``) and is not read back.
     """
     try:
         data = codec.dumps(value)
     except Exception as exc:
         _not_cacheable(codec, upstream, "refused", exc)
         return None
+    if getattr(codec, "round_trips", False):
+        return data
     try:
         codec.loads(data)
     except Exception as exc:

@@ -226,3 +226,26 @@ async def test_repeated_credential_headers_all_vary_the_key() -> None:
     assert transport._varying(one)[0] == "Bearer a"
     assert transport._varying(two)[0] == "Bearer a\nb"  # kept apart from one "Bearer a, b"
     assert transport._varying(two)[1:] == ["", "", "", ""]
+
+
+def test_a_stored_response_is_not_read_back_to_check_it() -> None:
+    """The response codec's writes load back by construction (status, header strings, body
+    bytes): storing one decodes nothing, where a codec without that promise is read back once
+    per store (a 304 revalidation decoded its 100 KB answer three times, now twice)."""
+    from adcp_stale_cache.httpx_transport import RESPONSES
+    from adcp_stale_cache.values import encode
+
+    class Counting(type(RESPONSES)):  # type: ignore[misc]
+        loads_calls = 0
+
+        def loads(self, data: bytes) -> httpx.Response:
+            Counting.loads_calls += 1
+            return super().loads(data)
+
+    response = httpx.Response(200, json={"products": []}, headers={"etag": '"v1"'})
+    codec = Counting()
+    assert encode(codec, response, Upstream(name="u")) == RESPONSES.dumps(response)
+    assert Counting.loads_calls == 0
+    codec.round_trips = False  # without the promise: read back once
+    encode(codec, response, Upstream(name="u"))
+    assert Counting.loads_calls == 1
