@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import gc
 import json
+import logging
 import platform
 import shutil
 import statistics
@@ -388,7 +389,6 @@ async def wrapper_hit(n: int, rounds: int) -> dict[str, float]:
 
 async def outage(n: int, rounds: int) -> dict[str, float]:
     """A seller whose upstream hangs, breaker open, against the same seller answering hits."""
-    import logging
 
     from starlette.applications import Starlette
     from starlette.responses import JSONResponse
@@ -547,7 +547,6 @@ async def file_hit(n: int, rounds: int) -> dict[str, float]:
     """The file store (SQLite, no memory tier in front) against memory, and against hishel on
     a SQLite file, each a transport hit; and how long a restarted process takes to answer
     stale from the file (open the file, one stale serve)."""
-    import logging
     import tempfile
 
     import anysqlite
@@ -613,6 +612,9 @@ async def wholesale_probe(n: int, rounds: int) -> dict[str, float]:
     inventory = httpx.ASGITransport(app=create_inventory_app(count=100))
     seller = create_seller_app(creative_agents={}, inventory_url="http://inventory",
                                freshness_target=3600, inventory_transport=inventory)  # fmt: skip
+    # The seller's MCPServer configures the root logger at INFO (mcp's own basicConfig): the
+    # figures after this one would log a line per request of httpx's, a cost on both sides.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     account = {"brand": {"domain": "acmeoutdoor.example"}, "operator": "o.example"}
     request = {"buying_mode": "wholesale", "account": account,
                "context": {"correlation_id": "bench"}}  # fmt: skip
