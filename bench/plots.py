@@ -72,28 +72,34 @@ def bytes_per_entry(curves: dict[str, float], axes: Any) -> bool:
 
 
 def purge_cost(curves: dict[str, float], axes: Any) -> bool:
-    """Bars per store: each measured purge (its label is what it selected, of how many)."""
+    """Bars per store: each purge measured, named by what it selected of how many entries
+    (a share of the large cache is named so too, and left out where a ``<k>_of_<n>`` figure
+    is the same measurement)."""
     found = {k.split(".", 1)[1]: v for k, v in curves.items() if k.startswith("purge_tag_ms.")}
     if not found:
         return False
-    cases = sorted({key.split(".", 1)[1] for key in found})
-    width = 0.8 / len(cases)
-    stores = [store for store in STORES if any(k.startswith(f"{store}.") for k in found)]
-    for index, case in enumerate(cases):
+    sizes = [int(case.split("_of_")[1]) for case in found if "_of_" in case]
+    large = max(sizes, default=0)
+    named: dict[tuple[int, int], dict[str, float]] = {}  # (selected, of) -> store -> ms
+    for key, ms in found.items():
+        store, case = key.split(".", 1)
+        if "_of_" in case:
+            selected, total = (int(part) for part in case.split("_of_"))
+        elif large:
+            selected, total = round(float(case) * large), large
+        else:
+            continue
+        named.setdefault((selected, total), {}).setdefault(store, ms)
+    bars = sorted(named, key=lambda bar: (bar[1], bar[0]))
+    stores = [store for store in STORES if any(store in by for by in named.values())]
+    width = 0.8 / len(bars)
+    for index, bar in enumerate(bars):
         xs = [i + index * width for i in range(len(stores))]
-        ys = [found.get(f"{store}.{case}", 0.0) for store in stores]
-        axes.bar(xs, ys, width, label=_case(case))
-    axes.set_xticks([i + width * (len(cases) - 1) / 2 for i in range(len(stores))], stores)
+        axes.bar(xs, [named[bar].get(store, 0.0) for store in stores], width,
+                 label=f"{bar[0]:,} of {bar[1]:,}")  # fmt: skip
+    axes.set_xticks([i + width * (len(bars) - 1) / 2 for i in range(len(stores))], stores)
     axes.set(yscale="log", ylabel="purge by tag (ms)", title="A purge's cost follows its selection")
     return True
-
-
-def _case(case: str) -> str:
-    """A purge case's label: ``0.01`` (a share of the large cache) or ``1000_of_10000``."""
-    if "_of_" in case:
-        selected, total = case.split("_of_")
-        return f"{int(selected):,} of {int(total):,}"
-    return f"{float(case):.0%} of the cache"
 
 
 def round_trips(curves: dict[str, float], axes: Any) -> bool:
