@@ -152,7 +152,10 @@ def encode(codec: Codec[T], value: T, upstream: Upstream) -> bytes | None:
     except Exception as exc:
         _not_cacheable(codec, upstream, "does not round-trip", exc)
         return None
-    return data
+    # orjson hands back its whole write buffer (4 KiB at least) behind the bytes it wrote: a
+    # 200-byte answer kept as it came held 4 KiB in a memory store, where Entry.size (and
+    # max_bytes) counted 200. An exact copy, once per store, holds what it says.
+    return bytes(memoryview(data)) if type(data) is bytes else data
 
 
 _warned: set[tuple[str, str, str]] = set()

@@ -83,12 +83,15 @@ async def models(cache: UpstreamCache, tagged: bool) -> dict[tuple[str, ...], En
 def entries(
     cache: UpstreamCache, n: int, model: dict[tuple[str, ...], Entry], keys: Iterator[int]
 ) -> Iterator[tuple[str, Entry]]:
-    """(store key, entry) of each of ``keys``, a copy of its model (its own bytes, as each
-    stored answer has)."""
+    """(store key, entry) of each of ``keys``, a copy of its model: its own bytes and its
+    own labels (a tuple of strings of its own), as each entry a fetch stores has (a fetch
+    builds its labels anew: entries sharing their model's would hide their cost)."""
     tagged = len(model) > 1
     for i in keys:
         like = model[tags_of(i) if tagged else ()]
-        entry = Entry(bytes(like.data), like.stored_at, like.labels, terms=like.terms)
+        labels = tuple("".join((label, "")) for label in like.labels)  # equal, not the same
+        data = bytes(memoryview(like.data))  # (bytes(b) is b itself: no copy)
+        entry = Entry(data, like.stored_at, labels, terms=like.terms)
         yield cache.store_key(UPSTREAM, i), entry
 
 

@@ -209,20 +209,49 @@ PARTS = ("nothing", "hit", "look_up", "store_read", "store_key", "surface", "req
 
 async def _count(operations: int, warmup: int, parts: bool = False) -> None:
     """Each side (or part): warmed, then N operations between the two marker calls."""
-    import gc
     import logging
 
     logging.getLogger("adcp_stale_cache").setLevel(logging.ERROR)
-    sides = await (_parts() if parts else _sides())
-    for op in sides.values():
-        for _ in range(warmup):
-            await op()
-        gc.collect()
-        gc.freeze()  # this window's collections scan its own objects only
-        os.getppid()  # callgrind: --zero-before=getppid
-        for _ in range(operations):
-            await op()
-        os.getpgrp()  # callgrind: --dump-before=getpgrp
+    await _windows(await (_parts() if parts else _sides()), operations, warmup)
+
+
+async def _windows(sides: dict[str, Any], operations: int, warmup: int) -> None:
+    """Run each side's window between the markers. The markers are libc functions: a call
+    of ``os.getppid`` or ``os.getpgrp`` by anything else would zero the counters mid-window
+    (hiding the instructions before it) or cut a window in two, so while the sides run the
+    ``os`` module answers them without calling libc, and such a call fails the run
+    (RuntimeError) instead of moving a count. (A C extension calling libc directly is out
+    of this check's reach.)"""
+    import gc
+
+    zero, dump = os.getppid, os.getpgrp
+    stray: list[str] = []
+    ppid, pgrp = zero(), os.getpgid(0)  # (before any window: zeroes nothing counted)
+
+    def getppid() -> int:
+        stray.append("os.getppid")
+        return ppid
+
+    def getpgrp() -> int:
+        stray.append("os.getpgrp")
+        return pgrp
+
+    os.getppid, os.getpgrp = getppid, getpgrp
+    try:
+        for side, op in sides.items():
+            for _ in range(warmup):
+                await op()
+            gc.collect()
+            gc.freeze()  # this window's collections scan its own objects only
+            zero()  # callgrind: --zero-before=getppid
+            for _ in range(operations):
+                await op()
+            dump()  # callgrind: --dump-before=getpgrp
+            if stray:
+                raise RuntimeError(f"{side}: {stray[0]} called while counting: it is a "
+                                   "callgrind marker (zero or dump), the counts would be wrong")  # fmt: skip
+    finally:
+        os.getppid, os.getpgrp = zero, dump
 
 
 def _worker(operations: int, warmup: int, parts: bool = False) -> None:

@@ -46,3 +46,25 @@ def test_quick_bench_prints_the_table_and_writes_the_json(tmp_path: Path) -> Non
             assert curves[f"purge_tag_ms.{store}.{point}"] > 0, (store, point)
         assert curves[f"purge_tag_growth.{store}"] > 0
         assert f"purge_tag_ms.{store}.0.01" in run.stdout
+
+
+def test_curve_entries_own_their_bytes_and_labels_as_fetched_entries_do() -> None:
+    """The bytes-per-entry curve fills a store with copies of a model entry: each must own
+    what a fetched entry owns (a fetch builds its labels anew), else the curve leaves out
+    what every real entry costs besides its value."""
+    import asyncio
+
+    from bench import curves
+
+    async def copies() -> tuple[object, list[object]]:
+        cache, _ = await curves.filled(1)
+        model = await curves.models(cache, tagged=False)
+        made = [entry for _, entry in curves.entries(cache, 2, model, iter(range(2)))]
+        return model[()], made
+
+    model, made = asyncio.run(copies())
+    for entry in made:
+        assert entry.labels == model.labels and entry.data == model.data  # type: ignore[attr-defined]
+        assert entry.data is not model.data  # type: ignore[attr-defined]
+        assert entry.labels is not model.labels  # type: ignore[attr-defined]
+        assert not any(a is b for a, b in zip(entry.labels, model.labels, strict=True))  # type: ignore[attr-defined]

@@ -134,3 +134,23 @@ def test_the_parts_of_a_hit_are_counted_each_alone() -> None:
     # A whole is more than any of its parts, and every part more than an empty await.
     assert parts["hit"] > parts["look_up"] > parts["store_read"] > parts["nothing"] > 0
     assert all(parts[name] > parts["nothing"] for name in instructions.PARTS[1:]), parts
+
+
+def test_a_marker_called_by_the_counted_code_fails_the_run() -> None:
+    """os.getppid zeroes callgrind's counters and os.getpgrp dumps them: code under count
+    calling either would silently drop instructions from a window (or cut it in two), so
+    the run refuses it; the sides' own windows pass."""
+    import asyncio
+    import os
+
+    async def clean() -> None:
+        pass
+
+    async def asks_its_parent() -> None:
+        os.getppid()  # as a library checking whether its parent process died might
+
+    asyncio.run(instructions._windows({"clean": clean}, operations=3, warmup=1))
+    with pytest.raises(RuntimeError, match=r"asks_its_parent: os\.getppid called while counting"):
+        asyncio.run(instructions._windows({"clean": clean, "asks_its_parent": asks_its_parent},
+                                          operations=3, warmup=1))  # fmt: skip
+    assert os.getppid() > 0 and os.getppid.__module__ == "posix"  # restored
