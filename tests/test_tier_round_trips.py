@@ -229,3 +229,49 @@ async def test_redis_sends_a_script_by_its_sha_and_its_text_once(
     stats = await store.client.info("commandstats")
     assert stats["cmdstat_eval"]["calls"] == 1  # after the server said NOSCRIPT, once
     assert stats["cmdstat_evalsha"]["calls"] == 3
+
+
+class Gated(Shared):
+    """A shared store whose purge-count reading can be held on its way (a slow round trip,
+    or one queued behind another operation in the store's thread): what it answers is the
+    count when it is let through, not when it was asked."""
+
+    def __init__(self, clock: Any) -> None:
+        super().__init__(clock)
+        self.gate: Any = None
+
+    async def generation(self) -> int:
+        if self.gate is not None:
+            gate, self.gate = self.gate, None
+            await gate.wait()
+        return await super().generation()
+
+
+async def test_a_copy_matched_while_a_slow_count_reading_was_on_its_way_is_voided_by_it() -> None:
+    """Lookup 1 asks for the purge count (its reading held on the way); lookup 2, meanwhile,
+    reads the shared copy and notes the memory copy as matching; another process then
+    purges (hard); lookup 1's reading returns with that purge. The purge is heard of after
+    the note, so the note must be void: before, the purge was timed from lookup 1's start,
+    earlier than the note, and the purged copy was served fresh for up to
+    ``near_max_age_seconds`` after the purge was heard of."""
+    import asyncio
+
+    clock = FakeClock()
+    far = Gated(clock)
+    await far.set("k", Entry(b"v", clock.now - 30), 3600)  # stored 30 s ago, elsewhere
+    tiers = tiers_on(far, clock, check_seconds=0.05)
+    await tiers.get("k")  # the first reading; the copy is kept in memory
+    clock.advance(2.0)  # the copy's note is old: the next lookups read the shared copy
+    await asyncio.sleep(0.06)  # the next lookup reads the count again (monotonic)
+    held = far.gate = asyncio.Event()
+    first = asyncio.ensure_future(tiers.get("k"))  # its count reading is held
+    await asyncio.sleep(0)
+    clock.advance(0.01)
+    seen = await tiers.get("k")  # no count reading due: reads the shared copy, matches
+    assert seen is not None and seen.data == b"v"
+    await far.purge(lambda key, entry: True, soft=False)  # another process's hard purge
+    clock.advance(0.01)
+    held.set()
+    await first  # lookup 1's reading returns: the purge is heard of
+    clock.advance(0.01)
+    assert await tiers.get("k") is None  # the purged copy is not served

@@ -172,10 +172,14 @@ class TieredStore:
             # purge: such a copy with no shared copy is forgotten (see get). A first reading,
             # or a count that went back (a Redis restarted empty), says only "unsure":
             # copies stored before it (while it could not be read) are revalidated, kept as
-            # the fallback.
+            # the fallback. Timed from when the reading came back, not from when this
+            # lookup began: another lookup may have read the shared copy, and noted the
+            # memory copy as matching, while this reading was on its way (a slow round
+            # trip, a queue in the file store's thread), before the purge it brings.
+            heard = max(now, self.clock())
             if self._generation is not None and _grew(self._generation, current):
-                self._purged_at = now
-            self._unsure_at = now
+                self._purged_at = heard
+            self._unsure_at = heard
             self._generation = current
         self._heard_at = now
         self._read_at = checked
