@@ -280,3 +280,33 @@ async def test_a_copy_matched_while_a_slow_count_reading_was_on_its_way_is_voide
     await first  # lookup 1's reading returns: the purge is heard of
     clock.advance(0.01)
     assert await tiers.get("k") is None  # the purged copy is not served
+
+
+async def test_nested_tiers_a_purge_the_outer_tier_hears_first_is_not_outlived_by_its_note() -> (
+    None
+):
+    """Memory in front of a file in front of Redis: each tier reads the shared purge count
+    on its own schedule. When the memory tier hears a purge first, it reads the tier beneath,
+    which has not heard it yet and answers its own unmarked copy; before, the memory tier
+    noted its copy as matching that answer and served it as fresh for up to
+    ``near_max_age_seconds`` more, long after the tier beneath heard the purge too."""
+    clock = FakeClock()
+    far = Shared(clock)  # Redis, as another process sees it
+    await far.set("k", Entry(b"v", clock.now - 30), 3600)
+    inner = TieredStore(far, MemoryStore(clock=clock), check_seconds=60.0)  # the file tier
+    inner.clock = clock  # type: ignore[method-assign]
+    outer = tiers_on(inner, clock, check_seconds=0.0)  # type: ignore[arg-type]
+    for _ in range(3):  # first readings, then both tiers' copies noted as matching
+        await outer.get("k")
+        clock.advance(0.1)
+    await far.purge(lambda key, entry: True, soft=True)  # another process's purge
+    clock.advance(0.1)
+    served = [await outer.get("k")]  # the memory tier hears it; the file tier's not due
+    clock.advance(0.1)
+    served.append(await outer.get("k"))
+    inner._checked_at = float("-inf")  # the file tier's own reading is due now (its 50 ms)
+    for _ in range(3):
+        clock.advance(0.1)
+        served.append(await outer.get("k"))
+    # Before: all five unmarked (the memory tier's note outlived the file tier's hearing).
+    assert all(entry is not None and entry.revalidate for entry in served), served
