@@ -310,3 +310,45 @@ async def test_nested_tiers_a_purge_the_outer_tier_hears_first_is_not_outlived_b
         served.append(await outer.get("k"))
     # Before: all five unmarked (the memory tier's note outlived the file tier's hearing).
     assert all(entry is not None and entry.revalidate for entry in served), served
+
+
+async def test_redis_counts_a_purge_that_failed_midway_again_for_what_it_marked(
+    redis_url: str, redis_stores: list[Any]
+) -> None:
+    """A purge marks its first batch of 500, then fails on the next (Redis cut off midway):
+    the entries it marked are marked in Redis, and a process that noted its copy of one as
+    matching between the purge's first count and its mark must hear of it. Before, the
+    second count was skipped on a failure: that process served the unmarked copy as fresh
+    for up to ``near_max_age_seconds``, though the shared copy was marked."""
+    from adcp_stale_cache.control import Selection
+    from adcp_stale_cache.stores.redis import RedisStore
+
+    operator, reader = RedisStore(url=redis_url), RedisStore(url=redis_url)
+    redis_stores.extend((operator, reader))
+    clock = FakeClock(time.time())
+    tiers = TieredStore(reader, MemoryStore(clock=clock), check_seconds=0.0)
+    tiers.clock = clock  # type: ignore[method-assign]
+    for i in range(501):  # two batches: a000..a499, then a500
+        await operator.set(f"a{i:03}", Entry(b"v", clock.now - 30, ("tag=t",)), 3600)
+    await tiers.get("a000")
+    client = operator.client
+    mget = client.mget
+    batches: list[int] = []
+
+    async def marking(names: Any) -> Any:
+        batches.append(len(names))
+        if len(batches) == 2:
+            raise ConnectionError("cut off midway")  # the second batch: after the first's marks
+        clock.advance(0.1)
+        await tiers.get("a000")  # hears the first count, reads the unmarked copy
+        clock.advance(0.1)
+        await tiers.get("a000")  # notes it as matching
+        return await mget(names)
+
+    client.mget = marking
+    await operator.purge(Selection(frozenset({"tag=t"})), soft=True)
+    assert batches == [500, 1] and operator.failures == 1  # failed on the second batch
+    assert (await reader.get("a000")).revalidate  # type: ignore[union-attr]  # marked
+    clock.advance(0.1)
+    entry = await tiers.get("a000")
+    assert entry is not None and entry.revalidate

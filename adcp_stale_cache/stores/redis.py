@@ -31,6 +31,7 @@ again; the client reconnects by itself.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import logging
@@ -259,12 +260,13 @@ class RedisStore:
         if client is None:
             self.failures += 1
             return 0
-        count = 0
+        count, marking, generation = 0, False, f"{self.prefix}:generation"
         try:
             # Counted before it marks: a flight that read the count before this purge and
             # stores while it marks finds it moved (see purges). Every purge counts, one
             # that finds nothing too.
-            await client.incr(f"{self.prefix}:generation")
+            await client.incr(generation)
+            marking = True
             async for batch in self._candidates(client, match):
                 names = [self._key(key) for key in batch]
                 values = await (client.mget_nonatomic if self.cluster else client.mget)(names)
@@ -288,9 +290,14 @@ class RedisStore:
             # Counted again once marked: a memory tier that read an entry between the first
             # count and its mark (and noted its copy as matching, see TieredStore) hears of
             # the purge after that read, never before it only.
-            await client.incr(f"{self.prefix}:generation")
+            marking = False
+            await client.incr(generation)
         except Exception as exc:
             self._failed("purge", exc)
+            if marking:  # what it marked before it failed is heard of too, if Redis answers
+                with contextlib.suppress(Exception):
+                    async with _deadline(self.deadline_seconds):
+                        await client.incr(generation)
         return count
 
     async def _marked(self, client: Any, marks: list[tuple[str, bytes, bytes]]) -> int:
