@@ -295,9 +295,7 @@ class RedisStore:
         except Exception as exc:
             self._failed("purge", exc)
             if marking:  # what it marked before it failed is heard of too, if Redis answers
-                with contextlib.suppress(Exception):
-                    async with _deadline(self.deadline_seconds):
-                        await client.incr(generation)
+                await _count_again(client, generation, self.deadline_seconds)
         return count
 
     async def _marked(self, client: Any, marks: list[tuple[str, bytes, bytes]]) -> int:
@@ -392,6 +390,14 @@ class RedisStore:
         self.failures += 1
         self._down_until = time.monotonic() + self.retry_after_seconds
         logger.warning("redis_unavailable op=%s error=%s", op, type(exc).__name__)
+
+
+async def _count_again(client: Any, generation: str, seconds: float) -> None:
+    """Count a purge once more, if Redis answers within ``seconds`` (a purge that failed
+    after it marked some entries: see purge)."""
+    with contextlib.suppress(Exception):
+        async with _deadline(seconds):
+            await client.incr(generation)
 
 
 async def _script(client: Any, script: str, keys: int, *args: object) -> Any:
