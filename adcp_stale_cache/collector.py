@@ -11,6 +11,7 @@ import contextvars
 import functools
 import inspect
 import json
+import math
 import sys
 import time
 from collections.abc import Callable, Hashable, Iterator
@@ -45,7 +46,7 @@ class AdvisoryCollector:
 
     __slots__ = (
         "_by_upstream", "_partition", "_partition_of", "composition", "nested", "read_labels",
-        "request_field", "served_context", "started_at", "surface",
+        "read_since", "request_field", "served_context", "started_at", "surface",
     )  # fmt: skip
 
     def __init__(
@@ -66,6 +67,9 @@ class AdvisoryCollector:
         # A flight's own (see within): the labels of every entry its call read, which the
         # answer it stores carries too, so that purging what it was built from purges it.
         self.read_labels: set[str] | None = None
+        # A flight's own too: when the oldest data its call read was read at its source
+        # (wall clock): the answer it stores is as old as that (see flight).
+        self.read_since = math.inf
         # A field of the AdCP request being answered (the middleware reads the request's
         # body), for what keys by it: the pinned release (see adcp_version).
         self.request_field: Callable[[str], Any] = _no_field

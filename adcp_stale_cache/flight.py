@@ -349,6 +349,11 @@ class Flights:
         data = encode(answer.codec, value, found.upstream)
         if data is None:
             return Refreshed(value, None, (), labels, at_source=at_source)
+        # Built from entries read through the cache: as old as the oldest (its terms' age,
+        # as an Age its upstream said would be), not fresh for a whole target from now.
+        built_age = now - inner.read_since
+        if built_age > (terms.age if terms is not None else 0.0):
+            terms = dataclasses.replace(terms or Terms(), age=built_age)
         entry = Entry(data, now, labels, terms=terms)
         if not await self._store(found, entry, before):  # a purge landed meanwhile: it wins
             return Refreshed(value, None, (), labels, at_source=at_source)

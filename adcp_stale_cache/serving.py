@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from .admission import FORCED_FAILURE, InjectedOutage
 from .advisory import stale_response
-from .collector import AdvisoryLost, Composed, current_collector
+from .collector import AdvisoryCollector, AdvisoryLost, Composed, current_collector
 from .decision import Fail, Fresh, Refresh, ServeStale, on_failure, target_seconds, whole_seconds
 from .entry import Entry
 from .failures import UNKNOWN_FAILURE, Failure, UpstreamUnavailable, classify
@@ -193,6 +193,8 @@ class Serving:
                 )
         if collector.read_labels is not None:
             collector.read_labels.update((*refreshed.labels, built_from(found.store_key)))
+            if refreshed.entry is not None:
+                _read_since(collector, refreshed.entry)
         if _CONTEXT in data if data is not None else _names_context(refreshed.value):
             collector.served_context = True  # another caller's flight may have been asked
         return refreshed.value if refreshed.data is None else codec.loads(refreshed.data)
@@ -230,8 +232,16 @@ def _composed(found: Lookup, entry: Entry, codec: Codec[Any], *, fresh: bool) ->
         collector.composition.append(_part(found, entry, codec, fresh=fresh))
     if collector.read_labels is not None:
         collector.read_labels.update((*entry.labels, built_from(found.store_key)))
+        _read_since(collector, entry)
     if _CONTEXT in entry.data:  # a byte search: a false alarm only costs the answer a check
         collector.served_context = True
+
+
+def _read_since(collector: AdvisoryCollector, entry: Entry) -> None:
+    """A flight's call read ``entry``: the answer it builds is no younger than that data."""
+    at_source = entry.stored_at - (entry.terms.age if entry.terms is not None else 0.0)
+    if at_source < collector.read_since:
+        collector.read_since = at_source
 
 
 # Unquoted: a value stored as a JSON string (a sub-agent's answer kept as text) holds it

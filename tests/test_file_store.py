@@ -485,3 +485,44 @@ def test_a_store_shared_by_threads_reads_on_each_loop(tmp_path: Path) -> None:
     assert not errors, errors
     assert store.failures == 0
     store.close()
+
+
+async def test_a_read_on_the_loop_survives_the_thread_reopening_the_file_under_it(
+    tmp_path: Path,
+) -> None:
+    """A read on the loop takes the reader connection, then the store's thread reopens the
+    file (replaced by another process, noticed by another loop's write; or closed after
+    another operation's failure) before that read runs. Before, the thread closed the reader
+    under it: the read failed ("Cannot operate on a closed database"), was counted as a
+    failure of the file and kept the whole store away for ``retry_after_seconds`` (every
+    request a miss, the stale fallback unreachable), while the file was fine."""
+    path = tmp_path / "cache.db"
+    store = SqliteStore(path)
+    await store.set("k", Entry(b"v", time.time()), 600)
+    assert await store.get("k") is not None  # opens the reader
+    replaced = SqliteStore(tmp_path / "other.db")  # another process's new file
+    await replaced.set("k", Entry(b"new", time.time()), 600)
+    replaced.close()
+
+    class Reopened:  # the thread reopens the file between the read's taking and its query
+        def __init__(self, connection: Any) -> None:
+            self.connection, self.first = connection, True
+
+        def execute(self, *args: Any) -> Any:
+            if self.first:
+                self.first = False
+                remove_wal(path)
+                os.replace(tmp_path / "other.db", path)
+                store._thread.submit(store._connection).result()  # another loop's write
+            return self.connection.execute(*args)
+
+        def close(self) -> None:
+            self.connection.close()
+
+    store._reader = Reopened(store._reader)  # type: ignore[assignment]
+    found = await store.get("k")
+    assert found is not None  # what the file held when the read began (or the new one)
+    assert store.failures == 0 and store.available
+    found = await store.get("k")
+    assert found is not None and found.data == b"new"
+    store.close()

@@ -62,3 +62,31 @@ async def test_oversized_entry_is_not_kept_and_drops_the_older_one(clock: FakeCl
 def test_bounds_must_be_positive() -> None:
     with pytest.raises(ValueError, match="positive"):
         MemoryStore(max_entries=0)
+
+
+async def test_a_purge_from_another_thread_between_a_flights_check_and_its_write_wins() -> None:
+    """A memory store shared by threads (a loop per worker thread): a flight's write under a
+    purge count is checked and made in one step, so another thread's purge lands before the
+    check (the write refused) or after the write (the entry purged), never in between.
+    Before, the step was one only on one loop: a purge by another thread between the check
+    and the write was undone by the write (the purged data served as fresh)."""
+    import asyncio
+    import threading
+
+    class Racing(MemoryStore):  # another thread purges between the check and the write
+        other: threading.Thread | None = None
+
+        async def set(self, key: str, entry: Entry, ttl_seconds: float) -> None:
+            if self.other is None:
+                purge = self.purge(lambda key, entry: True, soft=False)
+                self.other = threading.Thread(target=asyncio.run, args=(purge,))
+                self.other.start()
+                self.other.join(0.3)  # done now, unless the check and write hold it off
+            await super().set(key, entry, ttl_seconds)
+
+    store = Racing()
+    count = await store.generation()
+    await store.set_unless_purged("k", Entry(b"read before the purge", 0.0), 60, count)
+    assert store.other is not None
+    store.other.join(5)
+    assert await store.get("k") is None  # the purge won, whichever way

@@ -197,17 +197,22 @@ async def test_redis_counts_a_purge_again_once_it_marked(
     await operator.set("k", Entry(b"v", clock.now - 30), 3600)
     await tiers.get("k")
     client = operator.client
-    evalsha = client.evalsha
+    mget = client.mget
+    reads: list[str] = []
 
     async def marking(*args: Any) -> Any:  # the reader reads while the purge is under way
         clock.advance(0.1)
         await tiers.get("k")  # hears the first count, reads the unmarked copy
         clock.advance(0.1)
         await tiers.get("k")  # notes it as matching
-        return await evalsha(*args)
+        reads.append("between the counts")
+        return await mget(*args)  # the purge reads what it marks, then marks it
 
-    client.evalsha = marking
+    # (Hooked on the purge's read of its batch: the marks go in one pipeline since 9e5f8e8,
+    # no EVALSHA of the client's, so a hook there never ran and the test proved nothing.)
+    client.mget = marking
     await operator.purge(lambda key, entry: True, soft=True)
+    assert reads == ["between the counts"]
     clock.advance(0.1)
     entry = await tiers.get("k")
     assert entry is not None and entry.revalidate
@@ -229,3 +234,121 @@ async def test_redis_sends_a_script_by_its_sha_and_its_text_once(
     stats = await store.client.info("commandstats")
     assert stats["cmdstat_eval"]["calls"] == 1  # after the server said NOSCRIPT, once
     assert stats["cmdstat_evalsha"]["calls"] == 3
+
+
+class Gated(Shared):
+    """A shared store whose purge-count reading can be held on its way (a slow round trip,
+    or one queued behind another operation in the store's thread): what it answers is the
+    count when it is let through, not when it was asked."""
+
+    def __init__(self, clock: Any) -> None:
+        super().__init__(clock)
+        self.gate: Any = None
+
+    async def generation(self) -> int:
+        if self.gate is not None:
+            gate, self.gate = self.gate, None
+            await gate.wait()
+        return await super().generation()
+
+
+async def test_a_copy_matched_while_a_slow_count_reading_was_on_its_way_is_voided_by_it() -> None:
+    """Lookup 1 asks for the purge count (its reading held on the way); lookup 2, meanwhile,
+    reads the shared copy and notes the memory copy as matching; another process then
+    purges (hard); lookup 1's reading returns with that purge. The purge is heard of after
+    the note, so the note must be void: before, the purge was timed from lookup 1's start,
+    earlier than the note, and the purged copy was served fresh for up to
+    ``near_max_age_seconds`` after the purge was heard of."""
+    import asyncio
+
+    clock = FakeClock()
+    far = Gated(clock)
+    await far.set("k", Entry(b"v", clock.now - 30), 3600)  # stored 30 s ago, elsewhere
+    tiers = tiers_on(far, clock, check_seconds=0.05)
+    await tiers.get("k")  # the first reading; the copy is kept in memory
+    clock.advance(2.0)  # the copy's note is old: the next lookups read the shared copy
+    await asyncio.sleep(0.06)  # the next lookup reads the count again (monotonic)
+    held = far.gate = asyncio.Event()
+    first = asyncio.ensure_future(tiers.get("k"))  # its count reading is held
+    await asyncio.sleep(0)
+    clock.advance(0.01)
+    seen = await tiers.get("k")  # no count reading due: reads the shared copy, matches
+    assert seen is not None and seen.data == b"v"
+    await far.purge(lambda key, entry: True, soft=False)  # another process's hard purge
+    clock.advance(0.01)
+    held.set()
+    await first  # lookup 1's reading returns: the purge is heard of
+    clock.advance(0.01)
+    assert await tiers.get("k") is None  # the purged copy is not served
+
+
+async def test_nested_tiers_a_purge_the_outer_tier_hears_first_is_not_outlived_by_its_note() -> (
+    None
+):
+    """Memory in front of a file in front of Redis: each tier reads the shared purge count
+    on its own schedule. When the memory tier hears a purge first, it reads the tier beneath,
+    which has not heard it yet and answers its own unmarked copy; before, the memory tier
+    noted its copy as matching that answer and served it as fresh for up to
+    ``near_max_age_seconds`` more, long after the tier beneath heard the purge too."""
+    clock = FakeClock()
+    far = Shared(clock)  # Redis, as another process sees it
+    await far.set("k", Entry(b"v", clock.now - 30), 3600)
+    inner = TieredStore(far, MemoryStore(clock=clock), check_seconds=60.0)  # the file tier
+    inner.clock = clock  # type: ignore[method-assign]
+    outer = tiers_on(inner, clock, check_seconds=0.0)  # type: ignore[arg-type]
+    for _ in range(3):  # first readings, then both tiers' copies noted as matching
+        await outer.get("k")
+        clock.advance(0.1)
+    await far.purge(lambda key, entry: True, soft=True)  # another process's purge
+    clock.advance(0.1)
+    served = [await outer.get("k")]  # the memory tier hears it; the file tier's not due
+    clock.advance(0.1)
+    served.append(await outer.get("k"))
+    inner._checked_at = float("-inf")  # the file tier's own reading is due now (its 50 ms)
+    for _ in range(3):
+        clock.advance(0.1)
+        served.append(await outer.get("k"))
+    # Before: all five unmarked (the memory tier's note outlived the file tier's hearing).
+    assert all(entry is not None and entry.revalidate for entry in served), served
+
+
+async def test_redis_counts_a_purge_that_failed_midway_again_for_what_it_marked(
+    redis_url: str, redis_stores: list[Any]
+) -> None:
+    """A purge marks its first batch of 500, then fails on the next (Redis cut off midway):
+    the entries it marked are marked in Redis, and a process that noted its copy of one as
+    matching between the purge's first count and its mark must hear of it. Before, the
+    second count was skipped on a failure: that process served the unmarked copy as fresh
+    for up to ``near_max_age_seconds``, though the shared copy was marked."""
+    from adcp_stale_cache.control import Selection
+    from adcp_stale_cache.stores.redis import RedisStore
+
+    operator, reader = RedisStore(url=redis_url), RedisStore(url=redis_url)
+    redis_stores.extend((operator, reader))
+    clock = FakeClock(time.time())
+    tiers = TieredStore(reader, MemoryStore(clock=clock), check_seconds=0.0)
+    tiers.clock = clock  # type: ignore[method-assign]
+    for i in range(501):  # two batches: a000..a499, then a500
+        await operator.set(f"a{i:03}", Entry(b"v", clock.now - 30, ("tag=t",)), 3600)
+    await tiers.get("a000")
+    client = operator.client
+    mget = client.mget
+    batches: list[int] = []
+
+    async def marking(names: Any) -> Any:
+        batches.append(len(names))
+        if len(batches) == 2:
+            raise ConnectionError("cut off midway")  # the second batch: after the first's marks
+        clock.advance(0.1)
+        await tiers.get("a000")  # hears the first count, reads the unmarked copy
+        clock.advance(0.1)
+        await tiers.get("a000")  # notes it as matching
+        return await mget(names)
+
+    client.mget = marking
+    await operator.purge(Selection(frozenset({"tag=t"})), soft=True)
+    assert batches == [500, 1] and operator.failures == 1  # failed on the second batch
+    assert (await reader.get("a000")).revalidate  # type: ignore[union-attr]  # marked
+    clock.advance(0.1)
+    entry = await tiers.get("a000")
+    assert entry is not None and entry.revalidate

@@ -43,7 +43,7 @@ class MemoryStore:
         self.clock = clock
         # Each item is (entry, expiry time), so a soft purge can rewrite it and keep its expiry.
         self._data = _IndexedCache(max_bytes, clock)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # reentrant: see set_unless_purged
         self._purges = 0  # see generation
 
     async def get(self, key: str) -> Entry | None:
@@ -69,12 +69,14 @@ class MemoryStore:
     ) -> bool:
         """Keep ``entry`` unless a purge landed since the purge count was ``count`` (see
         purges); False when one did (the write refused). The check and the write are one
-        step on the loop: neither awaits anything (a subclass's own ``set`` and
-        ``generation`` are used)."""
-        if await self.generation() != count:
-            return False
-        await self.set(key, entry, ttl_seconds)
-        return True
+        step: neither awaits anything (a subclass's own ``set`` and ``generation`` are
+        used), and the store's lock is held across both, so a purge by another thread
+        lands before the check or after the write, never in between."""
+        with self._lock:  # reentrant: set takes it too
+            if await self.generation() != count:
+                return False
+            await self.set(key, entry, ttl_seconds)
+            return True
 
     async def delete(self, key: str) -> None:
         """Forget ``key``."""

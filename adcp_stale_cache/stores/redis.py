@@ -31,6 +31,7 @@ again; the client reconnects by itself.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import logging
@@ -259,12 +260,13 @@ class RedisStore:
         if client is None:
             self.failures += 1
             return 0
-        count = 0
+        count, marking, generation = 0, False, f"{self.prefix}:generation"
         try:
             # Counted before it marks: a flight that read the count before this purge and
             # stores while it marks finds it moved (see purges). Every purge counts, one
             # that finds nothing too.
-            await client.incr(f"{self.prefix}:generation")
+            await client.incr(generation)
+            marking = True
             async for batch in self._candidates(client, match):
                 names = [self._key(key) for key in batch]
                 values = await (client.mget_nonatomic if self.cluster else client.mget)(names)
@@ -288,9 +290,12 @@ class RedisStore:
             # Counted again once marked: a memory tier that read an entry between the first
             # count and its mark (and noted its copy as matching, see TieredStore) hears of
             # the purge after that read, never before it only.
-            await client.incr(f"{self.prefix}:generation")
+            marking = False
+            await client.incr(generation)
         except Exception as exc:
             self._failed("purge", exc)
+            if marking:  # what it marked before it failed is heard of too, if Redis answers
+                await _count_again(client, generation, self.deadline_seconds)
         return count
 
     async def _marked(self, client: Any, marks: list[tuple[str, bytes, bytes]]) -> int:
@@ -385,6 +390,14 @@ class RedisStore:
         self.failures += 1
         self._down_until = time.monotonic() + self.retry_after_seconds
         logger.warning("redis_unavailable op=%s error=%s", op, type(exc).__name__)
+
+
+async def _count_again(client: Any, generation: str, seconds: float) -> None:
+    """Count a purge once more, if Redis answers within ``seconds`` (a purge that failed
+    after it marked some entries: see purge)."""
+    with contextlib.suppress(Exception):
+        async with _deadline(seconds):
+            await client.incr(generation)
 
 
 async def _script(client: Any, script: str, keys: int, *args: object) -> Any:

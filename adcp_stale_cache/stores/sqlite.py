@@ -190,6 +190,11 @@ class SqliteStore:
                 # Busy (another connection is recovering or checkpointing the file): this
                 # read waits in the thread, bounded; the store is no less available.
                 row = await self._run("get", _get, key)
+            except sqlite3.ProgrammingError:
+                # Closed under this read by the store's thread (it reopens a replaced file,
+                # or closes it after another operation's failure, while another loop or
+                # thread reads): no fault of the file, which the thread reads instead.
+                row = await self._run("get", _get, key)
             except (sqlite3.Error, OSError) as exc:
                 self._failed("get", exc)
                 return None

@@ -129,6 +129,14 @@ class TieredStore:
         if beneath is not None:
             beneath(key)
 
+    def listen_soon(self) -> None:
+        """Read the purge count on the next read, whenever it was last read: a tier above
+        (nested tiers) heard it move. Nested tiers pass it on."""
+        self._checked_at = float("-inf")
+        beneath: Any = getattr(self.far, "listen_soon", None)
+        if beneath is not None:
+            beneath()
+
     def _forget(self, key: str) -> None:
         """Drop the note of ``key``: its memory copy is replaced or gone."""
         with self._confirming:
@@ -172,11 +180,21 @@ class TieredStore:
             # purge: such a copy with no shared copy is forgotten (see get). A first reading,
             # or a count that went back (a Redis restarted empty), says only "unsure":
             # copies stored before it (while it could not be read) are revalidated, kept as
-            # the fallback.
+            # the fallback. Timed from when the reading came back, not from when this
+            # lookup began: another lookup may have read the shared copy, and noted the
+            # memory copy as matching, while this reading was on its way (a slow round
+            # trip, a queue in the file store's thread), before the purge it brings.
+            heard = max(now, self.clock())
             if self._generation is not None and _grew(self._generation, current):
-                self._purged_at = now
-            self._unsure_at = now
+                self._purged_at = heard
+            self._unsure_at = heard
             self._generation = current
+            # A tier beneath (nested tiers) reads the count on its own schedule and may not
+            # have heard this yet: the read through that follows must not take its copy
+            # as the shared one (this tier would note it as matching for a second more).
+            beneath: Any = getattr(self.far, "listen_soon", None)
+            if beneath is not None:
+                beneath()
         self._heard_at = now
         self._read_at = checked
 
