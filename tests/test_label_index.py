@@ -79,27 +79,36 @@ def test_memory_purge_by_index_selects_what_a_scan_selects(ops: list[tuple[Any, 
     asyncio.run(_memory_twins(ops))
 
 
+async def _twin_step(op: tuple[Any, ...], clock: FakeClock, indexed: Any, scanning: Any) -> Any:
+    """One operation on both twins (a purge through the index in one, by scanning in the
+    other, counting alike); the purge's selection, or None."""
+    if op[0] == "set":
+        _, key, labels, size, ttl = op
+        entry = Entry(b"x" * size, clock(), tuple(labels))
+        for store in (indexed, scanning):
+            await store.set(key, entry, ttl)
+    elif op[0] == "delete":
+        for store in (indexed, scanning):
+            await store.delete(op[1])
+    elif op[0] == "advance":
+        clock.advance(op[1])
+    else:
+        _, labels, store_key, soft = op
+        selection = Selection(frozenset(labels), store_key)
+        counted = await indexed.purge(selection, soft=soft)
+        assert counted == await scanning.purge(scanned(selection), soft=soft)
+        return selection
+    return None
+
+
 async def _memory_twins(ops: list[tuple[Any, ...]]) -> None:
     clock = FakeClock()
     # Small bounds: writes evict by count and by bytes.
     indexed, scanning = (MemoryStore(max_entries=5, max_bytes=1500, clock=clock) for _ in "ab")
     for op in ops:
-        if op[0] == "set":
-            _, key, labels, size, ttl = op
-            entry = Entry(b"x" * size, clock(), tuple(labels))
-            for store in (indexed, scanning):
-                await store.set(key, entry, ttl)
-        elif op[0] == "delete":
-            for store in (indexed, scanning):
-                await store.delete(op[1])
-        elif op[0] == "advance":
-            clock.advance(op[1])
-        else:
-            _, labels, store_key, soft = op
-            selection = Selection(frozenset(labels), store_key)
-            counted = await indexed.purge(selection, soft=soft)
-            assert counted == await scanning.purge(scanned(selection), soft=soft)
-            assert not [e for k, e in await indexed.scan() if selection(k, e) and not soft]
+        selection = await _twin_step(op, clock, indexed, scanning)
+        if selection is not None and not op[3]:  # a hard purge leaves nothing it selected
+            assert not [e for k, e in await indexed.scan() if selection(k, e)]
         assert sorted(await indexed.scan(), key=str) == sorted(await scanning.scan(), key=str)
         assert indexed._data.index.pairs() == memory_pairs(indexed)
         assert await indexed.generation() == await scanning.generation()
@@ -248,21 +257,7 @@ async def _run_file_twins(
 ) -> None:
     indexed, scanning = stores
     for op in ops:
-        if op[0] == "set":
-            _, key, labels, size, ttl = op
-            entry = Entry(b"x" * size, clock(), tuple(labels))
-            for store in stores:
-                await store.set(key, entry, ttl)
-        elif op[0] == "delete":
-            for store in stores:
-                await store.delete(op[1])
-        elif op[0] == "advance":
-            clock.advance(op[1])
-        else:
-            _, labels, store_key, soft = op
-            selection = Selection(frozenset(labels), store_key)
-            counted = await indexed.purge(selection, soft=soft)
-            assert counted == await scanning.purge(scanned(selection), soft=soft)
+        await _twin_step(op, clock, indexed, scanning)
         assert file_rows(folder / "indexed.db") == file_rows(folder / "scanning.db")
         file_index_is_exact(folder / "indexed.db")
     assert indexed.failures == scanning.failures == 0
