@@ -43,6 +43,14 @@ def is_adcp_code(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and _ADCP_CODE.fullmatch(value) is not None
 
 
+def retry_after_of(headers: Mapping[str, str]) -> float | None:
+    """An HTTP answer's ``Retry-After`` hint in seconds, or None. RFC 9110 delay-seconds are
+    digits only (``inf``, ``1e999`` and ``-1`` are not hints); an HTTP date is not worth
+    parsing for a hint."""
+    value = headers.get("retry-after", "").strip()
+    return float(value) if value.isascii() and value.isdigit() else None
+
+
 @dataclass(frozen=True, slots=True)
 class Failure:
     """A classified upstream failure, safe to show a buyer."""

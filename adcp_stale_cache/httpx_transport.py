@@ -47,7 +47,7 @@ from cachetools import LRUCache
 
 from .cache import UpstreamCache
 from .directives import Directives, parse, vary_of
-from .failures import InvalidPayload, UpstreamError, UpstreamHTTPError
+from .failures import InvalidPayload, UpstreamError, UpstreamHTTPError, retry_after_of
 from .keys import CREDENTIAL_HEADERS
 from .policy import SurfacePolicy, Upstream
 
@@ -180,7 +180,7 @@ class CachingTransport(httpx.AsyncBaseTransport):
 
 def _raise_for_outage(response: httpx.Response, expect_json: bool) -> None:
     if response.status_code >= 500 or response.status_code == 429:
-        raise UpstreamHTTPError(response.status_code, retry_after=_retry_after(response))
+        raise UpstreamHTTPError(response.status_code, retry_after=retry_after_of(response.headers))
     if not response.is_success or response.status_code == 204:
         return
     if not _is_json(response):
@@ -245,13 +245,6 @@ def _refreshed(held: httpx.Response, not_modified: httpx.Response) -> httpx.Resp
     kept = [(k, v) for k, v in held.headers.multi_items() if k not in replaced]
     held.headers = httpx.Headers(kept + updates)
     return held
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    # RFC 9110: delay-seconds is digits only ("inf", "1e999" and "-1" are not hints); an
-    # HTTP date is not worth parsing for a hint.
-    value = response.headers.get("retry-after", "").strip()
-    return float(value) if value.isascii() and value.isdigit() else None
 
 
 class ResponseCodec:

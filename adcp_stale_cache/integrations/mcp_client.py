@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..codecs import present
-from ..failures import InvalidPayload, UpstreamError, UpstreamHTTPError
+from ..failures import InvalidPayload, UpstreamError, UpstreamHTTPError, retry_after_of
 
 try:  # mcp 2.x
     import httpx2
@@ -71,7 +71,9 @@ async def call_mcp_tool(
             if not outage:
                 raise
             failed = outage[0]
-            raise UpstreamHTTPError(failed.status_code, retry_after=_retry_after(failed)) from exc
+            raise UpstreamHTTPError(
+                failed.status_code, retry_after=retry_after_of(failed.headers)
+            ) from exc
     else:
         async with (
             streamablehttp_client(url, headers=dict(headers or {})) as (read, write, _),
@@ -80,12 +82,6 @@ async def call_mcp_tool(
             await session.initialize()
             result = await session.call_tool(tool, dict(arguments or {}))
     return _answer_of(result, tool)
-
-
-def _retry_after(response: Any) -> float | None:
-    # As the httpx transport reads it (RFC 9110 delay-seconds, digits only; a date is no hint).
-    value = response.headers.get("retry-after", "").strip()
-    return float(value) if value.isascii() and value.isdigit() else None
 
 
 def _answer_of(result: Any, tool: str) -> dict[str, Any]:
