@@ -125,17 +125,19 @@ class TieredStore:
         young), whatever was noted of the memory copy: a process waiting on another's
         write to it (see flight). Nested tiers pass it on."""
         self._forget(key)
-        beneath: Any = getattr(self.far, "ask_shared", None)
-        if beneath is not None:
-            beneath(key)
+        self._pass_down("ask_shared", key)
 
     def listen_soon(self) -> None:
         """Read the purge count on the next read, whenever it was last read: a tier above
         (nested tiers) heard it move. Nested tiers pass it on."""
         self._checked_at = float("-inf")
-        beneath: Any = getattr(self.far, "listen_soon", None)
+        self._pass_down("listen_soon")
+
+    def _pass_down(self, name: str, *args: Any) -> None:
+        """Nested tiers: the same call on the tier beneath, when it is a tier."""
+        beneath: Any = getattr(self.far, name, None)
         if beneath is not None:
-            beneath()
+            beneath(*args)
 
     def _forget(self, key: str) -> None:
         """Drop the note of ``key``: its memory copy is replaced or gone."""
@@ -192,9 +194,7 @@ class TieredStore:
             # A tier beneath (nested tiers) reads the count on its own schedule and may not
             # have heard this yet: the read through that follows must not take its copy
             # as the shared one (this tier would note it as matching for a second more).
-            beneath: Any = getattr(self.far, "listen_soon", None)
-            if beneath is not None:
-                beneath()
+            self._pass_down("listen_soon")
         self._heard_at = now
         self._read_at = checked
 
