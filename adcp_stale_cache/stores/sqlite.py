@@ -183,21 +183,11 @@ class SqliteStore:
             try:
                 row = _get(reader, key)  # on the loop: a WAL read waits for no lock
                 self._timed_on_loop(time.perf_counter() - started, started)
-            except sqlite3.OperationalError as exc:
-                if not _busy(exc):
+            except (sqlite3.Error, OSError) as exc:
+                if not _for_the_thread(exc):
                     self._failed("get", exc)
                     return None
-                # Busy (another connection is recovering or checkpointing the file): this
-                # read waits in the thread, bounded; the store is no less available.
-                row = await self._run("get", _get, key)
-            except sqlite3.ProgrammingError:
-                # Closed under this read by the store's thread (it reopens a replaced file,
-                # or closes it after another operation's failure, while another loop or
-                # thread reads): no fault of the file, which the thread reads instead.
-                row = await self._run("get", _get, key)
-            except (sqlite3.Error, OSError) as exc:
-                self._failed("get", exc)
-                return None
+                row = await self._run("get", _get, key)  # bounded; the store no less available
         else:
             row = await self._run("get", _get, key)
         if row is None:
@@ -353,14 +343,13 @@ class SqliteStore:
     ) -> bool:
         data = entry.data
         if entry.size > self.max_bytes:
-            db.execute("DELETE FROM entries WHERE key = ?", (key,))  # never serve an older one
+            _delete(db, key)  # never serve an older one
             return True
         now = time.time()
-        db.execute("BEGIN IMMEDIATE")
-        try:
+
+        def check_and_write(db: sqlite3.Connection) -> bool:
             if unless is not None and _generation(db) != unless:
-                db.execute("COMMIT")  # a purge landed since the count was read: it wins
-                return False
+                return False  # a purge landed since the count was read: it wins
             db.execute(
                 _UPSERT,
                 (key, entry.stored_at, now + ttl, entry.size, zlib.crc32(data),
@@ -374,11 +363,9 @@ class SqliteStore:
             if count > self.max_entries or size > self.max_bytes:
                 db.execute("DELETE FROM entries WHERE expires_at <= ?", (now,))
                 self._evict_oldest(db)
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        return True
+            return True
+
+        return _in_transaction(db, check_and_write)
 
     def _evict_oldest(self, db: sqlite3.Connection) -> None:
         while True:
@@ -440,8 +427,8 @@ def _purge(
         else f"UPDATE entries SET flags = {_TOMBSTONE}, data = x'', checksum = 0, size = "
         f"{_TOMBSTONE_SIZE}, stored_at = {stamp!r} WHERE key = ?"
     )  # a tombstone is stamped with the purge's time: newer than every copy before it
-    db.execute("BEGIN IMMEDIATE")  # select and mark at once: no refresh slips between
-    try:
+
+    def select_and_mark(db: sqlite3.Connection) -> int:  # at once: no refresh slips between
         _index_queued(db)  # entries written by others since: the index is whole again
         keys = [
             (key,)
@@ -451,11 +438,9 @@ def _purge(
         db.executemany(statement, keys)
         # Every purge counts, one that found nothing too (see purges).
         db.execute("UPDATE generation SET purges = purges + 1 WHERE id = 1")
-        db.execute("COMMIT")
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-    return len(keys)
+        return len(keys)
+
+    return _in_transaction(db, select_and_mark)
 
 
 def _delete(db: sqlite3.Connection, key: str) -> None:
@@ -514,14 +499,17 @@ def _index_everything(db: sqlite3.Connection) -> None:
     _index_queued(db)
 
 
-def _in_transaction(db: sqlite3.Connection, fn: Callable[[sqlite3.Connection], None]) -> None:
+def _in_transaction(db: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    """``fn(db)`` in one write transaction (taken at once: nothing slips between its reads
+    and its writes), rolled back when it raises."""
     db.execute("BEGIN IMMEDIATE")
     try:
-        fn(db)
+        result = fn(db)
         db.execute("COMMIT")
     except BaseException:
         db.execute("ROLLBACK")
         raise
+    return result
 
 
 def _flags(entry: Entry) -> int:
@@ -530,6 +518,16 @@ def _flags(entry: Entry) -> int:
 
 def _split(labels: str) -> tuple[str, ...]:
     return tuple(labels.split("\n")) if labels else ()
+
+
+def _for_the_thread(exc: BaseException) -> bool:
+    """A read on the loop that failed for no fault of the file, which the thread reads
+    instead: busy (another connection is recovering or checkpointing the file), or its
+    reader closed under it by the store's thread (which reopens a replaced file, or closes
+    it after another operation's failure, while another loop or thread reads)."""
+    if isinstance(exc, sqlite3.OperationalError):
+        return _busy(exc)
+    return isinstance(exc, sqlite3.ProgrammingError)
 
 
 def _busy(exc: sqlite3.OperationalError) -> bool:
