@@ -120,10 +120,8 @@ class MemoryStore:
             keys = index.candidates(labels)
         else:  # the entry, and those built from it (see Selection)
             keys = [store_key, *(index.candidates([built]) if built is not None else ())]
-        data = self._data
-        return [
-            (key, Cache.__getitem__(data, key)) for key in keys if Cache.__contains__(data, key)
-        ]
+        held = ((key, self._data.held(key)) for key in keys)
+        return [(key, item) for key, item in held if item is not None]
 
     async def generation(self) -> int:
         """How many purges this store has seen: a flight that saw it move while it was in
@@ -151,17 +149,18 @@ class _IndexedCache(TLRUCache[str, _Item]):
         self.index = LabelIndex()
 
     def __setitem__(self, key: str, value: _Item) -> None:
-        old = Cache.__getitem__(self, key) if Cache.__contains__(self, key) else None
+        old = self.held(key)
         if old is not None:  # replaced (or, expired, dropped): its labels go first
             self.index.remove(key, old[0].labels)
         try:
             super().__setitem__(key, value)
         finally:  # indexed as held: a value too large or already expired is not
-            if Cache.__contains__(self, key):
-                self.index.add(key, Cache.__getitem__(self, key)[0].labels)
+            new = self.held(key)
+            if new is not None:
+                self.index.add(key, new[0].labels)
 
     def __delitem__(self, key: str) -> None:
-        held = Cache.__getitem__(self, key) if Cache.__contains__(self, key) else None
+        held = self.held(key)
         try:
             super().__delitem__(key)  # (raises KeyError for an expired key, once deleted)
         finally:
@@ -177,6 +176,10 @@ class _IndexedCache(TLRUCache[str, _Item]):
     def clear(self) -> None:
         super().clear()
         self.index.clear()
+
+    def held(self, key: str) -> _Item | None:
+        """The item held under ``key`` (expired or not), read without touching its recency."""
+        return Cache.__getitem__(self, key) if Cache.__contains__(self, key) else None
 
     def mark(self, key: str, value: _Item) -> None:
         """Rewrite a held item with one of the same size, labels and expiry (a purge's
