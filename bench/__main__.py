@@ -508,20 +508,12 @@ async def memory(entries: int) -> dict[str, float]:
 async def redis_hit(n: int, rounds: int) -> dict[str, float]:
     if shutil.which("redis-server") is None:
         return {}
-    from adcp_stale_cache.demo.processes import free_port, wait_for_port
     from adcp_stale_cache.stores.redis import RedisStore
 
-    port = free_port()
-    proc = subprocess.Popen(  # noqa: ASYNC220 (a local server for the benchmark, started once)
-        ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-    )
-    try:
-        wait_for_port(port)
-        ratio = await hit_vs_memory_hit(RedisStore(url=f"redis://127.0.0.1:{port}/0"), n, rounds)
-    finally:
-        proc.terminate()
-        proc.wait()
+    from .redis_curves import redis_server
+
+    with redis_server() as url:
+        ratio = await hit_vs_memory_hit(RedisStore(url=url), n, rounds)
     return {"redis_hit_vs_memory_hit": ratio}
 
 
