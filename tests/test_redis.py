@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from adcp_stale_cache import SurfacePolicy, Surfaces, Upstream, UpstreamCache, collect_advisories
+from adcp_stale_cache.breaker import BreakerPolicy
 from adcp_stale_cache.entry import Entry
 from adcp_stale_cache.stores import MemoryStore, TieredStore
 from adcp_stale_cache.stores.redis import RedisStore, decode, encode
@@ -295,6 +296,47 @@ def test_a_loop_per_request_keeps_using_redis(redis_server: RedisServer, caplog:
 
     asyncio.run(two_loops_at_once())
     assert "redis_other_event_loop" in caplog.text
+
+
+def test_a_store_built_from_a_url_serves_loops_running_at_once(
+    redis_server: RedisServer, caplog: Any
+) -> None:
+    """A loop per worker thread, and the library's call loop beside the request's: each loop
+    gets its own client, none answers "no entry" for another's."""
+    store = RedisStore(url=redis_server.url)
+
+    async def write_then_read_elsewhere() -> Entry | None:
+        await store.set("k", Entry(b"{}", time.time()), 60)
+        return await asyncio.to_thread(asyncio.run, store.get("k"))  # while this loop runs
+
+    assert asyncio.run(write_then_read_elsewhere()) is not None
+    surface = POLICY.model_copy(update={"freshness_target_seconds": 0})
+    breaker = BreakerPolicy(failure_threshold=1, cooldown_seconds=0.1)
+    cache = UpstreamCache(store, surfaces=Surfaces.of(surface), detach_calls=True, breaker=breaker)
+    up = {"down": False, "calls": 0}
+
+    async def call() -> dict[str, Any]:
+        up["calls"] += 1
+        if up["down"]:
+            raise ConnectionRefusedError
+        return {"products": [up["calls"]]}
+
+    def request() -> Any:
+        with collect_advisories() as advisories:
+            value = asyncio.run(cache.fetch(INVENTORY, "k", call, surface=surface))
+        return value, advisories.errors()
+
+    request()
+    up["down"] = True
+    assert request()[1]  # stale: the breaker opens
+    up["down"] = False
+    time.sleep(0.15)
+    request()  # the probe, on the call loop, stores through that loop's own client
+    deadline = time.monotonic() + 5
+    while cache.breaker_open(INVENTORY) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert request() == ({"products": [up["calls"]]}, [])
+    assert store.failures == 0 and "redis_other_event_loop" not in caplog.text
 
 
 async def test_the_file_answers_while_redis_is_down_even_after_a_restart(

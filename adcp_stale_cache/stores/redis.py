@@ -30,7 +30,6 @@ again; the client reconnects by itself.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import hashlib
@@ -40,14 +39,13 @@ import struct
 import sys
 import time
 import uuid
-import weakref
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 from ..entry import TERMS_SIZE, Entry, Terms
-from .redis_urls import client_from_url
+from .redis_urls import LoopClients, client_from_url
 
 if sys.version_info >= (3, 11, 3):  # as redis-py itself chooses (async-timeout is its need)
     from asyncio import timeout as _deadline  # type: ignore[attr-defined,unused-ignore]
@@ -113,11 +111,9 @@ class RedisStore:
                 return client_from_url(url, socket_timeout=socket_timeout)
 
             self._make_client, client = make_client, make_client()
-        self.client = client
+        self._clients = LoopClients(client, self._make_client)
         # A cluster spreads keys over slots: no command or script may span two of them.
         self.cluster = type(client).__name__ == "RedisCluster"
-        # The event loop the client's connections belong to (weakly: see _client_here).
-        self._loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
         self._warned_loop = False
         self.prefix = f"{prefix}:v{FORMAT_VERSION}"
         self.retry_after_seconds = retry_after_seconds
@@ -146,22 +142,18 @@ class RedisStore:
         an event loop the client cannot serve (see :meth:`_client_here`)."""
         return time.monotonic() >= self._down_until and self._client_here() is not None
 
+    @property
+    def client(self) -> Any:
+        """The client of the running loop (outside one: any loop's)."""
+        return self._clients.any()
+
     def _client_here(self) -> Any | None:
-        """The client for the running loop. A redis-py client belongs to one event loop: a
-        seller that runs each request on a new loop (``asyncio.run`` in a worker thread) gets
-        a new client once the previous loop has closed (built from the URL; a client passed
-        in cannot be rebuilt). Two loops running at once: the second answers "no entry",
-        with one ERROR line, rather than break the first one's connections."""
-        loop = asyncio.get_running_loop()
-        owner = self._loop() if self._loop is not None else None
-        if owner is loop:
-            return self.client
-        if owner is None or owner.is_closed():
-            if self._loop is not None and self._make_client is not None:
-                self.client = self._make_client()  # the old loop's connections died with it
-            if self._loop is None or self._make_client is not None:
-                self._loop = weakref.ref(loop)
-                return self.client
+        """The running loop's client (see :class:`~.redis_urls.LoopClients`); a client passed
+        in serving another loop answers "no entry" here, with one ERROR line, rather than
+        break that loop's connections."""
+        client = self._clients.here()
+        if client is not None:
+            return client
         if not self._warned_loop:
             self._warned_loop = True
             logger.error(
@@ -381,7 +373,7 @@ class RedisStore:
             return default
         try:
             async with _deadline(self.deadline_seconds):
-                return await command(self.client)
+                return await command(self._client_here())
         except Exception as exc:
             self._failed(op, exc)
             return default

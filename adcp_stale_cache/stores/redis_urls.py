@@ -13,7 +13,11 @@ line: :func:`redacted` is how a URL is shown.
 
 from __future__ import annotations
 
+import asyncio
 import re
+import threading
+import weakref
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -128,3 +132,40 @@ def _tls_options(query: str) -> dict[str, Any]:
         if name in _TLS_OPTIONS:
             options[name] = value if name != "ssl_check_hostname" else value.lower() == "true"
     return options
+
+
+class LoopClients:
+    """redis-py clients, one per event loop: a client belongs to the loop that first uses it.
+    With ``make`` (a URL's), every loop gets its own (a loop per request, the library's call
+    loop) and a loop's goes with it; without, ``first`` (a client passed in) serves one loop."""
+
+    def __init__(self, first: Any, make: Callable[[], Any] | None) -> None:
+        self._unused, self._make = first, make
+        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._lock = threading.Lock()  # two loops' first operations, from two threads
+
+    def here(self) -> Any | None:
+        """The running loop's client (None: ``first`` serves another loop already)."""
+        loop = asyncio.get_running_loop()
+        client = self._by_loop.get(loop)
+        if client is None:
+            with self._lock:
+                if self._unused is not None:
+                    client, self._unused = self._unused, None
+                elif self._make is not None:
+                    client = self._make()
+                if client is not None:
+                    self._by_loop[loop] = client
+        return client
+
+    def any(self) -> Any:
+        """The running loop's client, else one not used yet or any loop's."""
+        try:
+            client = self.here()
+        except RuntimeError:  # no running loop
+            client = None
+        if client is None:
+            client = self._unused
+        return client if client is not None else next(iter(self._by_loop.values()), None)
