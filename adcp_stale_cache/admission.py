@@ -145,7 +145,9 @@ class Breakers:
         timeout = found.timeout
         collector = found.collector
         budget = collector.budget_left(found.policy) if collector is not None else None
-        if budget is not None:
+        # The budget holds a call back only for an entry to serve instead: with nothing
+        # usable, the call is the only answer there is.
+        if budget is not None and found.fallback is not None:
             if budget <= 0:  # before the breaker: a caller that will not call takes no probe
                 return Refused(BUDGET_SPENT)
             timeout = min(timeout, budget)

@@ -41,12 +41,29 @@ class AdvisoryLost(RuntimeError):
     request's context did not reach (see :func:`carry_context`), say."""
 
 
+class Budget:
+    """The library's own waiting in one request, from its first fetch: a seller that queues
+    its requests before they reach the cache has spent none of it there."""
+
+    __slots__ = ("started_at",)
+
+    def __init__(self) -> None:
+        self.started_at: float | None = None
+
+    def spent(self) -> float:
+        """Seconds since the request's first fetch asked (this one, if none did before)."""
+        now = time.monotonic()
+        if self.started_at is None:
+            self.started_at = now
+        return now - self.started_at
+
+
 class AdvisoryCollector:
     """Advisories of one request: one per upstream, the oldest age winning."""
 
     __slots__ = (
-        "_by_upstream", "_partition", "_partition_of", "composition", "nested", "read_labels",
-        "read_since", "request_field", "served_context", "started_at", "surface",
+        "_by_upstream", "_partition", "_partition_of", "budget", "composition", "nested",
+        "read_labels", "read_since", "request_field", "served_context", "surface",
     )  # fmt: skip
 
     def __init__(
@@ -58,7 +75,7 @@ class AdvisoryCollector:
         self.surface = surface
         self._partition = partition
         self._partition_of = partition_of  # computed on first use: most requests never need it
-        self.started_at = time.monotonic()
+        self.budget = Budget()
         self._by_upstream: dict[Hashable, AdcpError] = {}
         self.nested = False  # a flight's own collector (see within)
         # While a conditional answer is composed (see conditional): the stored content of
@@ -86,7 +103,7 @@ class AdvisoryCollector:
             collector = cls()
         else:
             collector = cls(parent.surface, None, lambda: parent.partition)
-            collector.started_at = parent.started_at
+            collector.budget = parent.budget
             collector.request_field = parent.request_field
         collector.nested = True
         collector.read_labels = set()
@@ -128,7 +145,7 @@ class AdvisoryCollector:
         """Seconds left of the surface's request budget, or None without a budget."""
         if policy.request_budget_seconds is None:
             return None
-        return policy.request_budget_seconds - (time.monotonic() - self.started_at)
+        return policy.request_budget_seconds - self.budget.spent()
 
     def record(self, upstream: Hashable, advisory: AdcpError) -> bool:
         """Keep one advisory per upstream: several stale keys report the oldest entry.

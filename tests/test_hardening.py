@@ -51,6 +51,14 @@ async def settle(cache: UpstreamCache) -> None:
 
 
 # 1. A probe taken by a request whose budget was already spent was never run nor released.
+SLOW = Upstream(name="slow")
+
+
+async def slow_answer() -> dict[str, Any]:
+    await asyncio.sleep(0.06)
+    return {"products": []}
+
+
 async def test_spent_budget_never_takes_the_breaker_probe(clock: FakeClock) -> None:
     policy = POLICY.model_copy(update={"request_budget_seconds": 0.05})
     cache = UpstreamCache(
@@ -65,7 +73,7 @@ async def test_spent_budget_never_takes_the_breaker_probe(clock: FakeClock) -> N
     assert cache.breaker_open(INVENTORY.name)
     clock.advance(30)  # cooldown over
     with collect_advisories():
-        await asyncio.sleep(0.06)  # this request's budget is spent before it fetches
+        await cache.fetch(SLOW, "k", slow_answer, surface=policy)  # spends the budget
         await cache.fetch(INVENTORY, "k", up, surface=policy)
     up.down = False
     with collect_advisories():  # the next caller must still get to probe

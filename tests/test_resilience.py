@@ -145,14 +145,66 @@ async def test_request_budget_bounds_a_fan_out_of_hung_upstreams(clock: FakeCloc
 
 
 async def test_spent_budget_serves_stale_without_calling(clock: FakeClock) -> None:
+    cache, up, slow = make_cache(clock, request_budget_seconds=0.05), Upstreamish(), Upstreamish()
+    await fetch(cache, up)
+    clock.advance(20)
+    slow.delay = 0.06
+    with collect_advisories() as advisories:
+        await cache.fetch(Upstream(name="slow"), "k", slow, surface="get_products")  # a miss
+        await cache.fetch(INVENTORY, "k", up, surface="get_products")
+    assert up.calls == 1 and slow.calls == 1  # the miss called in full: nothing to serve
+    [advisory] = advisories.errors()
+    assert advisory["details"]["original_error"]["code"] == "TIMEOUT"
+    assert advisory["details"]["upstream"]["name"] == INVENTORY.name
+
+
+async def test_the_budget_counts_the_librarys_waiting_not_the_sellers_queue(
+    clock: FakeClock,
+) -> None:
     cache, up = make_cache(clock, request_budget_seconds=0.05), Upstreamish()
     await fetch(cache, up)
     clock.advance(20)
     with collect_advisories() as advisories:
-        await asyncio.sleep(0.06)
-        await cache.fetch(INVENTORY, "k", up, surface="get_products")
-    assert up.calls == 1
-    assert advisories.errors()[0]["details"]["original_error"]["code"] == "TIMEOUT"
+        await asyncio.sleep(0.06)  # queued by the seller before it reaches the cache
+        value = await cache.fetch(INVENTORY, "k", up, surface="get_products")
+    assert up.calls == 2 and advisories.errors() == []  # healthy: called, fresh
+    assert value == {"products": [2]}
+
+
+async def test_a_seller_that_serialises_its_calls_is_never_told_stale_of_a_healthy_upstream(
+    clock: FakeClock,
+) -> None:
+    """The reference seller's shape: tool bodies one at a time, each refreshing its own key
+    (0.1 s a call), under a 0.25 s budget. Counted from arrival, the 3rd to 5th were served
+    stale: the 3rd's call cut at the 0.05 s it had left, the others refused."""
+    cache, up = make_cache(clock, request_budget_seconds=0.25), Upstreamish()
+    for principal in range(5):
+        with collect_advisories(partition=str(principal)):
+            await cache.fetch(INVENTORY, "k", up, surface="get_products")
+    clock.advance(20)  # every entry past its target: each request calls
+    up.delay, one_at_a_time = 0.1, asyncio.Lock()
+
+    async def request(principal: int) -> list[dict[str, Any]]:
+        with collect_advisories(partition=str(principal)) as advisories:
+            async with one_at_a_time:
+                await cache.fetch(INVENTORY, "k", up, surface="get_products")
+        return advisories.errors()
+
+    answers = await asyncio.gather(*(request(p) for p in range(5)))
+    assert answers == [[]] * 5 and up.calls == 10
+
+
+async def test_with_nothing_cached_a_spent_budget_still_calls(clock: FakeClock) -> None:
+    cache, first, second = (
+        make_cache(clock, request_budget_seconds=0.05),
+        Upstreamish(),
+        Upstreamish(),
+    )
+    first.delay = 0.06
+    with collect_advisories() as advisories:
+        await cache.fetch(Upstream(name="first"), "k", first, surface="get_products")
+        value = await cache.fetch(Upstream(name="second"), "k", second, surface="get_products")
+    assert value == {"products": [1]} and second.calls == 1 and advisories.errors() == []
 
 
 async def test_partitions_never_share_entries(clock: FakeClock) -> None:

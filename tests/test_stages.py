@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -115,27 +116,41 @@ async def test_read_finds_no_entry_in_a_tombstone_a_future_time_or_a_broken_stor
 # 2. Admit.
 
 
-async def looked_up(clock: FakeClock, budget: float | None = None) -> Any:
-    """A miss of PRODUCTS, in a request with ``budget`` seconds left (None: no budget)."""
+async def looked_up(clock: FakeClock, budget: float | None = None, held: bool = False) -> Any:
+    """A look-up of PRODUCTS (a miss, or with a stale entry ``held``), in a request with
+    ``budget`` seconds left (None: no budget)."""
     policy = PRODUCTS
     collector = None
+    stages = lookups(clock)
+    if held:
+        store_key = stages.store_key(INVENTORY, "k", None)
+        await stages.store.set(store_key, Entry(b"{}", clock() - 120), 3600)
     if budget is not None:
         policy = PRODUCTS.model_copy(update={"request_budget_seconds": 10.0})
         collector = AdvisoryCollector(policy)
-        collector.started_at -= 10.0 - budget  # spent the rest already
+        collector.budget.started_at = time.monotonic() - (10.0 - budget)  # spent the rest
     with use_collector(collector):
-        return await lookups(clock).look_up(INVENTORY, "k", policy, [])
+        return await stages.look_up(INVENTORY, "k", policy, [])
 
 
 async def test_a_spent_budget_refuses_before_the_breaker_and_a_budget_bounds_the_call(
     clock: FakeClock,
 ) -> None:
     breakers = Breakers(BreakerPolicy(failure_threshold=1), clock, CacheMetrics())
-    spent = await looked_up(clock, budget=0)
+    spent = await looked_up(clock, budget=0, held=True)
     assert await breakers.admit(spent) == Refused(BUDGET_SPENT)
-    short = await looked_up(clock, budget=0.5)
+    short = await looked_up(clock, budget=0.5, held=True)
     admitted = await breakers.admit(short)
     assert isinstance(admitted, Admitted) and admitted.timeout <= 0.5 and admitted.probe is None
+
+
+async def test_with_nothing_to_serve_a_spent_budget_still_calls_within_the_deadline(
+    clock: FakeClock,
+) -> None:
+    breakers = Breakers(BreakerPolicy(failure_threshold=1), clock, CacheMetrics())
+    cold = await looked_up(clock, budget=0)
+    admitted = await breakers.admit(cold)
+    assert isinstance(admitted, Admitted) and admitted.timeout == cold.timeout
 
 
 async def test_an_open_breaker_refuses_then_lets_one_probe_through(clock: FakeClock) -> None:

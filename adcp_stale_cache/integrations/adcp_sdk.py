@@ -124,7 +124,7 @@ def with_advisories(surfaces: Surfaces, tool: str | None = None) -> Callable[[Ha
             with collect_advisories(surface or (outer.surface if outer is not None else None),
                                     partition) as collector:  # fmt: skip
                 if outer is not None:
-                    collector.started_at = outer.started_at  # one request, one budget
+                    collector.budget = outer.budget  # one request, one budget
                     collector.request_field = outer.request_field
                 result = await method(*args, **kwargs)
             if outer is not None and collector.served_context:
