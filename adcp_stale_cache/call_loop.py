@@ -21,7 +21,7 @@ import concurrent.futures
 import os
 import threading
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -63,9 +63,21 @@ class CallLoop:
         """Run ``call()`` on this loop, in a copy of the current context."""
 
         async def run() -> T:
+            task = asyncio.current_task()
+            assert task is not None
+            task.add_done_callback(_retrieve)  # a caller that abandoned it never will
             return await call()  # called here: whatever it creates belongs to this loop
 
         return asyncio.run_coroutine_threadsafe(run(), self._running())
+
+    def runs_here(self) -> bool:
+        """True on this loop's own thread."""
+        return self._thread is threading.current_thread()
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 #: The process's one loop for detached calls (every ``UpstreamCache(detach_calls=True)``).

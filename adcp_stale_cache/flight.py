@@ -14,11 +14,12 @@ plane can run it again, as the request that made it.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Generator, Hashable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -168,6 +169,11 @@ class Flights:
         self.memory: RefreshMemory | None = None  # what remembers every flight's refresh
         self.flights: SingleFlight[Refreshed[Any]] = SingleFlight()
         self.tasks: set[asyncio.Future[Any]] = set()  # what runs behind an answer
+        self._detached: set[concurrent.futures.Future[Any]] = set()
+        # Set once a caller's loop ended before the work behind its answer (asyncio.run per
+        # request, calls not detached): such work then runs in front of the answer, within
+        # its deadline, or a breaker's probe would never finish and it would never close.
+        self.in_front = False
 
     async def fly(
         self, found: Lookup, admitted: Admitted, answer: Answer[T]
@@ -195,7 +201,8 @@ class Flights:
         flight: Awaitable[Refreshed[T]] = self.run(found.store_key, refresh, epoch)
         if admitted.probe is not None:
             flight = _releasing(admitted.probe, flight)
-        if found.fallback is not None and (admitted.probe is not None or found.behind):
+        behind = admitted.probe is not None or found.behind
+        if found.fallback is not None and behind and not self.in_front:
             return self.background(flight), True
         return flight, False
 
@@ -236,13 +243,26 @@ class Flights:
             self._longest_ttl[upstream.name] = longest = policy.ttl_seconds
         return longest + 1
 
-    def background(self, work: Awaitable[T]) -> asyncio.Future[T]:
-        """Run ``work`` behind the answer (kept referenced, its exception retrieved)."""
+    def background(self, work: Awaitable[T]) -> Awaitable[T]:
+        """Run ``work`` behind the answer where it can finish: on the library's call loop
+        when calls are detached (the caller's loop may end with its answer), else on the
+        caller's loop. Kept referenced, its exception retrieved."""
+        if self.call_loop is not None:
+            done = self.call_loop.submit(lambda: work)
+            self._detached.add(done)
+            done.add_done_callback(self._detached.discard)
+            return _Behind(done)
         task = asyncio.ensure_future(work)
         self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        task.add_done_callback(self._landed)
         return task
+
+    def _landed(self, task: asyncio.Future[Any]) -> None:
+        self.tasks.discard(task)
+        if task.cancelled():  # nothing here cancels it: its loop ended first
+            self.in_front = True
+        else:
+            task.exception()
 
     async def latest(self, found: Lookup) -> Entry | None:
         """After a failed flight, the entry to fall back on: one another flight stored
@@ -434,6 +454,19 @@ def _conditional(
     except Unreadable:
         return call
     return lambda: revalidate(held)
+
+
+class _Behind(Generic[T]):
+    """Work running on the call loop, awaited from the caller's loop only if asked: an
+    answer served in front of it never binds it to a loop that may end first."""
+
+    __slots__ = ("_done",)
+
+    def __init__(self, done: concurrent.futures.Future[T]) -> None:
+        self._done = done
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return asyncio.wrap_future(self._done).__await__()
 
 
 async def _releasing(breaker: Breaker, flight: Awaitable[T]) -> T:

@@ -71,9 +71,10 @@ async def call_with_deadline(
     ``on``, the call runs on that loop instead of the caller's, so that not even the end of
     the caller's loop waits for it (see :mod:`~adcp_stale_cache.call_loop`).
     """
-    task: asyncio.Future[T] = (
-        asyncio.wrap_future(on.submit(call)) if on is not None else asyncio.ensure_future(call())
-    )
+    if on is not None and not on.runs_here():
+        task: asyncio.Future[T] = asyncio.wrap_future(on.submit(call))
+    else:
+        task = asyncio.ensure_future(call())
     try:
         done, _ = await asyncio.wait({task}, timeout=timeout)
     except asyncio.CancelledError:
