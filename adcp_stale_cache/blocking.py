@@ -21,6 +21,7 @@ import concurrent.futures
 import contextlib
 import contextvars
 import functools
+import os
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -115,13 +116,16 @@ class Lanes:
             raise ValueError("blocking_threads must be at least 1")
         self.threads = threads
         self._lanes: dict[tuple[str, str | None], Lane] = {}
+        self._pid = os.getpid()
         self._lock = threading.Lock()
 
     def of(self, upstream: Upstream) -> Lane:
         """The lane of ``upstream``."""
         lane = self._lanes.get(upstream.identity)
-        if lane is None:
+        if lane is None or self._pid != os.getpid():
             with self._lock:
+                if self._pid != os.getpid():  # a fork's child: the parent's threads are not here
+                    self._lanes, self._pid = {}, os.getpid()
                 lane = self._lanes.get(upstream.identity)
                 if lane is None:
                     name = f"adcp-stale-cache-blocking:{upstream.name}"

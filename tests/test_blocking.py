@@ -26,6 +26,7 @@ from adcp_stale_cache import (
     Upstream,
     UpstreamCache,
     UpstreamUnavailable,
+    blocking,
     carry_context,
     collect_advisories,
     use_collector,
@@ -183,9 +184,12 @@ def test_a_frozen_upstream_holds_its_own_threads_and_no_others(
     assert fresh == {"key": "k0", "version": 2}
 
 
-def test_a_sync_tool_called_on_the_servers_loop_thread(agents: tuple[Agent, Agent]) -> None:
+@pytest.mark.parametrize("detach_calls", [False, True])
+def test_a_sync_tool_called_on_the_servers_loop_thread(
+    agents: tuple[Agent, Agent], detach_calls: bool
+) -> None:
     frozen_agent, _ = agents
-    cache = UpstreamCache(surfaces=SURFACES)
+    cache = UpstreamCache(surfaces=SURFACES, detach_calls=detach_calls)
     frozen = Upstream(name="frozen-agent", url=frozen_agent.url, timeout_seconds=1.0)
 
     def list_products(key: str) -> Any:  # a sync tool: fastmcp 2.x calls it on its loop
@@ -292,3 +296,14 @@ def test_fetch_blocking_on_the_call_loops_own_thread_is_refused() -> None:
 def test_blocking_threads_must_be_positive() -> None:
     with pytest.raises(ValueError, match="blocking_threads"):
         UpstreamCache(blocking_threads=0)
+
+
+def test_a_forked_child_gets_lanes_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    lanes = blocking.Lanes(2)
+    upstream = Upstream(name="u")
+    parents = lanes.of(upstream)
+    assert lanes.of(upstream) is parents
+    monkeypatch.setattr(blocking.os, "getpid", lambda: -1)  # the parent's threads are not here
+    childs = lanes.of(upstream)
+    assert childs is not parents
+    assert lanes.of(upstream) is childs
