@@ -7,6 +7,7 @@ server: one that can be frozen (it accepts and never answers) and one healthy.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import inspect
 import json
 import threading
@@ -14,6 +15,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib.metadata import version
 from typing import Any
 
 import pytest
@@ -21,6 +23,7 @@ import requests
 
 from adcp_stale_cache import (
     AdvisoryCollector,
+    StaleAdvisoryMiddleware,
     SurfacePolicy,
     Surfaces,
     Upstream,
@@ -33,11 +36,14 @@ from adcp_stale_cache import (
 )
 from adcp_stale_cache.call_loop import CALLS
 
+from .servers import serve
+
 # Target 0: every fetch calls its upstream, and an entry held is past its target at once.
 PRODUCTS = SurfacePolicy(name="get_products", field="products", freshness_target_seconds=0)
 SURFACES = Surfaces.of(default=PRODUCTS)  # in a request or not
 BUDGETED = PRODUCTS.model_copy(update={"request_budget_seconds": 1.5})
 LANE_THREADS = "adcp-stale-cache-blocking"
+FASTMCP_2 = importlib.util.find_spec("fastmcp") is not None and version("fastmcp")[:2] == "2."
 
 
 class Agent(ThreadingHTTPServer):
@@ -113,6 +119,14 @@ def get(url: str) -> dict[str, Any]:
 
 def lane_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith(LANE_THREADS)]
+
+
+def on_a_running_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def wait_until(predicate: Any, timeout: float = 10.0) -> None:
@@ -307,3 +321,50 @@ def test_a_forked_child_gets_lanes_of_its_own(monkeypatch: pytest.MonkeyPatch) -
     childs = lanes.of(upstream)
     assert childs is not parents
     assert lanes.of(upstream) is childs
+
+
+@pytest.mark.skipif(
+    not FASTMCP_2, reason="fastmcp 2.x (sync tools on the server's loop): CI's fastmcp 2 stage"
+)
+def test_a_fastmcp_2_sync_tool_answers_stale_at_its_deadline(agents: tuple[Agent, Agent]) -> None:
+    from fastmcp import FastMCP
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamablehttp_client  # mcp 1.x, as fastmcp 2 pins
+
+    frozen_agent, _ = agents
+    shared = PRODUCTS.model_copy(update={"shared_across_callers": True})
+    surfaces = Surfaces.of(shared)
+    cache = UpstreamCache(surfaces=surfaces)
+    inventory = Upstream(name="inventory", url=frozen_agent.url, timeout_seconds=1.0)
+    server = FastMCP("seller")
+    loops: list[bool] = []
+
+    @server.tool()
+    def get_products(country: str) -> dict:  # type: ignore[type-arg]
+        # A sync tool, run on the server's loop. (A bare dict: fastmcp 2.10 resolves a
+        # string annotation's names in a namespace of its own, without this module's Any.)
+        loops.append(on_a_running_loop())
+        url = f"{frozen_agent.url}/{country}"
+        return {"products": cache.fetch_blocking(inventory, country, lambda: get(url))}
+
+    async def call(base: str) -> tuple[Any, float]:
+        async with (
+            streamablehttp_client(f"{base}/mcp/") as (read, write, _),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            began = time.monotonic()
+            result = await session.call_tool("get_products", {"country": "US"})
+            return result, time.monotonic() - began
+
+    app = StaleAdvisoryMiddleware(server.http_app(path="/mcp"), surfaces=surfaces)
+    with serve(app) as base:
+        warm, _ = asyncio.run(call(base))
+        frozen_agent.freeze()
+        stale, took = asyncio.run(call(base))
+    assert loops == [True, True]  # where asyncio.run cannot run
+    assert warm.structuredContent == {"products": {"key": "US", "version": 1}}
+    assert stale.isError is False
+    assert stale.structuredContent["products"] == {"key": "US", "version": 1}
+    assert [e["code"] for e in stale.structuredContent["errors"]] == ["STALE_RESPONSE"]
+    assert took < 1.0 + 1.0
