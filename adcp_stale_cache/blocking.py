@@ -37,7 +37,7 @@ P = ParamSpec("P")
 DEFAULT_BLOCKING_THREADS = 8
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # one call is itself only (a queue's remove)
 class _Work(Generic[T]):
     """One blocking call, to run in the context it was submitted from."""
 
@@ -79,7 +79,12 @@ class Lane:
                 work.future.add_done_callback(functools.partial(self._forget, work))
                 return work.future
             self.running += 1
-        threading.Thread(target=self._serve, args=(work,), name=self.name, daemon=True).start()
+        try:
+            threading.Thread(target=self._serve, args=(work,), name=self.name, daemon=True).start()
+        except BaseException:  # no thread to be had (a container's pids.max): none runs
+            with self._lock:
+                self.running -= 1
+            raise
         return work.future
 
     def calling(self, fn: Callable[P, T]) -> Callable[P, Awaitable[T]]:

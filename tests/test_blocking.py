@@ -368,3 +368,21 @@ def test_a_fastmcp_2_sync_tool_answers_stale_at_its_deadline(agents: tuple[Agent
     assert stale.structuredContent["products"] == {"key": "US", "version": 1}
     assert [e["code"] for e in stale.structuredContent["errors"]] == ["STALE_RESPONSE"]
     assert took < 1.0 + 1.0
+
+
+def test_a_thread_that_cannot_start_frees_its_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = UpstreamCache(surfaces=SURFACES, blocking_threads=1)
+    upstream = Upstream(name="u", timeout_seconds=1.0)
+    assert cache.fetch_blocking(upstream, "a", lambda: {"n": 1}) == {"n": 1}
+
+    class NoLaneThreads(threading.Thread):  # as under a container's pids.max
+        def start(self) -> None:
+            if self.name.startswith(LANE_THREADS):
+                raise RuntimeError("can't start new thread")
+            super().start()
+
+    with monkeypatch.context() as patched:
+        patched.setattr(threading, "Thread", NoLaneThreads)
+        with pytest.raises(RuntimeError, match="can't start new thread"):
+            cache.fetch_blocking(upstream, "b", lambda: {"n": 2})
+    assert cache.fetch_blocking(upstream, "c", lambda: {"n": 3}) == {"n": 3}
