@@ -17,11 +17,12 @@ The control plane steers it through :mod:`~adcp_stale_cache.steering`'s seam onl
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 import time
 import warnings
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, overload
 
 from .admission import (
     Breakers,
@@ -31,6 +32,7 @@ from .admission import (
     compliance_injector,
 )
 from .attributes import Moved, Shared
+from .blocking import DEFAULT_BLOCKING_THREADS, Lanes, wait_for
 from .breaker import DEFAULT_BREAKER, BreakerPolicy
 from .call_loop import CALLS
 from .collector import current_collector
@@ -50,6 +52,17 @@ from .values import JSON, Codec
 __all__ = ["MAX_CLOCK_SKEW_SECONDS", "UpstreamCache"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
+
+
+class Decorator(Protocol):
+    """What :meth:`UpstreamCache.cached` returns: an async function stays async, a plain
+    one gets a blocking wrapper (through :meth:`UpstreamCache.fetch_blocking`)."""
+
+    @overload
+    def __call__(self, fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]: ...
+    @overload
+    def __call__(self, fn: Callable[P, T]) -> Callable[P, T]: ...
 
 
 class UpstreamCache:
@@ -90,6 +103,11 @@ class UpstreamCache:
     the request's ``asyncio.run`` (or its worker thread) while it winds down. The call must
     then use nothing bound to the request's loop (a client it opens itself is fine), and
     must not block: that loop is shared by every detached call of the process.
+
+    Blocking calls (a ``requests`` client) go through :meth:`fetch_blocking` instead, from
+    sync code in any thread: each runs in a thread of its upstream's own, at most
+    ``blocking_threads`` per upstream (see :mod:`~adcp_stale_cache.blocking`), so a frozen
+    upstream never holds the threads another upstream's calls need.
     """
 
     # Held by the stages too: assigning one on the cache reaches them (see attributes).
@@ -122,6 +140,7 @@ class UpstreamCache:
         share_breakers: bool = False,
         detach_calls: bool = False,
         outages: OutageInjector | None = None,
+        blocking_threads: int = DEFAULT_BLOCKING_THREADS,
     ) -> None:
         self.store: Store = (
             store if store is not None else MemoryStore(clock=clock or time.monotonic)
@@ -147,6 +166,7 @@ class UpstreamCache:
             self.failure_types, CALLS if detach_calls else None, coordinate_refreshes,
         )  # fmt: skip
         self.serving = Serving(self.clock, self.metrics, strict_advisories)
+        self.lanes = Lanes(blocking_threads)
 
     async def fetch(
         self,
@@ -203,6 +223,46 @@ class UpstreamCache:
             return self.serving.from_cache(found, latest, failure, codec, exc)
         return self.serving.flown(found, refreshed, codec)
 
+    def fetch_blocking(
+        self,
+        upstream: Upstream,
+        key: object,
+        call: Callable[[], T],
+        *,
+        surface: str | SurfacePolicy | None = None,
+        codec: Codec[T] = JSON,
+        cacheable: Callable[[T], bool] | None = None,
+        validate: Callable[[T], object] | None = None,
+        tags: Iterable[str] = (),
+        revalidate: Callable[[T], T] | None = None,
+        directives: Callable[[T], Directives | None] | None = None,
+    ) -> T:
+        """:meth:`fetch` for a blocking ``call`` (and ``revalidate``): plain functions, a
+        ``requests`` client say, called from sync code in any thread, including one whose
+        event loop is running (fastmcp 2.x runs sync tools on the server's loop).
+
+        The fetch runs on the library's call loop, as the current request (its collector,
+        its budget); this thread blocks until it answers. ``call`` runs in a thread of
+        ``upstream``'s own, at most ``blocking_threads`` at once: one abandoned at its
+        deadline keeps its thread until it returns, while the caller answers at the
+        deadline; one waiting for a free thread waits at most its deadline.
+        """
+        lane = self.lanes.of(upstream)
+        fetch = functools.partial(
+            self.fetch,
+            upstream,
+            key,
+            lane.calling(call),
+            surface=surface,
+            codec=codec,
+            cacheable=cacheable,
+            validate=validate,
+            tags=tags,
+            directives=directives,
+            revalidate=None if revalidate is None else lane.calling(revalidate),
+        )
+        return wait_for(fetch, CALLS)
+
     def cached(
         self,
         upstream: Upstream,
@@ -211,21 +271,37 @@ class UpstreamCache:
         key: Callable[..., object] | None = None,
         codec: Codec[Any] = JSON,
         tags: Iterable[str] | Callable[..., Iterable[str]] = (),
-    ) -> Callable[[Callable[..., Awaitable[T]]], Callable[..., Awaitable[T]]]:
+    ) -> Decorator:
         """Decorator form of :meth:`fetch`; the key defaults to the function and its arguments.
 
         ``tags`` are attached to every entry (see :mod:`adcp_stale_cache.control`), or come
-        from the call's arguments when given as a function of them."""
+        from the call's arguments when given as a function of them. A plain (not async)
+        function is fetched with :meth:`fetch_blocking`, and stays a plain function."""
 
-        def decorate(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+        def keyed(fn: Callable[..., Any], args: Any, kwargs: Any) -> tuple[object, Iterable[str]]:
+            k = key(*args, **kwargs) if key else (fn.__qualname__, args, kwargs)
+            return k, tags(*args, **kwargs) if callable(tags) else tags
+
+        def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+            if not inspect.iscoroutinefunction(fn):
+
+                @functools.wraps(fn)
+                def blocking(*args: Any, **kwargs: Any) -> Any:
+                    k, call_tags = keyed(fn, args, kwargs)
+                    call = functools.partial(fn, *args, **kwargs)
+                    return self.fetch_blocking(
+                        upstream, k, call, surface=surface, codec=codec, tags=call_tags
+                    )
+
+                return blocking
+
             @functools.wraps(fn)
-            async def wrapper(*args: Any, **kwargs: Any) -> T:
-                k = key(*args, **kwargs) if key else (fn.__qualname__, args, kwargs)
-                call_tags = tags(*args, **kwargs) if callable(tags) else tags
+            async def wrapper(*args: Any, **kwargs: Any) -> Any:
+                k, call_tags = keyed(fn, args, kwargs)
+                call = functools.partial(fn, *args, **kwargs)
                 return await self.fetch(
-                    upstream, k, lambda: fn(*args, **kwargs), surface=surface, codec=codec,
-                    tags=call_tags,
-                )  # fmt: skip
+                    upstream, k, call, surface=surface, codec=codec, tags=call_tags
+                )
 
             return wrapper
 

@@ -1,0 +1,150 @@
+"""Blocking upstream calls (a ``requests`` client, a database driver) from sync code.
+
+:meth:`~adcp_stale_cache.UpstreamCache.fetch_blocking` runs the fetch pipeline on the
+library's call loop (:data:`~adcp_stale_cache.call_loop.CALLS`) in a copy of the caller's
+context, so the request's collector, and with it its budget, follows; the calling thread
+blocks on the answer. That works from a worker thread and from a thread whose event loop is
+running (fastmcp 2.x runs sync tools on the server's loop, where ``asyncio.run`` cannot).
+
+The blocking call itself runs in its upstream's :class:`Lane`: at most ``threads`` calls at
+once, each in a daemon thread. A frozen upstream then holds its own lane's threads and no
+others (``asyncio.to_thread`` shares one executor between every upstream). A call abandoned
+at its deadline keeps its thread until it returns; one still waiting for a thread at its
+deadline never runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import contextlib
+import contextvars
+import functools
+import os
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Generic, ParamSpec, TypeVar
+
+from .call_loop import CallLoop
+from .policy import Upstream
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+#: Blocking calls one upstream may run at once, by default (``UpstreamCache(blocking_threads=)``).
+DEFAULT_BLOCKING_THREADS = 8
+
+
+@dataclass(frozen=True, slots=True, eq=False)  # one call is itself only (a queue's remove)
+class _Work(Generic[T]):
+    """One blocking call, to run in the context it was submitted from."""
+
+    call: Callable[[], T]
+    context: contextvars.Context
+    future: concurrent.futures.Future[T]
+
+    def run(self) -> None:
+        if not self.future.set_running_or_notify_cancel():
+            return  # abandoned while it waited for a thread
+        try:
+            result = self.context.run(self.call)
+        except BaseException as exc:  # as ThreadPoolExecutor does: the caller sees it
+            self.future.set_exception(exc)
+        else:
+            self.future.set_result(result)
+
+
+class Lane:
+    """At most ``threads`` blocking calls at once, the others waiting in order.
+
+    Not a ``ThreadPoolExecutor``: that one joins its threads when the interpreter exits (one
+    stuck on a frozen upstream would hold the exit) and keeps idle threads for good. A lane's
+    threads are daemons, and each ends when no call waits for it.
+    """
+
+    def __init__(self, threads: int, name: str) -> None:
+        self.threads, self.name = threads, name
+        self.running = 0  # threads serving this lane
+        self._waiting: collections.deque[_Work[Any]] = collections.deque()
+        self._lock = threading.Lock()
+
+    def submit(self, call: Callable[[], T]) -> concurrent.futures.Future[T]:
+        """Run ``call()`` in this lane, in a copy of the current context."""
+        work = _Work(call, contextvars.copy_context(), concurrent.futures.Future())
+        with self._lock:
+            if self.running >= self.threads:
+                self._waiting.append(work)
+                work.future.add_done_callback(functools.partial(self._forget, work))
+                return work.future
+            self.running += 1
+        try:
+            threading.Thread(target=self._serve, args=(work,), name=self.name, daemon=True).start()
+        except BaseException:  # no thread to be had (a container's pids.max): none runs
+            with self._lock:
+                self.running -= 1
+            raise
+        return work.future
+
+    def calling(self, fn: Callable[P, T]) -> Callable[P, Awaitable[T]]:
+        """``fn`` as an async function that runs it in this lane (cancelling it there
+        cancels the call if it still waits for a thread)."""
+
+        def call(*args: P.args, **kwargs: P.kwargs) -> Awaitable[T]:
+            return asyncio.wrap_future(self.submit(functools.partial(fn, *args, **kwargs)))
+
+        return call
+
+    def _serve(self, work: _Work[Any] | None) -> None:
+        while work is not None:
+            work.run()
+            with self._lock:
+                work = self._waiting.popleft() if self._waiting else None
+                if work is None:
+                    self.running -= 1
+
+    def _forget(self, work: _Work[Any], future: concurrent.futures.Future[Any]) -> None:
+        # A call abandoned while waiting leaves the queue now: a lane frozen for an hour
+        # would otherwise keep every call made meanwhile.
+        if future.cancelled():
+            with self._lock, contextlib.suppress(ValueError):  # a thread took it: it skips it
+                self._waiting.remove(work)
+
+
+class Lanes:
+    """One :class:`Lane` per upstream (by :attr:`~adcp_stale_cache.Upstream.identity`),
+    of ``threads`` each."""
+
+    def __init__(self, threads: int = DEFAULT_BLOCKING_THREADS) -> None:
+        if threads < 1:
+            raise ValueError("blocking_threads must be at least 1")
+        self.threads = threads
+        self._lanes: dict[tuple[str, str | None], Lane] = {}
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+
+    def of(self, upstream: Upstream) -> Lane:
+        """The lane of ``upstream``."""
+        lane = self._lanes.get(upstream.identity)
+        if lane is None or self._pid != os.getpid():
+            with self._lock:
+                if self._pid != os.getpid():  # a fork's child: the parent's threads are not here
+                    self._lanes, self._pid = {}, os.getpid()
+                lane = self._lanes.get(upstream.identity)
+                if lane is None:
+                    name = f"adcp-stale-cache-blocking:{upstream.name}"
+                    lane = self._lanes[upstream.identity] = Lane(self.threads, name)
+        return lane
+
+
+def wait_for(pipeline: Callable[[], Awaitable[T]], on: CallLoop) -> T:
+    """Run ``pipeline()`` on ``on`` in a copy of this thread's context, blocking this thread
+    until it answers (an interrupted wait cancels it)."""
+    if on.runs_here():
+        raise RuntimeError("fetch_blocking on the call loop's own thread would wait on itself")
+    future = on.submit(pipeline)
+    try:
+        return future.result()
+    finally:
+        future.cancel()  # done: nothing; interrupted (KeyboardInterrupt): the pipeline stops
