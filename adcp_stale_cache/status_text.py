@@ -19,9 +19,10 @@ from __future__ import annotations
 import http
 import re
 
-#: The statuses that stand for an outage: a 5xx, or 429 (rate limited).
+# The statuses that stand for an outage (a 5xx, or 429), never part of a longer number.
 _STATUS = r"(?P<{name}>5\d\d|429)(?!\w|[.,]\d)"
 
+# Longest first: an alternation stops at the first phrase that matches.
 _PHRASES = sorted(
     {s.phrase for s in http.HTTPStatus if s >= 500 or s == 429} | {"Server Error"},
     key=len,
@@ -57,7 +58,7 @@ _STATED = re.compile(
     re.IGNORECASE,
 )
 
-#: How much of a text is read: a status stands near the start; a body may follow for pages.
+# How much of a text is read: a status stands near its start, a body may follow for pages.
 _READ = 1024
 
 
