@@ -19,6 +19,7 @@ from .failures import (
     UpstreamHTTPError,
     UpstreamUnavailable,
     classify,
+    http_status_failure,
 )
 from .httpx_transport import CachingTransport
 from .middleware import StaleAdvisoryMiddleware
@@ -58,6 +59,7 @@ __all__ = [
     "classify",
     "collect_advisories",
     "current_collector",
+    "http_status_failure",
     "service_unavailable",
     "stale_response",
     "use_collector",

@@ -15,8 +15,10 @@ identifier:
 ``UPSTREAM_ERROR``     any other exception (counts as an outage only if the policy says so)
 =====================  =====================================================
 
-Messages are fixed templates: raw exception text can carry hostnames, URLs with tokens or
-file paths, so it is logged by the seller, never sent to a buyer.
+The exceptions of the HTTP clients (httpx, requests, urllib3, aiohttp) are recognised by
+their classes' modules, never imported. Messages are fixed templates: raw exception text can
+carry hostnames, URLs with tokens or file paths, so it is logged by the seller, never sent to
+a buyer.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from typing import TypeGuard
 
 from .policy import FailureKind, Upstream
+from .status_text import status_in_text
 
 logger = logging.getLogger("adcp_stale_cache")
 
@@ -47,7 +50,10 @@ def retry_after_of(headers: Mapping[str, str]) -> float | None:
     """An HTTP answer's ``Retry-After`` hint in seconds, or None. RFC 9110 delay-seconds are
     digits only (``inf``, ``1e999`` and ``-1`` are not hints); an HTTP date is not worth
     parsing for a hint."""
-    value = headers.get("retry-after", "").strip()
+    value = headers.get("retry-after")
+    if not isinstance(value, str):
+        return None
+    value = value.strip()
     return float(value) if value.isascii() and value.isdigit() else None
 
 
@@ -113,8 +119,22 @@ class UpstreamUnavailable(Exception):
         self.failure = failure
 
 
-def for_http_status(status_code: int, retry_after: float | None = None) -> Failure | None:
-    """The failure an HTTP status stands for, or None when it is not an outage (2xx-4xx)."""
+def http_status_failure(source: int | BaseException) -> Failure | None:
+    """The outage an HTTP status stands for (5xx, 429), or None (2xx-4xx, or no status).
+
+    Given an exception, its status is read where it states one: an int ``status_code`` or
+    ``status``, ``response.status_code``, or its text (``503 Service Unavailable``,
+    ``HTTP 503``, ``Failed to fetch segments: 503 ...``). The built-in reading does so for
+    bare ``Exception``, ``RuntimeError``, ``OSError`` and ``ConnectionError`` only; name your
+    own types in ``failure_types={SegmentsError: http_status_failure}``.
+    """
+    if isinstance(source, int):
+        return _status_failure(source, None)
+    stated = _stated_status(source) or _status_of_text(source)
+    return _status_failure(*stated) if stated is not None else None
+
+
+def _status_failure(status_code: int, retry_after: float | None) -> Failure | None:
     if status_code == 429:
         return Failure(
             FailureKind.RATE_LIMITED,
@@ -166,9 +186,11 @@ def classify(
 ) -> Failure:
     """Classify an exception raised by an upstream call (ExceptionGroups and chains included).
 
-    The chain speaks first: this library's exceptions, HTTP status errors, the ``adcp``
-    client's exceptions (by type: ``ADCPTimeoutError``, ``ADCPConnectionError``,
-    ``ADCPTaskError`` with an AdCP code) and transport errors, most specific first. An
+    The chain speaks first: this library's exceptions, HTTP statuses (httpx's, requests',
+    urllib3's and aiohttp's status errors; a bare ``Exception`` stating one, see
+    :func:`http_status_failure`), the ``adcp`` client's exceptions (by type:
+    ``ADCPTimeoutError``, ``ADCPConnectionError``, ``ADCPTaskError`` with an AdCP code) and
+    transport errors (those HTTP clients' included), most specific first. An
     adopter's ``failure_types`` (see ``UpstreamCache(failure_types=...)``) say what their own
     exceptions mean, unless that exception's own causes say something more specific: a
     seller's ``ServiceUnavailable`` raised from a refused connection keeps
@@ -258,11 +280,80 @@ def _explicit(exc: BaseException) -> Failure | None:
             FailureKind.INVALID_PAYLOAD, "INVALID_PAYLOAD", "Upstream returned an invalid payload"
         )
     if isinstance(exc, UpstreamHTTPError):
-        return for_http_status(exc.status_code, exc.retry_after)
-    status = getattr(getattr(exc, "response", None), "status_code", None)
-    if type(exc).__name__ == "HTTPStatusError" and isinstance(status, int):
-        return for_http_status(status)
+        return _status_failure(exc.status_code, exc.retry_after)
+    stated = _http_status(exc)
+    if stated is None:
+        return None
+    # A 4xx is the caller's problem, whatever the exception's type says (requests' HTTPError
+    # is an OSError): not an outage.
+    return _status_failure(*stated) or (UNKNOWN_FAILURE if 400 <= stated[0] < 500 else None)
+
+
+# The HTTP clients whose exceptions are read by their classes' modules (none is imported).
+_HTTP_CLIENTS = frozenset({"aiohttp", "httpcore", "httpx", "httpx2", "requests", "urllib3"})
+
+# Exceptions raised bare, with no meaning of their own: their text may be read for a status.
+# A seller's own subclass is never read (its message is its own; see http_status_failure).
+_BARE_TYPES = frozenset({Exception, RuntimeError, OSError, ConnectionError})
+
+
+def _client_classes(exc: BaseException) -> set[str]:
+    """The HTTP clients' classes an exception is an instance of, as ``package.Name``."""
+    found: set[str] = set()
+    for cls in type(exc).__mro__:
+        package = cls.__module__.partition(".")[0]
+        if package in _HTTP_CLIENTS:
+            found.add(f"{package}.{cls.__name__}")
+    return found
+
+
+def _http_status(exc: BaseException) -> tuple[int, float | None] | None:
+    """The HTTP status an exception states, where it means the upstream's answer: an HTTP
+    client's own exception (its attributes), a bare exception (its attributes or text)."""
+    classes = _client_classes(exc)
+    bare = type(exc) in _BARE_TYPES
+    stated = _stated_status(exc) if classes or bare else None
+    if stated is None and bare:
+        stated = _status_of_text(exc)
+    if stated is None and "urllib3.ResponseError" in classes:  # its retries on a status ran out
+        found = _RETRIES_RAN_OUT.fullmatch(_text(exc))
+        stated = (int(found.group(1)), None) if found is not None else None
+    return stated
+
+
+# urllib3's ResponseError when Retry(status_forcelist=...) gives up; the status is only there.
+_RETRIES_RAN_OUT = re.compile(r"too many ([1-5]\d\d) error responses")
+
+
+def _stated_status(exc: BaseException) -> tuple[int, float | None] | None:
+    """The HTTP status an exception's attributes state, and its answer's Retry-After."""
+    response = _attribute(exc, "response")
+    for holder, name in ((exc, "status_code"), (exc, "status"), (response, "status_code")):
+        status = _attribute(holder, name)
+        if isinstance(status, int) and not isinstance(status, bool) and 100 <= status <= 599:
+            headers = _attribute(exc, "headers") or _attribute(response, "headers")
+            return status, (retry_after_of(headers) if isinstance(headers, Mapping) else None)
     return None
+
+
+def _status_of_text(exc: BaseException) -> tuple[int, float | None] | None:
+    status = status_in_text(_text(exc))
+    return (status, None) if status is not None else None
+
+
+def _attribute(holder: object, name: str) -> object:
+    """An attribute of a foreign object, or None: a property that raises reads as absent."""
+    try:
+        return getattr(holder, name, None)
+    except Exception:
+        return None
+
+
+def _text(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:  # an argument whose __str__ raises
+        return ""
 
 
 def _first_code(errors: object) -> str | None:
@@ -308,6 +399,15 @@ def _is_dns(exc: BaseException) -> bool:
     )
 
 
+# The HTTP clients' words for a connection dropped mid-answer, and for any other connection
+# failure (requests' own are OSErrors, caught as such).
+_CLIENT_RESETS = frozenset(
+    {"urllib3.ProtocolError", "aiohttp.ServerDisconnectedError", "aiohttp.ClientPayloadError"}
+)
+_CLIENT_CONNECTION_ERRORS = frozenset(
+    {"urllib3.NewConnectionError", "urllib3.MaxRetryError", "aiohttp.ClientConnectionError"}
+)
+
 _TRANSPORT_RULES = (
     (
         lambda e: isinstance(e, ConnectionRefusedError) or "connection refused" in str(e).lower(),
@@ -323,6 +423,7 @@ _TRANSPORT_RULES = (
             or "SSLError" in _names(e)
             or "[ssl" in str(e).lower()
             or "certificate verify failed" in str(e).lower()
+            or "aiohttp.ServerFingerprintMismatch" in _client_classes(e)
         ),
         Failure(FailureKind.CONNECTION, "TLS_ERROR", "TLS handshake with upstream failed"),
     ),
@@ -331,6 +432,7 @@ _TRANSPORT_RULES = (
             isinstance(e, (TimeoutError, asyncio.TimeoutError))
             or bool(_names(e) & {"TimeoutException", "ADCPTimeoutError"})
             or type(e).__name__.endswith("Timeout")
+            or "urllib3.TimeoutError" in _client_classes(e)
         ),
         Failure(FailureKind.TIMEOUT, "TIMEOUT", "Upstream did not answer in time"),
     ),
@@ -338,6 +440,7 @@ _TRANSPORT_RULES = (
         lambda e: (
             isinstance(e, (ConnectionResetError, BrokenPipeError))
             or bool(_names(e) & {"RemoteProtocolError", "ReadError", "WriteError"})
+            or bool(_client_classes(e) & _CLIENT_RESETS)
         ),
         Failure(FailureKind.CONNECTION, "CONNECTION_RESET", "Upstream connection was reset"),
     ),
@@ -348,6 +451,7 @@ _TRANSPORT_RULES = (
                 _names(e)
                 & {"TransportError", "NetworkError", "ConnectError", "ADCPConnectionError"}
             )
+            or bool(_client_classes(e) & _CLIENT_CONNECTION_ERRORS)
             # A kept-open MCP session whose server died surfaces as a bare CancelledError.
             or isinstance(e, asyncio.CancelledError)
         ),

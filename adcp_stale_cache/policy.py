@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import enum
 import functools
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+if TYPE_CHECKING:
+    import httpx
+    from pydantic import AnyUrl
 
 
 class FailureKind(str, enum.Enum):
@@ -120,9 +125,10 @@ class Upstream(BaseModel):
     """One dependency a seller calls: a creative agent, an inventory service, a database.
 
     ``url`` is what the advisory reports as ``details.upstream.url``: set it for an upstream
-    buyers may know (a creative agent), leave it out for an internal service. Userinfo, path
-    parameters (``;jsessionid=...``), query and fragment are stripped so that a credential in
-    a URL never reaches a buyer.
+    buyers may know (a creative agent), leave it out for an internal service. It takes a
+    ``str``, a pydantic ``AnyUrl``/``HttpUrl``, an ``httpx.URL``: anything whose ``str()`` is
+    an absolute http(s) URL. Userinfo, path parameters (``;jsessionid=...``), query and
+    fragment are stripped so that a credential in a URL never reaches a buyer.
 
     ``credentials`` are what the seller calls the upstream with when they are not the same
     for every caller (a tenant's token for a private creative agent): they join every cache
@@ -153,20 +159,33 @@ class Upstream(BaseModel):
         "join its cache keys, hashed, so calls made with different ones never share an entry.",
     )
 
+    if TYPE_CHECKING:  # what the validators take, for type checkers (the fields hold str)
+
+        def __init__(
+            self,
+            *,
+            name: str,
+            url: str | AnyUrl | httpx.URL | None = None,
+            timeout_seconds: float | None = None,
+            credentials: SecretStr | str | None = None,
+        ) -> None: ...
+
     @property
     def identity(self) -> tuple[str, str | None]:
         """What tells two upstreams apart: the name and the URL. Two tenants' agents both
         named "DCO Agent" at two URLs have two breakers, two sets of keys, two advisories."""
         return (self.name, self.url)
 
-    @field_validator("url")
+    @field_validator("url", mode="before")
     @classmethod
-    def _public_url(cls, value: str | None) -> str | None:
+    def _public_url(cls, value: object) -> str | None:
         if value is None:
             return None
-        parts = urlsplit(value)
+        # The URL types sellers hold (pydantic's, httpx's) are not str, but their str() is.
+        parts = urlsplit(value if isinstance(value, str) else str(value))
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError("must be an absolute http(s) URL")
+            given = "" if isinstance(value, str) else f" (got {type(value).__name__})"
+            raise ValueError(f"must be an absolute http(s) URL{given}")
         netloc = parts.netloc.rpartition("@")[2]  # drop user:password@
         path = "/".join(segment.split(";")[0] for segment in parts.path.split("/"))
         return urlunsplit((parts.scheme, netloc, path, "", ""))

@@ -106,10 +106,13 @@ def test_the_guide_runs_as_written() -> None:
     assert classify(guide.AdCPServiceUnavailableError("down"), None, failure_types).code == (
         "SERVICE_UNAVAILABLE"
     )
-    unreachable = guide.AdCPAdapterError("signals agent unreachable")
-    assert classify(unreachable, None, failure_types).code == "SERVICE_UNAVAILABLE"
-    assert classify(guide.AdCPAdapterError("bad targeting"), None, failure_types).code == (
-        "UPSTREAM_ERROR"
-    )
+    transient = guide.AdCPAdapterError("GAM down")
+    assert classify(transient, None, failure_types).code == "SERVICE_UNAVAILABLE"
+    terminal = guide.AdCPAdapterError("bad targeting", recovery="terminal")
+    assert classify(terminal, None, failure_types).code == "UPSTREAM_ERROR"
+    segments = guide.SegmentsError("Failed to fetch segments: 503 Service Unavailable")
+    assert classify(segments, None, failure_types).code == "UPSTREAM_HTTP_503"
+    bare = Exception("Failed to fetch segments: 500 db-7.internal down")
+    assert classify(bare, None, failure_types).code == "UPSTREAM_HTTP_500"  # no mapping needed
     # Step 5: the middleware, with the cache's own surfaces.
     assert guide.wrap(object()).surfaces is guide.SURFACES

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import httpx
 import pytest
-from pydantic import ValidationError
+from pydantic import AnyUrl, HttpUrl, ValidationError
 
 from adcp_stale_cache import SurfacePolicy, Surfaces, Upstream
 
@@ -49,3 +50,36 @@ def test_upstream_url_never_carries_credentials() -> None:
         Upstream(name="agent", url="not a url")
     with pytest.raises(ValidationError):
         Upstream(name="")
+
+
+@pytest.mark.parametrize(
+    "held",
+    [
+        AnyUrl("https://user:s3cret@agent.example:8443/mcp;jsessionid=1?token=abc#frag"),
+        HttpUrl("https://user:s3cret@agent.example:8443/mcp?token=abc"),
+        httpx.URL("https://user:s3cret@agent.example:8443/mcp?token=abc"),
+        "https://user:s3cret@agent.example:8443/mcp?token=abc",
+    ],
+    ids=["AnyUrl", "HttpUrl", "httpx.URL", "str"],
+)
+def test_upstream_url_takes_the_url_types_sellers_hold(held: object) -> None:
+    up = Upstream(name="agent", url=held)  # type: ignore[arg-type]
+    assert up.url == "https://agent.example:8443/mcp"
+    assert up.identity == Upstream(name="agent", url="https://agent.example:8443/mcp").identity
+
+
+@pytest.mark.parametrize(
+    ("garbage", "says"),
+    [
+        (42, "(got int)"),
+        (b"https://agent.example/mcp", "(got bytes)"),
+        (object(), "(got object)"),
+        (httpx.URL("/mcp?token=s3cret"), "(got URL)"),
+        ("ftp://agent.example/", "absolute http(s) URL"),
+    ],
+)
+def test_upstream_url_refuses_garbage_clearly(garbage: object, says: str) -> None:
+    with pytest.raises(ValidationError) as raised:
+        Upstream(name="agent", url=garbage)  # type: ignore[arg-type]
+    assert "must be an absolute http(s) URL" in str(raised.value)
+    assert says in str(raised.value) and "s3cret" not in str(raised.value)
