@@ -103,11 +103,8 @@ class UpstreamCache:
     the request's ``asyncio.run`` (or its worker thread) while it winds down. The call must
     then use nothing bound to the request's loop (a client it opens itself is fine), and
     must not block: that loop is shared by every detached call of the process.
-
-    Blocking calls (a ``requests`` client) go through :meth:`fetch_blocking` instead, from
-    sync code in any thread: each runs in a thread of its upstream's own, at most
-    ``blocking_threads`` per upstream (see :mod:`~adcp_stale_cache.blocking`), so a frozen
-    upstream never holds the threads another upstream's calls need.
+    Blocking calls go through :meth:`fetch_blocking`, at most ``blocking_threads`` at once
+    per upstream.
     """
 
     # Held by the stages too: assigning one on the cache reaches them (see attributes).
@@ -237,15 +234,10 @@ class UpstreamCache:
         revalidate: Callable[[T], T] | None = None,
         directives: Callable[[T], Directives | None] | None = None,
     ) -> T:
-        """:meth:`fetch` for a blocking ``call`` (and ``revalidate``): plain functions, a
-        ``requests`` client say, called from sync code in any thread, including one whose
-        event loop is running (fastmcp 2.x runs sync tools on the server's loop).
-
-        The fetch runs on the library's call loop, as the current request (its collector,
-        its budget); this thread blocks until it answers. ``call`` runs in a thread of
-        ``upstream``'s own, at most ``blocking_threads`` at once: one abandoned at its
-        deadline keeps its thread until it returns, while the caller answers at the
-        deadline; one waiting for a free thread waits at most its deadline.
+        """:meth:`fetch` for a blocking ``call`` (a ``requests`` client, say), from any
+        thread, a running loop's included (fastmcp 2.x runs sync tools on the server's).
+        The fetch runs on the library's call loop as the current request; ``call`` in one
+        of ``upstream``'s own ``blocking_threads`` (see :mod:`~adcp_stale_cache.blocking`).
         """
         lane = self.lanes.of(upstream)
         fetch = functools.partial(
@@ -277,35 +269,7 @@ class UpstreamCache:
         ``tags`` are attached to every entry (see :mod:`adcp_stale_cache.control`), or come
         from the call's arguments when given as a function of them. A plain (not async)
         function is fetched with :meth:`fetch_blocking`, and stays a plain function."""
-
-        def keyed(fn: Callable[..., Any], args: Any, kwargs: Any) -> tuple[object, Iterable[str]]:
-            k = key(*args, **kwargs) if key else (fn.__qualname__, args, kwargs)
-            return k, tags(*args, **kwargs) if callable(tags) else tags
-
-        def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-            if not inspect.iscoroutinefunction(fn):
-
-                @functools.wraps(fn)
-                def blocking(*args: Any, **kwargs: Any) -> Any:
-                    k, call_tags = keyed(fn, args, kwargs)
-                    call = functools.partial(fn, *args, **kwargs)
-                    return self.fetch_blocking(
-                        upstream, k, call, surface=surface, codec=codec, tags=call_tags
-                    )
-
-                return blocking
-
-            @functools.wraps(fn)
-            async def wrapper(*args: Any, **kwargs: Any) -> Any:
-                k, call_tags = keyed(fn, args, kwargs)
-                call = functools.partial(fn, *args, **kwargs)
-                return await self.fetch(
-                    upstream, k, call, surface=surface, codec=codec, tags=call_tags
-                )
-
-            return wrapper
-
-        return decorate
+        return _decorator(self, upstream, surface, key, codec, tags)
 
     # The control plane's seam (see steering).
 
@@ -367,6 +331,46 @@ class UpstreamCache:
         if tool != "*":
             self.surfaces.get(tool)  # a clear error for an unknown tool
         return self.outages.force(tool, upstream_name, cache_age_seconds, empty_cache)
+
+
+def _decorator(
+    cache: UpstreamCache,
+    upstream: Upstream,
+    surface: str | SurfacePolicy | None,
+    key: Callable[..., object] | None,
+    codec: Codec[Any],
+    tags: Iterable[str] | Callable[..., Iterable[str]],
+) -> Decorator:
+    """What :meth:`UpstreamCache.cached` returns."""
+
+    def keyed(fn: Callable[..., Any], args: Any, kwargs: Any) -> tuple[object, Iterable[str]]:
+        k = key(*args, **kwargs) if key else (fn.__qualname__, args, kwargs)
+        return k, tags(*args, **kwargs) if callable(tags) else tags
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        if not inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            def blocking(*args: Any, **kwargs: Any) -> Any:
+                k, call_tags = keyed(fn, args, kwargs)
+                call = functools.partial(fn, *args, **kwargs)
+                return cache.fetch_blocking(
+                    upstream, k, call, surface=surface, codec=codec, tags=call_tags
+                )
+
+            return blocking
+
+        @functools.wraps(fn)
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            k, call_tags = keyed(fn, args, kwargs)
+            call = functools.partial(fn, *args, **kwargs)
+            return await cache.fetch(
+                upstream, k, call, surface=surface, codec=codec, tags=call_tags
+            )
+
+        return wrapper
+
+    return decorate
 
 
 def _taking_a_count(refresh: Callable[[], Awaitable[Any]]) -> RememberedRefresh:
