@@ -11,7 +11,8 @@ The call runs in a copy of the caller's context (``run_coroutine_threadsafe`` ca
 the request's collector and other context variables follow it. One loop serves every cache of
 the process (:data:`CALLS`): calls must not block it (a synchronous sleep, sync I/O, heavy
 parsing in the call itself), or every other detached call waits too and may miss its
-deadline; run such work in a thread (``asyncio.to_thread``) inside the call.
+deadline; a blocking client goes through ``UpstreamCache.fetch_blocking`` instead, in threads
+of its upstream's own.
 """
 
 from __future__ import annotations
