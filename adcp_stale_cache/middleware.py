@@ -7,8 +7,9 @@ Mount it inside any compression middleware (it must see the JSON, not gzip)::
 Each request also gets a cache partition (default: a digest of the caller's credentials,
 tenant and host headers, see :func:`~adcp_stale_cache.keys.caller_partition`): cache keys
 include it, so no caller is served another caller's entry. Pass ``partition=`` to derive it
-differently (a resolved principal id, say), or mark public surfaces
-``shared_across_callers``.
+differently from the scope (a resolved principal id, say), ``partition_from_call=`` to
+derive it from the call too (a principal passed as a tool argument: see
+:class:`~adcp_stale_cache.peek.ToolCall`), or mark public surfaces ``shared_across_callers``.
 
 It serves every AdCP transport on one app: plain JSON routes (the body is the payload), MCP
 streamable HTTP (``tools/call`` answers, JSON or SSE) and A2A JSON-RPC (``message/send``,
@@ -40,7 +41,7 @@ from .codecs import RpcEventStream, Untouched, inject_body, inject_json
 from .codecs.json import KEEP, UNKNOWN, Delivery, Unmendable
 from .collector import STATE_KEY, AdvisoryCollector, _current
 from .keys import CREDENTIAL_HEADERS, caller_partition
-from .peek import MAX_PEEK_BYTES, RequestPeek
+from .peek import MAX_PEEK_BYTES, RequestPeek, ToolCall
 from .policy import SurfacePolicy, Surfaces
 
 logger = logging.getLogger("adcp_stale_cache.middleware")
@@ -55,17 +56,21 @@ class StaleAdvisoryMiddleware:
         *,
         surfaces: Surfaces | None = None,
         partition: Callable[[Scope], str | None] | None = caller_partition,
+        partition_from_call: Callable[[ToolCall], str | None] | None = None,
         stale_headers: bool = True,
         max_peek_bytes: int = MAX_PEEK_BYTES,
     ) -> None:
+        if partition_from_call is not None and partition is not caller_partition:
+            raise ValueError("pass partition= or partition_from_call=, not both")
         self.app = app
         self.max_peek_bytes = max_peek_bytes
         self.surfaces = surfaces or Surfaces()
         self.partition = partition
+        self.partition_from_call = partition_from_call
         self.stale_headers = stale_headers
         #: Answers whose ``context`` was another request's, given their own request's.
         self.contexts_replaced = 0
-        self._warned_uncredentialed = False
+        self._warned_unread_credential = False
         # Route path -> surface, trailing slashes ignored (Surfaces.for_path, precomputed).
         self._by_path = {
             path.rstrip("/") or "/": policy
@@ -73,19 +78,23 @@ class StaleAdvisoryMiddleware:
             for path in policy.paths
         }
 
-    def _partition(self, scope: Scope) -> str | None:
-        """The caller partition, built only when a per-caller key is: the first time that
-        happens for a request with no credential header, say so (once)."""
+    def _partition(self, request: RequestPeek, scope: Scope) -> str | None:
+        """The caller partition, built only when a per-caller key is (the call is read by
+        then: the app has read its body)."""
+        if self.partition_from_call is not None:
+            return self.partition_from_call(request.call(scope))
         assert self.partition is not None
-        if not self._warned_uncredentialed and self.partition is caller_partition:
-            names = {name.lower() for name, _ in scope.get("headers", [])}
-            if names.isdisjoint(_CREDENTIALS):
-                self._warned_uncredentialed = True
+        if not self._warned_unread_credential and self.partition is caller_partition:
+            unread = _unread_credential(request.call(scope))
+            if unread is not None:
+                self._warned_unread_credential = True
                 logger.warning(
-                    "per_caller_keys_without_credentials: a surface keys its entries per "
-                    "caller, but a request carried no credential header (%s): callers are "
-                    "then told apart by host name only. Mark public surfaces "
-                    "shared_across_callers=True, or pass partition= to name the principal",
+                    "partition_ignores_credential: a surface keys its entries per caller, "
+                    "but a request carried %s, which the default partition does not read "
+                    "(it reads %s and the host): callers told apart by it alone would share "
+                    "entries. Pass partition= or partition_from_call= to name the principal, "
+                    "or mark public surfaces shared_across_callers=True",
+                    unread,
                     ", ".join(CREDENTIAL_HEADERS),
                 )
         return self.partition(scope)
@@ -110,17 +119,18 @@ class StaleAdvisoryMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        partition_of = functools.partial(self._partition, scope) if self.partition else None
         surface = self._surface_at(route_path(scope))
         if surface is None and scope.get("root_path"):  # paths declared with their prefix
             surface = self._surface_at(scope.get("path", ""))
-        collector = AdvisoryCollector(surface, None, partition_of)
+        collector = AdvisoryCollector(surface)
         scope.setdefault("state", {})[STATE_KEY] = collector
         # A declared plain-JSON route carries no JSON-RPC call: its body is kept for its
         # context only.
         request = RequestPeek(
             self.surfaces, collector, scope, receive, self.max_peek_bytes, surface is not None
         )
+        if self.partition is not None or self.partition_from_call is not None:
+            collector.partition_from(functools.partial(self._partition, request, scope))
         if request.peeking:
             receive = request.receive
             collector.request_field = request.field
@@ -313,6 +323,35 @@ class _Response:
         )
 
 
+# What names a credential or a principal (a header, a query parameter, a tool argument):
+# any of these the default partition does not read may be what tells callers apart.
+_CREDENTIAL_WORDS = ("auth", "token", "principal", "secret", "apikey", "api-key", "api_key",
+                     "tenant", "identity", "credential")  # fmt: skip
+
+
+def _unread_credential(call: ToolCall) -> str | None:
+    """What in the request looks like a credential the default partition does not read
+    (``header x-auth-token``, say), or None: a request with no credential at all is a
+    public caller, told apart from none, as the app tells it apart from none."""
+    read = {name.encode() for name in CREDENTIAL_HEADERS}
+    for name, _ in call.scope.get("headers", []):
+        name = name.lower()
+        if name not in read and _credential_like(name.decode("latin-1")):
+            return f"header {name.decode('latin-1')}"
+    query = call.scope.get("query_string", b"").decode("latin-1")
+    for pair in query.split("&") if query else ():
+        if _credential_like(pair.split("=")[0].lower()):
+            return f"query parameter {pair.split('=')[0]}"
+    for name in call.arguments or {}:
+        if isinstance(name, str) and _credential_like(name.lower()):
+            return f"tool argument {name}"
+    return None
+
+
+def _credential_like(name: str) -> bool:
+    return any(word in name for word in _CREDENTIAL_WORDS)
+
+
 _ROUTINE = (
     "status ",
     "HEAD request",
@@ -321,7 +360,6 @@ _ROUTINE = (
     "A2A task is not completed",
 )
 _JSON = frozenset({b"application/json", b"application/json-rpc"})
-_CREDENTIALS = frozenset(name.encode() for name in CREDENTIAL_HEADERS)
 
 
 def _unchecked(why: str) -> None:
