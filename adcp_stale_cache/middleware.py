@@ -37,12 +37,15 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .advisory import failed_payload, service_unavailable
 from .codecs import RpcEventStream, Untouched, inject_body, inject_json
-from .codecs.json import KEEP, UNKNOWN, Delivery, Unmendable
+from .codecs.json import KEEP, NO_CONTEXT, UNKNOWN, Delivery, Unmendable, dumps
 from .collector import STATE_KEY, AdvisoryCollector, _current
+from .failures import UpstreamUnavailable
 from .keys import CREDENTIAL_HEADERS, caller_partition
 from .peek import MAX_PEEK_BYTES, RequestPeek, ToolCall
 from .policy import SurfacePolicy, Surfaces
+from .routes import routes_of, unserved
 
 logger = logging.getLogger("adcp_stale_cache.middleware")
 
@@ -99,6 +102,39 @@ class StaleAdvisoryMiddleware:
                 )
         return self.partition(scope)
 
+    async def _starting(self, scope: Scope, receive: Receive) -> Message:
+        """The app's lifespan messages: at start-up, report surfaces it cannot serve."""
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            self.report_routes(scope.get("app", self.app))
+        return message
+
+    def report_routes(self, app: object) -> None:
+        """Say which surfaces' ``paths`` no route serves: one WARNING each (an INFO for
+        paths below a mounted app whose routes cannot be read, or when neither the wrapped
+        app nor ``app``, the one lifespan names, is a Starlette app). Run at start-up."""
+        routes = routes_of(self.app)  # the wrapped router, else the app that added us
+        routes = routes_of(app) if routes is None else routes
+        missing, unknown = (
+            unserved(routes, self.surfaces) if routes is not None else ([], self.surfaces.policies)
+        )
+        for policy in missing:
+            logger.warning(
+                "surface_unserved surface=%s paths=%s: the app serves no route there "
+                "(paths are matched without the app's root_path): its requests would fall "
+                "to the default policy",
+                policy.name,
+                list(policy.paths),
+            )
+        for policy in unknown:
+            if policy.paths:
+                logger.info(
+                    "surface_routes_unknown surface=%s paths=%s: the app's routes there "
+                    "cannot be read (not a Starlette app or router)",
+                    policy.name,
+                    list(policy.paths),
+                )
+
     def _replaced(self) -> None:
         if not self.contexts_replaced:
             logger.warning(
@@ -116,6 +152,9 @@ class StaleAdvisoryMiddleware:
         return surface
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, functools.partial(self._starting, scope, receive), send)
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -138,6 +177,10 @@ class StaleAdvisoryMiddleware:
         token = _current.set(collector)
         try:
             await self.app(scope, receive, response.send)
+        except UpstreamUnavailable as exc:
+            if response.mode != "undecided":  # the app had answered: too late to say it
+                raise
+            await _unavailable(exc, collector, request, send)
         finally:
             _current.reset(token)
         if collector.served_context and response.mode == "pass" and not response.in_doubt:
@@ -150,6 +193,34 @@ class StaleAdvisoryMiddleware:
                 "response's first message can be delivered",
                 len(collector) - response.delivered,
             )
+
+
+async def _unavailable(
+    error: UpstreamUnavailable, collector: AdvisoryCollector, request: RequestPeek, send: Send
+) -> None:
+    """Answer a request whose upstream failed with nothing cached to stand in (the app let
+    :class:`UpstreamUnavailable` out) as AdCP says: the fatal ``SERVICE_UNAVAILABLE``, in a
+    503 JSON body, or for one MCP call in an ``isError`` tool result (as MCP servers answer
+    a tool's exception). Built from the failure's sanitised message: no trace, no host."""
+    surface = collector.surface
+    failure = service_unavailable(error, surface.field if surface is not None else None)
+    await request.read_rest()
+    context = request.context()
+    own = None if context is NO_CONTEXT or context is UNKNOWN else context
+    payload = failed_payload([failure.to_dict()], own)
+    status, answer = 503, payload
+    if len(request.calls) == 1 and request.calls[0].protocol == "mcp":
+        text = dumps(payload).decode()
+        result = {"content": [{"type": "text", "text": text}], "structuredContent": payload,
+                  "isError": True}  # fmt: skip
+        status, answer = 200, {"jsonrpc": "2.0", "id": request.calls[0].id, "result": result}
+    body = dumps(answer)
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    if failure.retry_after is not None:
+        headers.append((b"retry-after", b"%d" % failure.retry_after))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+    logger.info("upstream_unavailable_answered upstream=%s status=%d", error.upstream.name, status)
 
 
 def route_path(scope: Scope) -> str:

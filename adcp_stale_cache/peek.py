@@ -87,6 +87,13 @@ class RequestPeek:
                     self._body = body
         return message
 
+    async def read_rest(self) -> None:
+        """Read what the app left of the body (it failed before reading it all), to answer
+        with the request's ``context``."""
+        while self.peeking:
+            if (await self.receive())["type"] != "http.request":
+                return
+
     def context(self) -> Any:
         """The request's ``context`` (``NO_CONTEXT``: none, or null), ``UNKNOWN`` when it
         cannot be read (no body read, too large, not JSON, a batch: see inject_body)."""
