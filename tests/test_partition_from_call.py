@@ -149,13 +149,17 @@ async def test_principals_in_arguments_never_share_an_entry(transport: str) -> N
     assert asked == ["principal-a", "principal-b"]
 
 
-async def test_the_scope_alone_cannot_tell_them_apart() -> None:
-    """Why the hook: the default partition (headers) serves one principal another's data."""
-    with signals_agent() as (url, asked):
+async def test_the_scope_alone_cannot_tell_them_apart(caplog: pytest.LogCaptureFixture) -> None:
+    """Why the hook: the default partition (headers) serves one principal another's data,
+    and says so once, naming the argument."""
+    with caplog.at_level("WARNING", logger="adcp_stale_cache"), signals_agent() as (url, asked):
         await over_mcp(url, "principal-a")
         other = await over_mcp(url, "principal-b")
     assert other["signals"] == [{"signal_id": "segment-of-principal-a"}]
     assert asked == ["principal-a"]
+    [warning] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warning.startswith("partition_ignores_credential")
+    assert "tool argument principal_id" in warning
 
 
 def test_one_partition_hook_only() -> None:
