@@ -88,7 +88,9 @@ class StaleAdvisoryMiddleware:
             return self.partition_from_call(request.call(scope))
         assert self.partition is not None
         if not self._warned_unread_credential and self.partition is caller_partition:
-            unread = _unread_credential(request.call(scope))
+            # Arguments only as read already (a JSON-RPC call's): no body parsed for this.
+            one_call = request.calls[0].arguments if len(request.calls) == 1 else None
+            unread = _unread_credential(scope, one_call)
             if unread is not None:
                 self._warned_unread_credential = True
                 logger.warning(
@@ -152,10 +154,9 @@ class StaleAdvisoryMiddleware:
         return surface
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await self.app(scope, functools.partial(self._starting, scope, receive), send)
-            return
         if scope["type"] != "http":
+            if scope["type"] == "lifespan":
+                receive = functools.partial(self._starting, scope, receive)
             await self.app(scope, receive, send)
             return
         surface = self._surface_at(route_path(scope))
@@ -211,8 +212,8 @@ async def _unavailable(
     status, answer = 503, payload
     if len(request.calls) == 1 and request.calls[0].protocol == "mcp":
         text = dumps(payload).decode()
-        result = {"content": [{"type": "text", "text": text}], "structuredContent": payload,
-                  "isError": True}  # fmt: skip
+        content = [{"type": "text", "text": text}]
+        result = {"content": content, "structuredContent": payload, "isError": True}
         status, answer = 200, {"jsonrpc": "2.0", "id": request.calls[0].id, "result": result}
     body = dumps(answer)
     headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
@@ -396,30 +397,29 @@ class _Response:
 
 # What names a credential or a principal (a header, a query parameter, a tool argument):
 # any of these the default partition does not read may be what tells callers apart.
-_CREDENTIAL_WORDS = ("auth", "token", "principal", "secret", "apikey", "api-key", "api_key",
-                     "tenant", "identity", "credential")  # fmt: skip
+_CREDENTIAL_WORDS = ("auth", "token", "principal", "secret", "api-key", "api_key", "tenant")
+_READ_HEADERS = frozenset(name.encode() for name in CREDENTIAL_HEADERS)
 
 
-def _unread_credential(call: ToolCall) -> str | None:
+def _unread_credential(scope: Scope, arguments: Any) -> str | None:
     """What in the request looks like a credential the default partition does not read
     (``header x-auth-token``, say), or None: a request with no credential at all is a
     public caller, told apart from none, as the app tells it apart from none."""
-    read = {name.encode() for name in CREDENTIAL_HEADERS}
-    for name, _ in call.scope.get("headers", []):
-        name = name.lower()
-        if name not in read and _credential_like(name.decode("latin-1")):
-            return f"header {name.decode('latin-1')}"
-    query = call.scope.get("query_string", b"").decode("latin-1")
-    for pair in query.split("&") if query else ():
-        if _credential_like(pair.split("=")[0].lower()):
-            return f"query parameter {pair.split('=')[0]}"
-    for name in call.arguments or {}:
-        if isinstance(name, str) and _credential_like(name.lower()):
-            return f"tool argument {name}"
+    for name, _ in scope.get("headers", ()):
+        if name.lower() not in _READ_HEADERS and _credential_like(name.decode("latin-1")):
+            return f"header {name.decode('latin-1').lower()}"
+    for pair in scope.get("query_string", b"").decode("latin-1").split("&"):
+        key = pair.split("=")[0]
+        if key and _credential_like(key):
+            return f"query parameter {key}"
+    for key in arguments if isinstance(arguments, dict) else ():
+        if isinstance(key, str) and _credential_like(key):
+            return f"tool argument {key}"
     return None
 
 
 def _credential_like(name: str) -> bool:
+    name = name.lower().replace("apikey", "api-key")
     return any(word in name for word in _CREDENTIAL_WORDS)
 
 
