@@ -22,10 +22,15 @@ unbuffered and byte for byte. Otherwise the payload's ``errors[]`` is extended (
 An answer's ``context`` is always its own request's: when the answer is rewritten, or when
 the cache served the request a value holding a ``context`` (another buyer's, cached with an
 upstream's answer), an answer whose ``context`` is not the request's gets the request's
-instead (none, when the request had none), counted in ``contexts_replaced`` and logged once.
-Anything that cannot carry advisories goes out untouched, with a log line saying why. A
-stale plain-HTTP answer also gets ``Age`` and RFC 9211 ``Cache-Status`` (``fwd=stale``,
-negative ``ttl``) for HTTP tooling (``stale_headers=False`` turns them off).
+instead (none, when the request had none), counted in ``contexts_replaced`` and logged once;
+a null ``context`` is none, never another's. Anything that cannot carry advisories goes out
+untouched, with a log line saying why. A stale plain-HTTP answer also gets ``Age`` and RFC
+9211 ``Cache-Status`` (``fwd=stale``, negative ``ttl``) for HTTP tooling
+(``stale_headers=False`` turns them off).
+
+An ``UpstreamUnavailable`` the app lets out (nothing cached, upstream down) is answered as the
+fatal AdCP ``SERVICE_UNAVAILABLE`` (503 JSON, or an MCP ``isError`` result), and at start-up
+(ASGI lifespan) a surface whose ``paths`` no route serves is logged (see routes).
 """
 
 from __future__ import annotations
