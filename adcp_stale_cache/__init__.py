@@ -23,6 +23,7 @@ from .failures import (
 )
 from .httpx_transport import CachingTransport
 from .middleware import StaleAdvisoryMiddleware
+from .peek import ToolCall
 from .policy import DEFAULT_STALE_ON, FailureKind, SurfacePolicy, Surfaces, Upstream
 from .stores import MemoryStore, Store
 from .testing import ForcedOutages as _ForcedOutages  # noqa: F401  # test_mode's injector
@@ -49,6 +50,7 @@ __all__ = [
     "Store",
     "SurfacePolicy",
     "Surfaces",
+    "ToolCall",
     "Upstream",
     "UpstreamCache",
     "UpstreamError",

@@ -153,6 +153,15 @@ def service_unavailable(error: UpstreamUnavailable, field: str | None = None) ->
     )
 
 
+def failed_payload(errors: list[dict[str, Any]], context: Any = None) -> dict[str, Any]:
+    """The payload of a task that failed: its first error as ``adcp_error``, every one in
+    ``errors[]``, and the request's ``context`` (None: the request had none)."""
+    payload: dict[str, Any] = {"adcp_error": errors[0], "errors": errors}
+    if context is not None:
+        payload["context"] = context
+    return payload
+
+
 def _retry_after(seconds: float | None) -> int | None:
     # AdCP 3.2 producers emit a whole number from 1 to 3600, rounded up.
     # The hint may come from any exception an adopter raises: NaN and infinities included.

@@ -121,6 +121,11 @@ class AdvisoryCollector:
         pins = {name: self.request_field(name) for name in PIN_FIELDS}
         return self.surface, self._partition, self._partition_of, pins.get
 
+    def partition_from(self, partition_of: Callable[[], str | None]) -> None:
+        """Compute the partition with ``partition_of``, on first use (the middleware's hook
+        reads the request's call, known only once the app has read its body)."""
+        self._partition, self._partition_of = None, partition_of
+
     @property
     def partition(self) -> str | None:
         """The cache partition of the request's caller."""

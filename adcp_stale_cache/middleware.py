@@ -7,8 +7,9 @@ Mount it inside any compression middleware (it must see the JSON, not gzip)::
 Each request also gets a cache partition (default: a digest of the caller's credentials,
 tenant and host headers, see :func:`~adcp_stale_cache.keys.caller_partition`): cache keys
 include it, so no caller is served another caller's entry. Pass ``partition=`` to derive it
-differently (a resolved principal id, say), or mark public surfaces
-``shared_across_callers``.
+differently from the scope (a resolved principal id, say), ``partition_from_call=`` to
+derive it from the call too (a principal passed as a tool argument: see
+:class:`~adcp_stale_cache.peek.ToolCall`), or mark public surfaces ``shared_across_callers``.
 
 It serves every AdCP transport on one app: plain JSON routes (the body is the payload), MCP
 streamable HTTP (``tools/call`` answers, JSON or SSE) and A2A JSON-RPC (``message/send``,
@@ -21,10 +22,15 @@ unbuffered and byte for byte. Otherwise the payload's ``errors[]`` is extended (
 An answer's ``context`` is always its own request's: when the answer is rewritten, or when
 the cache served the request a value holding a ``context`` (another buyer's, cached with an
 upstream's answer), an answer whose ``context`` is not the request's gets the request's
-instead (none, when the request had none), counted in ``contexts_replaced`` and logged once.
-Anything that cannot carry advisories goes out untouched, with a log line saying why. A
-stale plain-HTTP answer also gets ``Age`` and RFC 9211 ``Cache-Status`` (``fwd=stale``,
-negative ``ttl``) for HTTP tooling (``stale_headers=False`` turns them off).
+instead (none, when the request had none), counted in ``contexts_replaced`` and logged once;
+a null ``context`` is none, never another's. Anything that cannot carry advisories goes out
+untouched, with a log line saying why. A stale plain-HTTP answer also gets ``Age`` and RFC
+9211 ``Cache-Status`` (``fwd=stale``, negative ``ttl``) for HTTP tooling
+(``stale_headers=False`` turns them off).
+
+An ``UpstreamUnavailable`` the app lets out (nothing cached, upstream down) is answered as the
+fatal AdCP ``SERVICE_UNAVAILABLE`` (503 JSON, or an MCP ``isError`` result), and at start-up
+(ASGI lifespan) a surface whose ``paths`` no route serves is logged (see routes).
 """
 
 from __future__ import annotations
@@ -36,12 +42,15 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .advisory import failed_payload, service_unavailable
 from .codecs import RpcEventStream, Untouched, inject_body, inject_json
-from .codecs.json import KEEP, UNKNOWN, Delivery, Unmendable
+from .codecs.json import KEEP, NO_CONTEXT, UNKNOWN, Delivery, Unmendable, dumps
 from .collector import STATE_KEY, AdvisoryCollector, _current
+from .failures import UpstreamUnavailable
 from .keys import CREDENTIAL_HEADERS, caller_partition
-from .peek import MAX_PEEK_BYTES, RequestPeek
+from .peek import MAX_PEEK_BYTES, RequestPeek, ToolCall
 from .policy import SurfacePolicy, Surfaces
+from .routes import routes_of, unserved
 
 logger = logging.getLogger("adcp_stale_cache.middleware")
 
@@ -55,17 +64,21 @@ class StaleAdvisoryMiddleware:
         *,
         surfaces: Surfaces | None = None,
         partition: Callable[[Scope], str | None] | None = caller_partition,
+        partition_from_call: Callable[[ToolCall], str | None] | None = None,
         stale_headers: bool = True,
         max_peek_bytes: int = MAX_PEEK_BYTES,
     ) -> None:
+        if partition_from_call is not None and partition is not caller_partition:
+            raise ValueError("pass partition= or partition_from_call=, not both")
         self.app = app
         self.max_peek_bytes = max_peek_bytes
         self.surfaces = surfaces or Surfaces()
         self.partition = partition
+        self.partition_from_call = partition_from_call
         self.stale_headers = stale_headers
         #: Answers whose ``context`` was another request's, given their own request's.
         self.contexts_replaced = 0
-        self._warned_uncredentialed = False
+        self._warned_unread_credential = False
         # Route path -> surface, trailing slashes ignored (Surfaces.for_path, precomputed).
         self._by_path = {
             path.rstrip("/") or "/": policy
@@ -73,22 +86,61 @@ class StaleAdvisoryMiddleware:
             for path in policy.paths
         }
 
-    def _partition(self, scope: Scope) -> str | None:
-        """The caller partition, built only when a per-caller key is: the first time that
-        happens for a request with no credential header, say so (once)."""
+    def _partition(self, request: RequestPeek, scope: Scope) -> str | None:
+        """The caller partition, built only when a per-caller key is (the call is read by
+        then: the app has read its body)."""
+        if self.partition_from_call is not None:
+            return self.partition_from_call(request.call(scope))
         assert self.partition is not None
-        if not self._warned_uncredentialed and self.partition is caller_partition:
-            names = {name.lower() for name, _ in scope.get("headers", [])}
-            if names.isdisjoint(_CREDENTIALS):
-                self._warned_uncredentialed = True
+        if not self._warned_unread_credential and self.partition is caller_partition:
+            # Arguments only as read already (a JSON-RPC call's): no body parsed for this.
+            one_call = request.calls[0].arguments if len(request.calls) == 1 else None
+            unread = _unread_credential(scope, one_call)
+            if unread is not None:
+                self._warned_unread_credential = True
                 logger.warning(
-                    "per_caller_keys_without_credentials: a surface keys its entries per "
-                    "caller, but a request carried no credential header (%s): callers are "
-                    "then told apart by host name only. Mark public surfaces "
-                    "shared_across_callers=True, or pass partition= to name the principal",
+                    "partition_ignores_credential: a surface keys its entries per caller, "
+                    "but a request carried %s, which the default partition does not read "
+                    "(it reads %s and the host): callers told apart by it alone would share "
+                    "entries. Pass partition= or partition_from_call= to name the principal, "
+                    "or mark public surfaces shared_across_callers=True",
+                    unread,
                     ", ".join(CREDENTIAL_HEADERS),
                 )
         return self.partition(scope)
+
+    async def _starting(self, scope: Scope, receive: Receive) -> Message:
+        """The app's lifespan messages: at start-up, report surfaces it cannot serve."""
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            self.report_routes(scope.get("app", self.app))
+        return message
+
+    def report_routes(self, app: object) -> None:
+        """Say which surfaces' ``paths`` no route serves: one WARNING each (an INFO for
+        paths below a mounted app whose routes cannot be read, or when neither the wrapped
+        app nor ``app``, the one lifespan names, is a Starlette app). Run at start-up."""
+        routes = routes_of(self.app)  # the wrapped router, else the app that added us
+        routes = routes_of(app) if routes is None else routes
+        missing, unknown = (
+            unserved(routes, self.surfaces) if routes is not None else ([], self.surfaces.policies)
+        )
+        for policy in missing:
+            logger.warning(
+                "surface_unserved surface=%s paths=%s: the app serves no route there "
+                "(paths are matched without the app's root_path): its requests would fall "
+                "to the default policy",
+                policy.name,
+                list(policy.paths),
+            )
+        for policy in unknown:
+            if policy.paths:
+                logger.info(
+                    "surface_routes_unknown surface=%s paths=%s: the app's routes there "
+                    "cannot be read (not a Starlette app or router)",
+                    policy.name,
+                    list(policy.paths),
+                )
 
     def _replaced(self) -> None:
         if not self.contexts_replaced:
@@ -108,19 +160,22 @@ class StaleAdvisoryMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
+            if scope["type"] == "lifespan":
+                receive = functools.partial(self._starting, scope, receive)
             await self.app(scope, receive, send)
             return
-        partition_of = functools.partial(self._partition, scope) if self.partition else None
         surface = self._surface_at(route_path(scope))
         if surface is None and scope.get("root_path"):  # paths declared with their prefix
             surface = self._surface_at(scope.get("path", ""))
-        collector = AdvisoryCollector(surface, None, partition_of)
+        collector = AdvisoryCollector(surface)
         scope.setdefault("state", {})[STATE_KEY] = collector
         # A declared plain-JSON route carries no JSON-RPC call: its body is kept for its
         # context only.
         request = RequestPeek(
             self.surfaces, collector, scope, receive, self.max_peek_bytes, surface is not None
         )
+        if self.partition is not None or self.partition_from_call is not None:
+            collector.partition_from(functools.partial(self._partition, request, scope))
         if request.peeking:
             receive = request.receive
             collector.request_field = request.field
@@ -128,6 +183,10 @@ class StaleAdvisoryMiddleware:
         token = _current.set(collector)
         try:
             await self.app(scope, receive, response.send)
+        except UpstreamUnavailable as exc:
+            if response.mode != "undecided":  # the app had answered: too late to say it
+                raise
+            await _unavailable(exc, collector, request, send)
         finally:
             _current.reset(token)
         if collector.served_context and response.mode == "pass" and not response.in_doubt:
@@ -140,6 +199,34 @@ class StaleAdvisoryMiddleware:
                 "response's first message can be delivered",
                 len(collector) - response.delivered,
             )
+
+
+async def _unavailable(
+    error: UpstreamUnavailable, collector: AdvisoryCollector, request: RequestPeek, send: Send
+) -> None:
+    """Answer a request whose upstream failed with nothing cached to stand in (the app let
+    :class:`UpstreamUnavailable` out) as AdCP says: the fatal ``SERVICE_UNAVAILABLE``, in a
+    503 JSON body, or for one MCP call in an ``isError`` tool result (as MCP servers answer
+    a tool's exception). Built from the failure's sanitised message: no trace, no host."""
+    surface = collector.surface
+    failure = service_unavailable(error, surface.field if surface is not None else None)
+    await request.read_rest()
+    context = request.context()
+    own = None if context is NO_CONTEXT or context is UNKNOWN else context
+    payload = failed_payload([failure.to_dict()], own)
+    status, answer = 503, payload
+    if len(request.calls) == 1 and request.calls[0].protocol == "mcp":
+        text = dumps(payload).decode()
+        content = [{"type": "text", "text": text}]
+        result = {"content": content, "structuredContent": payload, "isError": True}
+        status, answer = 200, {"jsonrpc": "2.0", "id": request.calls[0].id, "result": result}
+    body = dumps(answer)
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    if failure.retry_after is not None:
+        headers.append((b"retry-after", b"%d" % failure.retry_after))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+    logger.info("upstream_unavailable_answered upstream=%s status=%d", error.upstream.name, status)
 
 
 def route_path(scope: Scope) -> str:
@@ -313,6 +400,34 @@ class _Response:
         )
 
 
+# What names a credential or a principal (a header, a query parameter, a tool argument):
+# any of these the default partition does not read may be what tells callers apart.
+_CREDENTIAL_WORDS = ("auth", "token", "principal", "secret", "api-key", "api_key", "tenant")
+_READ_HEADERS = frozenset(name.encode() for name in CREDENTIAL_HEADERS)
+
+
+def _unread_credential(scope: Scope, arguments: Any) -> str | None:
+    """What in the request looks like a credential the default partition does not read
+    (``header x-auth-token``, say), or None: a request with no credential at all is a
+    public caller, told apart from none, as the app tells it apart from none."""
+    for name, _ in scope.get("headers", ()):
+        if name.lower() not in _READ_HEADERS and _credential_like(name.decode("latin-1")):
+            return f"header {name.decode('latin-1').lower()}"
+    for pair in scope.get("query_string", b"").decode("latin-1").split("&"):
+        key = pair.split("=")[0]
+        if key and _credential_like(key):
+            return f"query parameter {key}"
+    for key in arguments if isinstance(arguments, dict) else ():
+        if isinstance(key, str) and _credential_like(key):
+            return f"tool argument {key}"
+    return None
+
+
+def _credential_like(name: str) -> bool:
+    name = name.lower().replace("apikey", "api-key")
+    return any(word in name for word in _CREDENTIAL_WORDS)
+
+
 _ROUTINE = (
     "status ",
     "HEAD request",
@@ -321,7 +436,6 @@ _ROUTINE = (
     "A2A task is not completed",
 )
 _JSON = frozenset({b"application/json", b"application/json-rpc"})
-_CREDENTIALS = frozenset(name.encode() for name in CREDENTIAL_HEADERS)
 
 
 def _unchecked(why: str) -> None:

@@ -8,6 +8,8 @@ declared plain JSON (the tool name says the request's surface).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.types import Message, Receive, Scope
@@ -19,6 +21,18 @@ from .policy import Surfaces
 
 #: JSON-RPC requests are small; a larger body is not read.
 MAX_PEEK_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A request as the ``partition_from_call`` hook sees it: its ASGI ``scope``, its
+    ``tool`` (MCP tool, A2A skill, or the plain route's surface; None: unknown) and its
+    ``arguments`` (MCP ``params.arguments``, the A2A DataPart's ``parameters``, a plain JSON
+    body; None when they could not be read: no body, too large, a batch, not an object)."""
+
+    scope: Scope
+    tool: str | None
+    arguments: Mapping[str, Any] | None
 
 
 class RequestPeek:
@@ -73,6 +87,13 @@ class RequestPeek:
                     self._body = body
         return message
 
+    async def read_rest(self) -> None:
+        """Read what the app left of the body (it failed before reading it all), to answer
+        with the request's ``context``."""
+        while self.peeking:
+            if (await self.receive())["type"] != "http.request":
+                return
+
     def context(self) -> Any:
         """The request's ``context`` (``NO_CONTEXT``: none, or null), ``UNKNOWN`` when it
         cannot be read (no body read, too large, not JSON, a batch: see inject_body)."""
@@ -83,6 +104,15 @@ class RequestPeek:
         could not be read)."""
         request = self._request()
         return request.get(name) if isinstance(request, dict) else UNREAD
+
+    def call(self, scope: Scope) -> ToolCall:
+        """The request as a :class:`ToolCall`, read as far as it has been received."""
+        request = self._request()
+        surface = self.collector.surface
+        tool = self.calls[0].surface if len(self.calls) == 1 else None
+        if tool is None and not self.calls and surface is not None:
+            tool = surface.name
+        return ToolCall(scope, tool, request if isinstance(request, dict) else None)
 
     def _request(self) -> Any:
         """The AdCP request: the one call's arguments, or the declared route's body (read

@@ -175,7 +175,9 @@ async def _parts() -> dict[str, Any]:
         cache.serving.fresh(found, codec)
 
     async def new_collector() -> None:
-        AdvisoryCollector(None, None, functools.partial(middleware._partition, scope))
+        AdvisoryCollector(None).partition_from(
+            functools.partial(middleware._partition, peek, scope)
+        )
 
     async def new_peek() -> None:
         RequestPeek(SURFACES, collector, scope, receive, 1 << 20, True)

@@ -200,7 +200,7 @@ async def test_adopters_map_their_own_exception_types() -> None:
     }
 
 
-async def test_per_caller_keys_without_credentials_warn_once(caplog: Any) -> None:
+async def test_a_credential_the_partition_does_not_read_warns_once(caplog: Any) -> None:
     import httpx
     from starlette.applications import Starlette
     from starlette.requests import Request
@@ -230,7 +230,10 @@ async def test_per_caller_keys_without_credentials_warn_once(caplog: Any) -> Non
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://s") as c:
         await c.post("/api/list_creative_formats")  # shared: no partition, no warning
         await c.post("/api/get_products", headers={"authorization": "Bearer a"})
-        assert "per_caller_keys_without_credentials" not in caplog.text
+        await c.post("/api/get_products")  # no credential at all: a public caller, quiet
+        assert "partition_ignores_credential" not in caplog.text
         for _ in range(3):
-            await c.post("/api/get_products")
-    assert caplog.text.count("per_caller_keys_without_credentials") == 1
+            await c.post("/api/get_products", headers={"x-auth-token": "t"})
+            await c.post("/api/get_products", json={"principal_id": "p"})
+    assert caplog.text.count("partition_ignores_credential") == 1
+    assert "header x-auth-token" in caplog.text

@@ -424,3 +424,43 @@ async def test_a_context_served_after_the_answer_started_is_said(caplog: Any) ->
     with caplog.at_level(logging.WARNING, logger="adcp_stale_cache.middleware"):
         await _post(app, b'{"context": {"correlation_id": "buyer-b"}}', {})
     assert any("answer_context_unchecked" in r.getMessage() for r in caplog.records)
+
+
+def null_context_seller() -> tuple[StaleAdvisoryMiddleware, UpstreamCache, dict[str, bool]]:
+    """A FastAPI-style seller whose response model writes every unset field as null
+    (``"context": null``, ``"errors": null``), over a cached upstream answer holding a
+    ``context`` (so the middleware checks the answer's)."""
+    cache = UpstreamCache(MemoryStore(), surfaces=Surfaces.of(PRODUCTS))
+    upstream = {"up": True}
+
+    async def inventory() -> dict[str, Any]:
+        if not upstream["up"]:
+            raise ConnectionRefusedError(111, "refused")
+        return {"products": [{"product_id": "p1"}], "context": None}
+
+    async def route(request: Request) -> Response:
+        await request.body()
+        cached = await cache.fetch(SUB_AGENT, "products", inventory)
+        return JSONResponse({"products": cached["products"], "context": None, "errors": None})
+
+    app = Starlette(routes=[Route("/api/get_products", route, methods=["POST"])])
+    return StaleAdvisoryMiddleware(app, surfaces=cache.surfaces), cache, upstream
+
+
+@pytest.mark.parametrize("request_context", [None, {"correlation_id": "c"}], ids=["none", "own"])
+async def test_a_null_context_answer_is_never_foreign(request_context: Any, caplog: Any) -> None:
+    middleware, cache, upstream = null_context_seller()
+    body = json.dumps({"brief": "b", "context": request_context}).encode()
+    headers = {"content-type": "application/json"}
+    with caplog.at_level(logging.WARNING, logger="adcp_stale_cache"):
+        await _post(middleware, body, headers)  # stored
+        fresh = await _post(middleware, body, headers)  # served from the store
+        upstream["up"] = False
+        cache.clock = lambda: __import__("time").monotonic() + 61
+        stale = await _post(middleware, body, headers)
+    assert fresh.content == b'{"products":[{"product_id":"p1"}],"context":null,"errors":null}'
+    answer = stale.json()
+    assert "context" in answer and answer["context"] is None  # rewritten, null kept
+    assert [e["code"] for e in answer["errors"]] == ["STALE_RESPONSE"]
+    assert middleware.contexts_replaced == 0
+    assert not [r for r in caplog.records if "answer_context" in r.getMessage()]

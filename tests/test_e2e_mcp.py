@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
@@ -210,3 +211,46 @@ async def test_raw_wire_keeps_framing_and_transport_success(json_response: bool)
     assert message["id"] == 41
     assert message["result"]["isError"] is False
     assert message["result"]["structuredContent"]["errors"][0]["code"] == "STALE_RESPONSE"
+
+
+class Answer(BaseModel):
+    """A seller's response model: unset fields go out as null."""
+
+    products: list[dict[str, Any]]
+    context: dict[str, Any] | None = None
+    errors: list[dict[str, Any]] | None = None
+
+
+async def test_a_null_context_is_kept_and_never_foreign(caplog: Any) -> None:
+    """A tool answering a pydantic model writes its unset ``context`` as null, as fastmcp
+    does: no warning, and the null kept, byte for byte on a fresh answer, rewritten on a stale
+    one."""
+    world = World()
+    server = MCPServer(name="seller")
+
+    async def products() -> dict[str, Any]:  # the upstream's answer holds a context too
+        return {**(await world.products()), "context": None}
+
+    @server.tool(name="get_products")
+    async def get_products(brief: str = "") -> Answer:
+        payload = await world.cache.fetch(INVENTORY, "all", products)
+        return Answer(products=payload["products"])
+
+    mcp_app = server.streamable_http_app(json_response=True, stateless_http=True)
+    app = Starlette(
+        routes=[Mount("/", mcp_app)], lifespan=lambda app: mcp_app.router.lifespan_context(app)
+    )
+    middleware = StaleAdvisoryMiddleware(app, surfaces=SURFACES)
+    with caplog.at_level("WARNING", logger="adcp_stale_cache"), serve(middleware) as url:
+        async with client(f"{url}/mcp") as c:
+            await c.call_tool("get_products", {})
+            fresh = await c.call_tool("get_products", {})
+            world.inventory_up = False
+            stale = await c.call_tool("get_products", {})
+    for payload in payloads(fresh):
+        assert payload == {"products": [{"product_id": "p1"}], "context": None, "errors": None}
+    for payload in payloads(stale):
+        assert "context" in payload and payload["context"] is None
+        assert [e["code"] for e in payload["errors"]] == ["STALE_RESPONSE"]
+    assert middleware.contexts_replaced == 0
+    assert not [r for r in caplog.records if "answer_context" in r.getMessage()]

@@ -80,8 +80,11 @@ def context_of(request: Any) -> Any:
 
 
 def foreign_context(payload: Any, context: Any) -> bool:
-    """Whether ``payload`` carries a ``context`` other than the request's ``context``."""
-    if context is KEEP or not isinstance(payload, dict) or "context" not in payload:
+    """Whether ``payload`` carries a ``context`` other than the request's ``context``.
+
+    A null ``context`` carries none (fastmcp writes an unset field as null): never foreign,
+    so it stays as the app wrote it."""
+    if context is KEEP or not present(payload, "context"):
         return False
     return context in (NO_CONTEXT, UNKNOWN) or payload["context"] != context
 

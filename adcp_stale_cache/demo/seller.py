@@ -37,6 +37,7 @@ from .. import (
     UpstreamUnavailable,
     service_unavailable,
 )
+from ..advisory import failed_payload
 from ..conditional import InvalidConditionalRequest
 from ..control import CacheControl
 from ..integrations.mcp_client import call_mcp_tool
@@ -454,7 +455,7 @@ def _gathered(
 
 
 def _fatal(errors: list[dict[str, Any]], params: Mapping[str, Any]) -> dict[str, Any]:
-    return _echo({"adcp_error": errors[0], "errors": errors}, params)
+    return _echo(failed_payload(errors), params)
 
 
 def _controller_error(code: str, message: str) -> dict[str, Any]:
