@@ -62,33 +62,16 @@ class StaleAdvisoryMiddleware:
         self.max_peek_bytes = max_peek_bytes
         self.surfaces = surfaces or Surfaces()
         self.partition = partition
+        self._partition = None if partition is None else ScopePartition(partition)
         self.stale_headers = stale_headers
         #: Answers whose ``context`` was another request's, given their own request's.
         self.contexts_replaced = 0
-        self._warned_uncredentialed = False
         # Route path -> surface, trailing slashes ignored (Surfaces.for_path, precomputed).
         self._by_path = {
             path.rstrip("/") or "/": policy
             for policy in self.surfaces.policies
             for path in policy.paths
         }
-
-    def _partition(self, scope: Scope) -> str | None:
-        """The caller partition, built only when a per-caller key is: the first time that
-        happens for a request with no credential header, say so (once)."""
-        assert self.partition is not None
-        if not self._warned_uncredentialed and self.partition is caller_partition:
-            names = {name.lower() for name, _ in scope.get("headers", [])}
-            if names.isdisjoint(_CREDENTIALS):
-                self._warned_uncredentialed = True
-                logger.warning(
-                    "per_caller_keys_without_credentials: a surface keys its entries per "
-                    "caller, but a request carried no credential header (%s): callers are "
-                    "then told apart by host name only. Mark public surfaces "
-                    "shared_across_callers=True, or pass partition= to name the principal",
-                    ", ".join(CREDENTIAL_HEADERS),
-                )
-        return self.partition(scope)
 
     def _replaced(self) -> None:
         if not self.contexts_replaced:
@@ -110,7 +93,7 @@ class StaleAdvisoryMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        partition_of = functools.partial(self._partition, scope) if self.partition else None
+        partition_of = functools.partial(self._partition, scope) if self._partition else None
         surface = self._surface_at(route_path(scope))
         if surface is None and scope.get("root_path"):  # paths declared with their prefix
             surface = self._surface_at(scope.get("path", ""))
@@ -140,6 +123,30 @@ class StaleAdvisoryMiddleware:
                 "response's first message can be delivered",
                 len(collector) - response.delivered,
             )
+
+
+class ScopePartition:
+    """The cache partition of a request, ``partition`` applied to its ASGI scope. The default
+    (:func:`~adcp_stale_cache.keys.caller_partition`) says once when a request it keys has no
+    credential header: callers are then told apart by host name only."""
+
+    def __init__(self, partition: Callable[[Scope], str | None]) -> None:
+        self.partition = partition
+        self._warned = partition is not caller_partition
+
+    def __call__(self, scope: Scope) -> str | None:
+        if not self._warned:
+            names = {name.lower() for name, _ in scope.get("headers", [])}
+            if names.isdisjoint(_CREDENTIALS):
+                self._warned = True
+                logger.warning(
+                    "per_caller_keys_without_credentials: a surface keys its entries per "
+                    "caller, but a request carried no credential header (%s): callers are "
+                    "then told apart by host name only. Mark public surfaces "
+                    "shared_across_callers=True, or pass partition= to name the principal",
+                    ", ".join(CREDENTIAL_HEADERS),
+                )
+        return self.partition(scope)
 
 
 def route_path(scope: Scope) -> str:
