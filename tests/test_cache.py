@@ -396,6 +396,38 @@ async def test_a_stale_serve_no_collector_carries_is_an_advisory_lost(
     assert registry.get_sample_value("adcp_stale_cache_stale_serves_total", stale) == 2
 
 
+async def test_a_value_built_on_stale_data_for_no_collector_is_an_advisory_lost(
+    cache: UpstreamCache, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The stale serve happened in a nested fetch (the flight's own collector carried it), but
+    the caller has no collector to hand the advisory on to: lost all the same."""
+    from adcp_stale_cache.metrics import CacheMetrics
+
+    class Lost(CacheMetrics):
+        def __init__(self) -> None:
+            self.lost: list[tuple[str, str]] = []
+
+        def advisory_lost(self, surface: str, upstream: str) -> None:
+            self.lost.append((surface, upstream))
+
+    cache.metrics = metrics = Lost()
+    inner = Upstreamish()
+    catalogue = Upstream(name="catalogue")
+
+    async def outer() -> Any:
+        return {"page": await cache.fetch(AGENT, "k", inner, surface="list_creative_formats")}
+
+    await warm(cache, inner)
+    clock.advance(20)
+    inner.fail = TimeoutError()
+    with caplog.at_level("WARNING", logger="adcp_stale_cache"):
+        value = await cache.fetch(catalogue, "page", outer, surface="list_creative_formats")
+    assert value == {"page": inner.value}
+    assert metrics.lost == [("list_creative_formats", "creative-agent-a")]
+    [lost] = [r.message for r in caplog.records if r.message.startswith("advisory_lost")]
+    assert "upstream=creative-agent-a" in lost and "code=TIMEOUT" in lost
+
+
 async def test_shared_codec_decodes_once_and_shares_the_value(
     cache: UpstreamCache, clock: FakeClock
 ) -> None:
