@@ -11,6 +11,8 @@ Metric names follow Prometheus conventions (``_total`` counters, ``_seconds`` hi
 - ``adcp_stale_cache_upstream_failures_total{upstream,code}``: outage failures by code;
 - ``adcp_stale_cache_stale_serves_total{surface,upstream,code}``: answers served stale;
 - ``adcp_stale_cache_advisories_total{surface,upstream}``: ``STALE_RESPONSE`` recorded;
+- ``adcp_stale_cache_advisories_lost_total{surface,upstream}``: stale serves no request
+  collector carried (their buyer is not told: see :meth:`CacheMetrics.advisory_lost`);
 - ``adcp_stale_cache_unavailable_total{surface,upstream,code}``: failures with no entry;
 - ``adcp_stale_cache_breaker_open{upstream}``: 1 while the upstream's breaker is open;
 - ``adcp_stale_cache_invalidations_total{action}`` and
@@ -51,6 +53,10 @@ class CacheMetrics:
         ``STALE_RESPONSE`` will reach the buyer (later ones merge into it).
         """
 
+    def advisory_lost(self, surface: str, upstream: str) -> None:
+        """An entry served stale with no request collector to carry its advisory: the
+        buyer gets stale data unannounced (a server started without the middleware, say)."""
+
     def unavailable(self, surface: str, upstream: str, code: str) -> None:
         """An upstream failed and no usable entry existed."""
 
@@ -86,6 +92,10 @@ class CombinedMetrics(CacheMetrics):
     def stale_serve(self, surface: str, upstream: str, code: str, advisory: bool) -> None:
         for sink in self.sinks:
             sink.stale_serve(surface, upstream, code, advisory)
+
+    def advisory_lost(self, surface: str, upstream: str) -> None:
+        for sink in self.sinks:
+            sink.advisory_lost(surface, upstream)
 
     def unavailable(self, surface: str, upstream: str, code: str) -> None:
         for sink in self.sinks:
@@ -128,6 +138,9 @@ class PrometheusMetrics(CacheMetrics):
         )
         self._advisories = counter(
             "advisories", "STALE_RESPONSE advisories.", "surface", "upstream"
+        )
+        self._lost = counter(
+            "advisories_lost", "Stale serves no request collector carried.", "surface", "upstream"
         )
         self._unavailable = counter(
             "unavailable", "Failures without entry.", "surface", "upstream", "code"
@@ -193,6 +206,9 @@ class PrometheusMetrics(CacheMetrics):
         self._stale.labels(surface, upstream, self._code(code)).inc()
         if advisory:
             self._advisories.labels(surface, upstream).inc()
+
+    def advisory_lost(self, surface: str, upstream: str) -> None:
+        self._lost.labels(surface, upstream).inc()
 
     def unavailable(self, surface: str, upstream: str, code: str) -> None:
         self._unavailable.labels(surface, upstream, self._code(code)).inc()

@@ -112,27 +112,43 @@ class Serving:
     ) -> None:
         """One stale serve: the request's advisory, the metrics and the log line."""
         collector = current_collector()
-        first = True  # this request's first stale serve from this upstream
-        if collector is not None:
-            first = collector.record(
-                upstream.identity, stale_response(upstream, policy, age, failure, target)
-            )
-        elif self.strict_advisories:
-            raise AdvisoryLost(
-                f"{upstream.name!r} would be served stale with no request collector: carry the "
-                "request's context into this thread or loop (carry_context, use_collector)"
-            )
         code = failure.code if failure else "REVALIDATING"
+        if collector is None:
+            self._advisory_lost(upstream.name, policy.name, age, code)
+        # This request's first stale serve from this upstream (or a lost one: said above).
+        first = collector is None or collector.record(
+            upstream.identity, stale_response(upstream, policy, age, failure, target)
+        )
         self.metrics.stale_serve(policy.name, upstream.name, code, collector is not None and first)
         # Once per upstream per request at WARNING: a page of 50 stale keys is one event.
         logger.log(
-            logging.WARNING if first else logging.DEBUG,
+            logging.WARNING if first and collector is not None else logging.DEBUG,
             "stale_serve upstream=%s surface=%s age_seconds=%d code=%s collected=%s",
             upstream.name,
             policy.name,
             age,
             code,
             collector is not None,
+        )
+
+    def _advisory_lost(self, upstream: str, surface: str, age: int, code: str) -> None:
+        """A stale serve no request collector carries: refused in strict mode, else counted
+        and said (its buyer gets stale data unannounced)."""
+        if self.strict_advisories:
+            raise AdvisoryLost(
+                f"{upstream!r} would be served stale with no request collector: carry the "
+                "request's context into this thread or loop (carry_context, use_collector)"
+            )
+        self.metrics.advisory_lost(surface, upstream)
+        logger.warning(
+            "advisory_lost upstream=%s surface=%s age_seconds=%d code=%s: served stale with "
+            "no request collector, so no STALE_RESPONSE tells the buyer (a server started "
+            "without the advisory middleware, as fastmcp run serves it, or a thread the "
+            "request's context did not reach: carry_context)",
+            upstream,
+            surface,
+            age,
+            code,
         )
 
     async def injected(
@@ -174,6 +190,13 @@ class Serving:
         if refreshed.advisories and collector is not None:
             for name, advisory in refreshed.advisories:
                 collector.record(name, advisory)
+        elif refreshed.advisories:  # built on stale data, for a caller no collector serves
+            for _, advisory in refreshed.advisories:
+                details = advisory.details or {}
+                code = (details.get("original_error") or {}).get("code", "REVALIDATING")
+                upstream = (details.get("upstream") or {}).get("name", "?")
+                age = details["cache_age_seconds"]
+                self._advisory_lost(upstream, found.policy.name, age, code)
         if collector is None:
             return refreshed.value if refreshed.data is None else codec.loads(refreshed.data)
         # Not stored (uncacheable, built on stale data...): its encoding, once, for both

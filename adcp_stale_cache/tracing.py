@@ -10,6 +10,7 @@ upstreams a request hit, refreshed or served stale::
     adcp_stale_cache.refresh         surface, upstream, outcome (ok/failed), duration_ms
     adcp_stale_cache.upstream_failure upstream, code
     adcp_stale_cache.stale_serve     surface, upstream, code, advisory
+    adcp_stale_cache.advisory_lost   surface, upstream
     adcp_stale_cache.unavailable     surface, upstream, code
     adcp_stale_cache.breaker_open    upstream
 
@@ -83,6 +84,9 @@ class SpanEvents(CacheMetrics):
         )
         if span is not None:
             span.set_attribute(f"{PREFIX}.stale", True)
+
+    def advisory_lost(self, surface: str, upstream: str) -> None:
+        self._event("advisory_lost", surface=surface, upstream=upstream)
 
     def unavailable(self, surface: str, upstream: str, code: str) -> None:
         self._event("unavailable", surface=surface, upstream=upstream, code=code)

@@ -364,6 +364,70 @@ async def test_stale_serves_log_and_count_once_per_upstream_per_request(
     assert counting.serves == [True, False, False]  # three serves, one advisory
 
 
+async def test_a_stale_serve_no_collector_carries_is_an_advisory_lost(
+    cache: UpstreamCache, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Served stale outside any request collector (a server started without the middleware):
+    its own WARNING and counter, apart from the stale serves whose advisory was delivered."""
+    from prometheus_client import CollectorRegistry
+
+    from adcp_stale_cache.metrics import PrometheusMetrics
+
+    registry = CollectorRegistry()
+    cache.metrics = PrometheusMetrics(registry)
+    up = Upstreamish()
+    await warm(cache, up)
+    clock.advance(20)
+    up.fail = ConnectionRefusedError("creative.example.com:443 refused, token=secret")
+    with caplog.at_level("DEBUG", logger="adcp_stale_cache"):
+        await warm(cache, up)  # no collector: lost
+        with collect_advisories() as collector:
+            await warm(cache, up)  # delivered
+    assert len(collector) == 1
+    [lost] = [r for r in caplog.records if r.message.startswith("advisory_lost")]
+    assert lost.levelname == "WARNING"
+    assert "upstream=creative-agent-a surface=list_creative_formats" in lost.message
+    assert "code=CONNECTION_REFUSED" in lost.message
+    assert "example.com" not in lost.message and "secret" not in lost.message
+    labels = {"surface": "list_creative_formats", "upstream": "creative-agent-a"}
+    assert registry.get_sample_value("adcp_stale_cache_advisories_lost_total", labels) == 1
+    assert registry.get_sample_value("adcp_stale_cache_advisories_total", labels) == 1
+    stale = {**labels, "code": "CONNECTION_REFUSED"}
+    assert registry.get_sample_value("adcp_stale_cache_stale_serves_total", stale) == 2
+
+
+async def test_a_value_built_on_stale_data_for_no_collector_is_an_advisory_lost(
+    cache: UpstreamCache, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The stale serve happened in a nested fetch (the flight's own collector carried it), but
+    the caller has no collector to hand the advisory on to: lost all the same."""
+    from adcp_stale_cache.metrics import CacheMetrics
+
+    class Lost(CacheMetrics):
+        def __init__(self) -> None:
+            self.lost: list[tuple[str, str]] = []
+
+        def advisory_lost(self, surface: str, upstream: str) -> None:
+            self.lost.append((surface, upstream))
+
+    cache.metrics = metrics = Lost()
+    inner = Upstreamish()
+    catalogue = Upstream(name="catalogue")
+
+    async def outer() -> Any:
+        return {"page": await cache.fetch(AGENT, "k", inner, surface="list_creative_formats")}
+
+    await warm(cache, inner)
+    clock.advance(20)
+    inner.fail = TimeoutError()
+    with caplog.at_level("WARNING", logger="adcp_stale_cache"):
+        value = await cache.fetch(catalogue, "page", outer, surface="list_creative_formats")
+    assert value == {"page": inner.value}
+    assert metrics.lost == [("list_creative_formats", "creative-agent-a")]
+    [lost] = [r.message for r in caplog.records if r.message.startswith("advisory_lost")]
+    assert "upstream=creative-agent-a" in lost and "code=TIMEOUT" in lost
+
+
 async def test_shared_codec_decodes_once_and_shares_the_value(
     cache: UpstreamCache, clock: FakeClock
 ) -> None:

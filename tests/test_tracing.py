@@ -57,8 +57,14 @@ async def test_stale_serve_is_an_event_and_marks_the_span(
         "adcp_stale_cache.hit",
         "adcp_stale_cache.refresh",
         "adcp_stale_cache.upstream_failure",
+        "adcp_stale_cache.advisory_lost",  # no request collector in this test
         "adcp_stale_cache.stale_serve",
     ]
+    lost = dict(events(exporter))["adcp_stale_cache.advisory_lost"]
+    assert lost == {
+        "adcp_stale_cache.surface": "get_products",
+        "adcp_stale_cache.upstream": "inventory",
+    }
     stale = dict(events(exporter))["adcp_stale_cache.stale_serve"]
     assert stale == {
         "adcp_stale_cache.surface": "get_products",

@@ -1,0 +1,169 @@
+"""fastmcp servers: advisories on every tool answer, however the server was started.
+
+``fastmcp run server.py`` and ``server.run()`` serve the server object itself, not an ASGI app
+a seller wrapped in :class:`~adcp_stale_cache.StaleAdvisoryMiddleware`: stale data then goes
+out with no advisory. fastmcp's own middleware runs on every transport (HTTP, stdio, the
+in-memory client), so add this one to the server::
+
+    server.add_middleware(AdvisoryMiddleware(cache=cache))  # or surfaces=cache.surfaces
+
+Each tool call gets a collector of its own (its surface is the tool's name); the advisories
+its fetches recorded go into the tool result's ``errors[]``, in ``structured_content`` and in
+a text block holding the same JSON, as the ASGI middleware writes them on the wire. The
+result stays a success, and a failed one (``isError``) is left alone.
+
+When a request collector is open already (``StaleAdvisoryMiddleware`` around
+``server.http_app()``, a parent server's ``AdvisoryMiddleware``), that one delivers and this
+one stands down: one advisory per upstream, never two, keyed by the outer one's partition.
+
+Works on fastmcp 2.10+ (``mcp`` 1.12+), 3.x and 4.x (``mcp`` 2.x). Needs the ``fastmcp`` extra.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from fastmcp.server.dependencies import get_http_request
+from mcp.types import TextContent
+from starlette.types import Scope
+
+from ..cache import UpstreamCache
+from ..codecs import Untouched
+from ..codecs.json import Delivery, context_of
+from ..codecs.mcp import inject_tool_result
+from ..collector import AdvisoryCollector, current_collector, use_collector
+from ..keys import caller_partition
+from ..peek import ToolCall
+from ..policy import Surfaces
+
+if TYPE_CHECKING:  # fastmcp ships no type information mypy could check a subclass against
+    Middleware = object
+else:
+    from fastmcp.server.middleware import Middleware
+
+logger = logging.getLogger("adcp_stale_cache.fastmcp")
+
+# The scope partitions read when a tool call came over no HTTP request (stdio, in memory):
+# no headers, one caller.
+_NO_REQUEST: Scope = {"type": "http", "headers": []}
+
+
+@runtime_checkable
+class _MayFail(Protocol):
+    """A fastmcp 4 ``ToolResult``, which can say the tool failed (earlier ones raise)."""
+
+    is_error: bool
+
+
+class AdvisoryMiddleware(Middleware):
+    """A fastmcp middleware: each tool answer carries the ``STALE_RESPONSE`` advisories of
+    the stale data it was built from.
+
+    ``cache`` (or its ``surfaces``) names the tools' surfaces. ``partition`` is the cache
+    partition of a call's caller, from the ASGI scope of its HTTP request (a scope without
+    headers when there is none), exactly as ``StaleAdvisoryMiddleware(partition=...)``;
+    ``partition_from_call`` instead reads it from the call (its arguments: a principal
+    passed to the tool), as ``StaleAdvisoryMiddleware(partition_from_call=...)`` does.
+    """
+
+    def __init__(
+        self,
+        *,
+        surfaces: Surfaces | None = None,
+        cache: UpstreamCache | None = None,
+        partition: Callable[[Scope], str | None] | None = caller_partition,
+        partition_from_call: Callable[[ToolCall], str | None] | None = None,
+    ) -> None:
+        if surfaces is not None and cache is not None:
+            raise TypeError("pass surfaces= or cache= (whose surfaces are used), not both")
+        if partition_from_call is not None and partition is not caller_partition:
+            raise ValueError("pass partition= or partition_from_call=, not both")
+        super().__init__()
+        self.surfaces = cache.surfaces if cache is not None else surfaces or Surfaces()
+        self.partition, self.partition_from_call = partition, partition_from_call
+        #: Answers whose ``context`` was another request's (a cached value's), mended.
+        self.contexts_replaced = 0
+
+    async def on_call_tool(self, context: Any, call_next: Callable[[Any], Awaitable[Any]]) -> Any:
+        """Run the tool with a collector of its own, and add what it recorded to its result."""
+        if current_collector() is not None:  # the outer layer delivers (see the module)
+            return await call_next(context)
+        name, arguments = context.message.name, context.message.arguments or {}
+        partition_of = self._partition_of(name, arguments)
+        collector = AdvisoryCollector(self.surfaces.find(name), None, partition_of)
+        collector.request_field = arguments.get  # the tool's arguments are the AdCP request
+        with use_collector(collector):
+            result = await call_next(context)
+        if collector or collector.served_context:
+            self._deliver(result, collector, context_of(arguments), name)
+        return result
+
+    def _partition_of(
+        self, tool: str, arguments: dict[str, Any]
+    ) -> Callable[[], str | None] | None:
+        """How to compute the call's partition, when a per-caller key asks for it."""
+        if self.partition_from_call is None and self.partition is None:
+            return None
+        try:
+            scope = get_http_request().scope
+        except RuntimeError:  # no HTTP request (stdio, the in-memory client): one caller
+            scope = _NO_REQUEST
+        if self.partition_from_call is not None:
+            return functools.partial(self.partition_from_call, ToolCall(scope, tool, arguments))
+        assert self.partition is not None
+        return functools.partial(self.partition, scope)
+
+    def _deliver(
+        self, result: Any, collector: AdvisoryCollector, request_context: Any, tool: str
+    ) -> None:
+        """Append the advisories (and mend the answer's ``context``) in ``result``, in place."""
+        delivery = Delivery(collector.errors(), request_context)
+        if isinstance(result, _MayFail) and result.is_error:
+            _not_delivered(delivery, tool, "tool result has isError: true", logging.INFO)
+            return
+        wire = {  # the result as the wire has it (its texts only), which the codec rewrites
+            "structuredContent": copy.deepcopy(result.structured_content),
+            "content": [
+                {"type": "text", "text": block.text} if isinstance(block, TextContent) else {}
+                for block in result.content
+            ],
+        }
+        try:
+            inject_tool_result(wire, delivery)
+        except Untouched as exc:
+            _not_delivered(delivery, tool, str(exc), logging.WARNING)
+            return
+        result.structured_content = wire["structuredContent"]
+        result.content = [
+            block.model_copy(update={"text": new["text"]})
+            if isinstance(block, TextContent) and new["text"] != block.text
+            else block
+            for block, new in zip(result.content, wire["content"], strict=True)
+        ]
+        if delivery.replaced:
+            self._replaced()
+
+    def _replaced(self) -> None:
+        if not self.contexts_replaced:
+            logger.warning(
+                "answer_context_replaced: a tool answer carried a context that was not its "
+                "own request's (a cached value's?): replaced by the request's (logged once; "
+                "counted in contexts_replaced)"
+            )
+        self.contexts_replaced += 1
+
+
+def _not_delivered(delivery: Delivery, tool: str, reason: str, level: int) -> None:
+    """Say why ``delivery`` could not go into a tool answer (nothing to say: no advisory)."""
+    if delivery:
+        logger.log(
+            level,
+            "advisories_not_delivered count=%d tool=%s reason=%s",
+            len(delivery),
+            tool,
+            reason,
+        )

@@ -1,0 +1,266 @@
+"""``AdvisoryMiddleware`` (integrations/fastmcp.py): advisories however a fastmcp server starts.
+
+Issue 31: ``fastmcp run`` (and ``server.run()``) serve the bare server, not an ASGI app
+wrapped in ``StaleAdvisoryMiddleware``, so stale data went out with no advisory. Here the
+signals agent of ``tests/fastmcp_signals_agent.py`` reads a signals service on loopback
+through the cache; each test warms it, stops the service (connections refused), waits past
+the 1 s freshness target and calls ``get_signals`` with the ``mcp`` client: started by the
+``fastmcp run`` CLI, by ``server.run()`` over stdio, and as ``http_app()`` with and without
+the ASGI middleware around it. CI runs this file on fastmcp 2.x (``mcp`` 1.12), 3.2 and 4.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+if importlib.util.find_spec("fastmcp") is None:
+    pytest.skip(
+        "needs fastmcp (2.10+, 3.x or 4.x): CI runs it in its fastmcp environments",
+        allow_module_level=True,
+    )
+
+import httpx
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+try:  # mcp 2.x, under fastmcp 4
+    from mcp.client.streamable_http import streamable_http_client
+except ImportError:  # mcp 1.x, under fastmcp 2 and 3
+    streamable_http_client = None  # type: ignore[assignment]
+    from mcp.client.streamable_http import streamablehttp_client
+
+from adcp_stale_cache import StaleAdvisoryMiddleware
+from adcp_stale_cache.demo.processes import free_port, wait_for_port
+from adcp_stale_cache.integrations.fastmcp import AdvisoryMiddleware
+from adcp_stale_cache.metrics import CacheMetrics
+
+from .fastmcp_signals_agent import SURFACES, build_server
+from .servers import serve
+
+pytestmark = pytest.mark.e2e
+
+AGENT = Path(__file__).resolve().parent / "fastmcp_signals_agent.py"
+SIGNALS = [{"signal_agent_segment_id": "auto-intenders", "name": "Auto intenders"}]
+PAST_TARGET = 1.2  # seconds: the surface's freshness target is 1 s
+
+
+@contextlib.contextmanager
+def signals_service() -> Iterator[tuple[str, contextlib.ExitStack]]:
+    """The upstream, ``GET /signals`` on loopback: its URL, and the stack that stops it
+    (connections refused from then on)."""
+
+    async def signals(request: Any) -> JSONResponse:
+        return JSONResponse({"signals": SIGNALS})
+
+    with contextlib.ExitStack() as running:
+        base = running.enter_context(serve(Starlette(routes=[Route("/signals", signals)])))
+        yield f"{base}/signals", running
+
+
+@contextlib.asynccontextmanager
+async def session_at(url: str, principal: str = "buyer-1") -> AsyncIterator[ClientSession]:
+    """An MCP session with the agent at ``url`` (streamable HTTP), as ``principal``."""
+    headers = {"authorization": f"Bearer {principal}"}
+    async with contextlib.AsyncExitStack() as stack:
+        if streamable_http_client is None:
+            transport = streamablehttp_client(url, headers=headers)
+        else:
+            http = await stack.enter_async_context(httpx.AsyncClient(headers=headers))
+            transport = streamable_http_client(url, http_client=http)
+        read, write, *_ = await stack.enter_async_context(transport)
+        session = await stack.enter_async_context(ClientSession(read, write))
+        await asyncio.wait_for(session.initialize(), 30)
+        yield session
+
+
+async def call(session: ClientSession, **arguments: Any) -> tuple[bool, Any, str]:
+    """``get_signals`` within 20 s: isError, ``structuredContent``, the text block."""
+    result = await asyncio.wait_for(session.call_tool("get_signals", arguments), 20)
+    v2 = hasattr(result, "is_error")  # mcp 2.x renamed the members
+    [block] = result.content
+    structured = result.structured_content if v2 else result.structuredContent
+    return (result.is_error if v2 else result.isError), structured, block.text
+
+
+async def get_signals(session: ClientSession, **arguments: Any) -> tuple[dict[str, Any], str]:
+    """A successful answer: its ``structuredContent`` and its text block."""
+    is_error, structured, text = await call(session, **arguments)
+    assert is_error is False, text
+    return structured, text
+
+
+async def warm_then_stale(
+    session: ClientSession, service: contextlib.ExitStack, **arguments: Any
+) -> tuple[dict[str, Any], str]:
+    """Warm the cache, stop the signals service, wait past the target: the stale answer."""
+    warm, _ = await get_signals(session)
+    assert warm == {"signals": SIGNALS}  # a fresh answer has no errors member
+    await asyncio.to_thread(service.close)
+    await asyncio.sleep(PAST_TARGET)
+    return await get_signals(session, **arguments)
+
+
+def assert_one_advisory(answer: tuple[dict[str, Any], str], assert_valid_advisory: Any) -> None:
+    """Exactly one valid ``STALE_RESPONSE``, in ``structuredContent`` and in the text JSON."""
+    structured, text = answer
+    assert structured["signals"] == SIGNALS  # the stale entry, served
+    assert json.loads(text) == structured
+    [advisory] = structured["errors"]
+    assert_valid_advisory(advisory)
+    assert advisory["details"]["upstream"]["name"] == "signals-service"
+    assert advisory["details"]["original_error"]["code"] == "CONNECTION_REFUSED"
+    assert advisory["details"]["cache_age_seconds"] >= 1
+
+
+@contextlib.contextmanager
+def agent_process(port: int, env: dict[str, str], log: Any) -> Iterator[None]:
+    """``fastmcp run`` serving the agent over HTTP on ``127.0.0.1:port``, listening within
+    60 s, its stdout and stderr in ``log``. Reaped on the way out, whatever happened."""
+    cli = Path(sys.executable).with_name("fastmcp")
+    command = [
+        str(cli), "run", f"{AGENT}:server", "--transport", "http", "--host", "127.0.0.1",
+        "--port", str(port), "--no-banner",
+    ]  # fmt: skip
+    started = subprocess.Popen(
+        command, env={**os.environ, **env}, stdin=subprocess.DEVNULL, stdout=log,
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        try:
+            wait_for_port(port, 60, process=started)
+        except (RuntimeError, TimeoutError) as exc:
+            log.seek(0)
+            raise RuntimeError(f"{exc}: {log.read().decode(errors='replace')[-2000:]}") from exc
+        yield
+    finally:
+        started.terminate()
+        try:
+            started.wait(10)
+        except subprocess.TimeoutExpired:
+            started.kill()
+            started.wait(10)
+        log.seek(0)
+
+
+@pytest.mark.parametrize("advisories", [True, False], ids=["with_middleware", "bare"])
+def test_fastmcp_run_cli(advisories: bool, assert_valid_advisory: Any) -> None:
+    """Started by the ``fastmcp run`` CLI: with the middleware, one advisory; without it (what
+    issue 31 found), none, and the agent logs ``advisory_lost`` (no URL in it)."""
+    port = free_port()
+    with signals_service() as (url, service), tempfile.TemporaryFile() as log:
+        env = {"ADCP_TEST_SIGNALS_URL": url, "ADCP_TEST_ADVISORIES": "1" if advisories else "0"}
+        with agent_process(port, env, log):
+
+            async def stale() -> tuple[dict[str, Any], str]:
+                async with session_at(f"http://127.0.0.1:{port}/mcp") as session:
+                    return await warm_then_stale(session, service)
+
+            answer = asyncio.run(stale())
+        said = log.read().decode(errors="replace")
+    lost = [line for line in said.splitlines() if "advisory_lost" in line]
+    if advisories:
+        assert_one_advisory(answer, assert_valid_advisory)
+        assert not lost
+    else:
+        assert answer[0] == {"signals": SIGNALS}  # stale, unannounced
+        [line] = lost
+        assert "upstream=signals-service surface=get_signals" in line
+        assert "code=CONNECTION_REFUSED" in line and "127.0.0.1" not in line
+
+
+def test_server_run_over_stdio(assert_valid_advisory: Any) -> None:
+    """``server.run()`` (stdio, its default transport) in a process the client starts."""
+    with signals_service() as (url, service), tempfile.TemporaryFile("w+") as errors:
+        parameters = StdioServerParameters(
+            command=sys.executable, args=[str(AGENT)], env={"ADCP_TEST_SIGNALS_URL": url}
+        )
+
+        async def stale() -> tuple[dict[str, Any], str]:
+            async with (
+                stdio_client(parameters, errlog=errors) as (read, write, *_),
+                ClientSession(read, write) as session,
+            ):
+                await asyncio.wait_for(session.initialize(), 30)
+                return await warm_then_stale(session, service)
+
+        answer = asyncio.run(asyncio.wait_for(stale(), 60))
+    assert_one_advisory(answer, assert_valid_advisory)
+
+
+class LostAdvisories(CacheMetrics):
+    def __init__(self) -> None:
+        self.lost: list[tuple[str, str]] = []
+
+    def advisory_lost(self, surface: str, upstream: str) -> None:
+        self.lost.append((surface, upstream))
+
+
+@pytest.mark.parametrize("outer", [False, True], ids=["alone", "inside_asgi_middleware"])
+def test_http_app(outer: bool, assert_valid_advisory: Any) -> None:
+    """Mounted ``http_app()``: the fastmcp middleware delivers, its entries kept per caller (by
+    the request's credentials). With ``StaleAdvisoryMiddleware`` around the app too, that one
+    delivers and keys (here: every caller alike, so a second buyer is served the first one's
+    entry) and this one stands down: one advisory, not two."""
+    lost = LostAdvisories()
+    with signals_service() as (url, service):
+        app = build_server(url, metrics=lost).http_app(path="/mcp")
+        if outer:
+            app = StaleAdvisoryMiddleware(app, surfaces=SURFACES, partition=lambda scope: "all")
+        with serve(app) as agent:
+
+            async def stale() -> tuple[tuple[dict[str, Any], str], tuple[bool, Any, str]]:
+                async with session_at(f"{agent}/mcp") as session:
+                    context = {"correlation_id": "c-1"}
+                    answer = await warm_then_stale(session, service, context=context)
+                    assert answer[0]["context"] == context
+                async with session_at(f"{agent}/mcp", "buyer-2") as other:
+                    return answer, await call(other)
+
+            answer, (is_error, structured, text) = asyncio.run(stale())
+    assert_one_advisory(answer, assert_valid_advisory)
+    if outer:  # the outer partition: buyer-1's entry, stale
+        assert is_error is False
+        assert_one_advisory((structured, text), assert_valid_advisory)
+    else:  # its own partition: nothing cached for this caller
+        assert is_error is True and "STALE_RESPONSE" not in text
+    assert lost.lost == []
+
+
+def test_http_app_without_any_middleware_counts_the_advisory_lost(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    lost = LostAdvisories()
+    with signals_service() as (url, service):
+        app = build_server(url, advisories=False, metrics=lost).http_app(path="/mcp")
+        with serve(app) as agent, caplog.at_level("WARNING", logger="adcp_stale_cache"):
+
+            async def stale() -> tuple[dict[str, Any], str]:
+                async with session_at(f"{agent}/mcp") as session:
+                    return await warm_then_stale(session, service)
+
+            answer = asyncio.run(stale())
+    assert answer[0] == {"signals": SIGNALS}
+    assert lost.lost == [("get_signals", "signals-service")]
+    [record] = [r for r in caplog.records if r.message.startswith("advisory_lost")]
+    assert record.levelname == "WARNING" and "127.0.0.1" not in record.message
+    assert not [r for r in caplog.records if r.message.startswith("stale_serve")]
+
+
+def test_surfaces_are_given_once() -> None:
+    with pytest.raises(TypeError, match="not both"):
+        AdvisoryMiddleware(surfaces=SURFACES, cache=object())  # type: ignore[arg-type]
