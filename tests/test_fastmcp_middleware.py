@@ -15,11 +15,9 @@ import asyncio
 import contextlib
 import importlib.util
 import json
-import os
-import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,24 +29,18 @@ if importlib.util.find_spec("fastmcp") is None:
         allow_module_level=True,
     )
 
-import httpx
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-try:  # mcp 2.x, under fastmcp 4
-    from mcp.client.streamable_http import streamable_http_client
-except ImportError:  # mcp 1.x, under fastmcp 2 and 3
-    streamable_http_client = None  # type: ignore[assignment]
-    from mcp.client.streamable_http import streamablehttp_client
-
 from adcp_stale_cache import StaleAdvisoryMiddleware
-from adcp_stale_cache.demo.processes import free_port, wait_for_port
+from adcp_stale_cache.demo.processes import free_port
 from adcp_stale_cache.integrations.fastmcp import AdvisoryMiddleware
 from adcp_stale_cache.metrics import CacheMetrics
 
+from .fastmcp_run import call_tool, fastmcp_run, session_at
 from .fastmcp_signals_agent import SURFACES, build_server
 from .servers import serve
 
@@ -72,29 +64,9 @@ def signals_service() -> Iterator[tuple[str, contextlib.ExitStack]]:
         yield f"{base}/signals", running
 
 
-@contextlib.asynccontextmanager
-async def session_at(url: str, principal: str = "buyer-1") -> AsyncIterator[ClientSession]:
-    """An MCP session with the agent at ``url`` (streamable HTTP), as ``principal``."""
-    headers = {"authorization": f"Bearer {principal}"}
-    async with contextlib.AsyncExitStack() as stack:
-        if streamable_http_client is None:
-            transport = streamablehttp_client(url, headers=headers)
-        else:
-            http = await stack.enter_async_context(httpx.AsyncClient(headers=headers))
-            transport = streamable_http_client(url, http_client=http)
-        read, write, *_ = await stack.enter_async_context(transport)
-        session = await stack.enter_async_context(ClientSession(read, write))
-        await asyncio.wait_for(session.initialize(), 30)
-        yield session
-
-
 async def call(session: ClientSession, **arguments: Any) -> tuple[bool, Any, str]:
     """``get_signals`` within 20 s: isError, ``structuredContent``, the text block."""
-    result = await asyncio.wait_for(session.call_tool("get_signals", arguments), 20)
-    v2 = hasattr(result, "is_error")  # mcp 2.x renamed the members
-    [block] = result.content
-    structured = result.structured_content if v2 else result.structuredContent
-    return (result.is_error if v2 else result.isError), structured, block.text
+    return await call_tool(session, "get_signals", **arguments)
 
 
 async def get_signals(session: ClientSession, **arguments: Any) -> tuple[dict[str, Any], str]:
@@ -127,36 +99,6 @@ def assert_one_advisory(answer: tuple[dict[str, Any], str], assert_valid_advisor
     assert advisory["details"]["cache_age_seconds"] >= 1
 
 
-@contextlib.contextmanager
-def agent_process(port: int, env: dict[str, str], log: Any) -> Iterator[None]:
-    """``fastmcp run`` serving the agent over HTTP on ``127.0.0.1:port``, listening within
-    60 s, its stdout and stderr in ``log``. Reaped on the way out, whatever happened."""
-    cli = Path(sys.executable).with_name("fastmcp")
-    command = [
-        str(cli), "run", f"{AGENT}:server", "--transport", "http", "--host", "127.0.0.1",
-        "--port", str(port), "--no-banner",
-    ]  # fmt: skip
-    started = subprocess.Popen(
-        command, env={**os.environ, **env}, stdin=subprocess.DEVNULL, stdout=log,
-        stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        try:
-            wait_for_port(port, 60, process=started)
-        except (RuntimeError, TimeoutError) as exc:
-            log.seek(0)
-            raise RuntimeError(f"{exc}: {log.read().decode(errors='replace')[-2000:]}") from exc
-        yield
-    finally:
-        started.terminate()
-        try:
-            started.wait(10)
-        except subprocess.TimeoutExpired:
-            started.kill()
-            started.wait(10)
-        log.seek(0)
-
-
 @pytest.mark.parametrize("advisories", [True, False], ids=["with_middleware", "bare"])
 def test_fastmcp_run_cli(advisories: bool, assert_valid_advisory: Any) -> None:
     """Started by the ``fastmcp run`` CLI: with the middleware, one advisory; without it (what
@@ -164,7 +106,7 @@ def test_fastmcp_run_cli(advisories: bool, assert_valid_advisory: Any) -> None:
     port = free_port()
     with signals_service() as (url, service), tempfile.TemporaryFile() as log:
         env = {"ADCP_TEST_SIGNALS_URL": url, "ADCP_TEST_ADVISORIES": "1" if advisories else "0"}
-        with agent_process(port, env, log):
+        with fastmcp_run(f"{AGENT}:server", port, env, log):
 
             async def stale() -> tuple[dict[str, Any], str]:
                 async with session_at(f"http://127.0.0.1:{port}/mcp") as session:
