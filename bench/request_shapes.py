@@ -58,61 +58,83 @@ def default_root() -> Path:
 
 
 class Walker:
-    """Every (path, schema) a request schema allows, ``$ref`` resolved in its document."""
+    """Every (path, schema) a request schema allows, each ``$ref`` resolved: in its own
+    document (``#/...``), or in ``root`` (``/schemas/...``, the unbundled copies; a file
+    not there is skipped)."""
 
-    def __init__(self, document: dict[str, Any]) -> None:
-        self.document = document
+    def __init__(self, document: dict[str, Any], root: Path | None = None) -> None:
+        self.document, self.root = document, root
+        self.files: dict[Path, dict[str, Any] | None] = {}
 
-    def resolve(self, ref: str) -> dict[str, Any]:
-        node: Any = self.document
-        for part in ref.lstrip("#/").split("/"):
+    def resolve(self, ref: str, document: dict[str, Any]) -> tuple[Any, dict[str, Any]] | None:
+        """What ``ref`` (met in ``document``) points at, and the document it is in."""
+        where, _, fragment = ref.partition("#")
+        if where:
+            if self.root is None or not where.startswith("/schemas/"):
+                return None
+            path = self.root / where.removeprefix("/schemas/")
+            if path not in self.files:
+                self.files[path] = json.loads(path.read_text()) if path.exists() else None
+            found = self.files[path]
+            if found is None:
+                return None
+            document = found
+        node: Any = document
+        for part in filter(None, fragment.split("/")):
             node = node[part.replace("~1", "/").replace("~0", "~")]
-        return dict(node)
+        return node, document
 
-    def default_of(self, schema: Any) -> Any:
+    def default_of(self, schema: Any, document: dict[str, Any]) -> Any:
         """A member's default: its schema's, or the one of what it refers to (``$ref``,
         ``allOf``)."""
         if not isinstance(schema, dict):
             return _NONE
         if "default" in schema:
             return schema["default"]
-        if isinstance(schema.get("$ref"), str) and schema["$ref"].startswith("#"):
-            found = self.default_of(self.resolve(schema["$ref"]))
+        target = self.resolve(schema["$ref"], document) if "$ref" in schema else None
+        if target is not None:
+            found = self.default_of(*target)
             if found is not _NONE:
                 return found
         for sub in schema.get("allOf", []):
-            found = self.default_of(sub)
+            found = self.default_of(sub, document)
             if found is not _NONE:
                 return found
         return _NONE
 
     def walk(
-        self, schema: Any, path: tuple[str, ...], seen: frozenset[str] = frozenset()
+        self,
+        schema: Any,
+        path: tuple[str, ...],
+        document: dict[str, Any] | None = None,
+        seen: frozenset[tuple[int, str]] = frozenset(),
     ) -> Iterator[tuple[tuple[str, ...], dict[str, Any]]]:
         if not isinstance(schema, dict):
             return
+        document = self.document if document is None else document
         ref = schema.get("$ref")
-        if isinstance(ref, str) and ref.startswith("#"):
-            if ref in seen:
-                return  # a recursive schema: its paths are already walked
-            yield from self.walk(self.resolve(ref), path, seen | {ref})
+        if isinstance(ref, str):
+            target = self.resolve(ref, document)
+            mark = (id(target[1]) if target else 0, ref)
+            if target is not None and mark not in seen:  # recursive: its paths are walked
+                yield from self.walk(target[0], path, target[1], seen | {mark})
         yield path, schema
         for name, sub in schema.get("properties", {}).items():
-            yield (*path, name), {"@default": self.default_of(sub)}
-            yield from self.walk(sub, (*path, name), seen)
+            yield (*path, name), {"@default": self.default_of(sub, document)}
+            yield from self.walk(sub, (*path, name), document, seen)
         for key in ("additionalProperties", "patternProperties"):
             subs = schema.get(key)
             if isinstance(subs, dict):
                 for sub in subs.values() if key == "patternProperties" else [subs]:
-                    yield from self.walk(sub, (*path, "@any"), seen)
+                    yield from self.walk(sub, (*path, "@any"), document, seen)
         if isinstance(schema.get("items"), dict):
-            yield from self.walk(schema["items"], (*path, "@items"), seen)
+            yield from self.walk(schema["items"], (*path, "@items"), document, seen)
         for key in ("oneOf", "anyOf", "allOf"):
             for sub in schema.get(key, []):
-                yield from self.walk(sub, path, seen)
+                yield from self.walk(sub, path, document, seen)
         for key in ("then", "else"):  # never "if" or "not": conditions, not descriptions
             if isinstance(schema.get(key), dict):
-                yield from self.walk(schema[key], path, seen)
+                yield from self.walk(schema[key], path, document, seen)
 
 
 def is_array(schema: dict[str, Any]) -> bool:
@@ -120,11 +142,12 @@ def is_array(schema: dict[str, Any]) -> bool:
     return kind == "array" or (isinstance(kind, list) and "array" in kind) or "items" in schema
 
 
-def shape_of(document: dict[str, Any]) -> dict[str, Any]:
-    """The tree of set arrays and defaults of one request schema (see the module)."""
+def shape_of(document: dict[str, Any], root: Path | None = None) -> dict[str, Any]:
+    """The tree of set arrays and defaults of one request schema (see the module), its
+    ``/schemas/`` references read from ``root``."""
     verdicts: dict[tuple[str, ...], list[bool]] = {}
     defaults: dict[tuple[str, ...], list[Any]] = {}
-    for path, schema in Walker(document).walk(document, ()):
+    for path, schema in Walker(document, root).walk(document, ()):
         if "@default" in schema:  # a member's occurrence (see Walker.walk)
             defaults.setdefault(path, []).append(schema["@default"])
         elif is_array(schema):
