@@ -38,6 +38,7 @@ from .advisory import STALE_RESPONSE, AdcpError
 from .collector import AdvisoryCollector, current_collector
 from .probes import Known, ProbeMemo, memo_of
 from .wholesale import (
+    GET_PRODUCTS,
     Outcome,
     Scope,
     canonical,
@@ -94,6 +95,7 @@ async def answer_wholesale(
     agent: str = "",
     strict: bool = False,
     cache: Any = None,
+    tool: str = GET_PRODUCTS,
 ) -> dict[str, Any]:
     """The wholesale answer to ``request``: ``compose()``'s answer with its
     ``wholesale_feed_version`` and ``cache_scope``, or the ``unchanged: true`` answer when
@@ -107,7 +109,9 @@ async def answer_wholesale(
     partition the cache keyed the entries by). ``agent`` names this seller, when one token
     keyspace serves several. ``cache``: the :class:`~adcp_stale_cache.UpstreamCache` the
     answer is composed from, for answering matching probes without composing (see the
-    module). Runs inside the request's collector (the middleware's, or
+    module). ``tool`` names the request's schema (its sets and defaults, see
+    :mod:`~adcp_stale_cache.request_shapes`). Runs inside the request's collector (the
+    middleware's, or
     :func:`~adcp_stale_cache.collect_advisories`). Raises
     :class:`InvalidConditionalRequest` for a lone pricing token."""
     if evaluate(request, "") is Outcome.INVALID:
@@ -120,8 +124,10 @@ async def answer_wholesale(
             "answer_wholesale runs in a request's collector: mount StaleAdvisoryMiddleware "
             "or wrap the call in collect_advisories()"
         )
+    if scope is Scope.ACCOUNT and account is None:  # before the memo: a token is an account's
+        account = _account_of(request, collector, tool)
     try:
-        memo, key = (memo_of(cache), ProbeMemo.key(request, scope, account, agent)) if (
+        memo, key = (memo_of(cache), ProbeMemo.key(request, tool, scope, account, agent)) if (
             cache is not None) else (None, "")  # fmt: skip
     except (TypeError, ValueError) as exc:  # what canonical refuses: nesting past its bound
         raise InvalidConditionalRequest(invalid_request(str(exc))) from exc
@@ -145,12 +151,12 @@ async def answer_wholesale(
     elif scope is Scope.PUBLIC and keyed is Scope.ACCOUNT:  # the other way round is safe
         _contradiction(scope, keyed, strict)
     if scope is Scope.ACCOUNT and account is None:
-        account = collector.partition or json.dumps(canonical(request.get("account")))
+        account = _account_of(request, collector, tool)
     contents = [part.data for part in composition]
     if not contents:  # composed of nothing cached: its own content is the version
         contents = [json.dumps(answer.get("products"), sort_keys=True, default=str).encode()]
     try:
-        token = feed_version(feed_scope(request, scope, account, agent), contents)
+        token = feed_version(feed_scope(request, scope, account, agent, tool), contents)
     except (TypeError, ValueError) as exc:
         raise InvalidConditionalRequest(invalid_request(str(exc))) from exc
     current = not _stale(collector)
@@ -180,6 +186,14 @@ async def _from_memory(
     ):
         return None
     return known if await ProbeMemo.still_current(known, cache.store, cache.clock()) else None
+
+
+def _account_of(request: Mapping[str, Any], collector: AdvisoryCollector, tool: str) -> str:
+    """The identity an account-scoped token is keyed by: the caller partition the cache
+    keys by, else the request's account."""
+    return collector.partition or json.dumps(
+        canonical(request.get("account"), tool, at=("account",))
+    )
 
 
 def _stale(collector: AdvisoryCollector) -> bool:

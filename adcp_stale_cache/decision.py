@@ -110,6 +110,15 @@ def is_fresh(entry: Entry, now: float, policy: Freshness) -> bool:
     return entry.age(now) < target_seconds(entry, policy)
 
 
+def fresh_until(entry: Entry, policy: Freshness) -> float:
+    """When the entry stops being fresh, on the clock of its ``stored_at``: its target less
+    the age it was stored with (an upstream's ``Age``, a sub-agent's or a composite's)."""
+    if entry.revalidate:
+        return -math.inf
+    carried = 0.0 if entry.terms is None else entry.terms.age
+    return entry.stored_at + target_seconds(entry, policy) - carried
+
+
 def is_servable(entry: Entry, now: float, policy: Freshness) -> bool:
     """True while the entry is within its hard max-stale bound."""
     return entry.age(now) <= target_seconds(entry, policy) + max_stale_seconds(entry, policy)

@@ -22,11 +22,17 @@ from typing import Any
 from cachetools import LRUCache
 
 from .collector import Composed
-from .wholesale import Scope, canonical
+from .wholesale import Scope, canonical, release_of
 
 #: Request members that do not change its answer.
 NOT_THE_ANSWER = frozenset(
-    {"context", "idempotency_key", "if_wholesale_feed_version", "if_pricing_version"}
+    {
+        "context",
+        "idempotency_key",
+        "if_wholesale_feed_version",
+        "if_pricing_version",
+        "if_feed_version",
+    }
 )
 
 
@@ -51,11 +57,12 @@ class ProbeMemo:
         self._known: LRUCache[str, Known] = LRUCache(size)
 
     @staticmethod
-    def key(request: Mapping[str, Any], *parts: object) -> str:
-        """What identifies a request's answer: the request, canonical, less
+    def key(request: Mapping[str, Any], tool: str, *parts: object) -> str:
+        """What identifies a request's answer: the request to ``tool``, canonical, less
         :data:`NOT_THE_ANSWER`, and ``parts`` (the seller's own: scope, account, agent)."""
         asked = {k: v for k, v in request.items() if k not in NOT_THE_ANSWER}
-        text = json.dumps([canonical(asked), [str(p) for p in parts]], sort_keys=True)
+        form = canonical(asked, tool, release_of(request))
+        text = json.dumps([tool, form, [str(p) for p in parts]], sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()
 
     def get(self, key: str) -> Known | None:

@@ -17,7 +17,15 @@ from typing import Any, TypeVar
 from .admission import FORCED_FAILURE, InjectedOutage
 from .advisory import stale_response
 from .collector import AdvisoryCollector, AdvisoryLost, Composed, current_collector
-from .decision import Fail, Fresh, Refresh, ServeStale, on_failure, target_seconds, whole_seconds
+from .decision import (
+    Fail,
+    Fresh,
+    Refresh,
+    ServeStale,
+    fresh_until,
+    on_failure,
+    whole_seconds,
+)
 from .entry import Entry
 from .failures import UNKNOWN_FAILURE, Failure, UpstreamUnavailable, classify
 from .flight import Flights, Refreshed
@@ -240,7 +248,7 @@ def _names_context(value: Any) -> bool:
 def _part(found: Lookup, entry: Entry, codec: Codec[Any], *, fresh: bool) -> Composed:
     """``entry`` as a part of a conditional answer (see conditional and probes): its
     content, and where and when it was stored."""
-    until = entry.stored_at + target_seconds(entry, found.policy) if fresh else -math.inf
+    until = fresh_until(entry, found.policy) if fresh else -math.inf
     return Composed(content_of(codec, entry.data), found.store_key, entry.stored_at, until)
 
 

@@ -7,16 +7,20 @@ A buyer mirroring a seller's wholesale feed sends back the ``wholesale_feed_vers
 answer ``unchanged: true`` without the products. Three rules make that safe, and each is one
 function here:
 
-- :func:`canonical` puts a request's filters in one form before they key anything: keys
-  sorted, an omitted key equal to a null one (and, in a token's scope, an empty object to an
-  omitted one), set-semantics arrays sorted and deduplicated
-  (every array, and every field this library does not know, unless it is a sequence:
-  ``preferred_delivery_types``, ``refine``), sequence arrays kept in order; values nested
-  deeper than :data:`MAX_DEPTH` are refused. The cache's keys and the
-  token keyspace both read it, so two spellings of one request are one entry and one token.
-- :func:`feed_scope` is the token's scope: ``(agent, buying_mode, filters, targeting_overlay,
-  required_overlay_support, property_list, catalog)``, plus the account for ``cache_scope:
-  "account"``; ``pagination.cursor`` is never part of it. :func:`feed_version` mints a token
+- :func:`canonical` puts a request in one form before it keys anything: keys sorted, an
+  omitted key equal to a null one, and to its schema default (and, in a token's scope, an
+  empty object to an omitted one); an array is a set (sorted, deduplicated) only where the
+  tool's request schema of the request's release says so (:mod:`.request_shapes`, generated
+  from the schemas), every other array, and every array of a member no schema knows, is a
+  sequence kept in order (GeoJSON coordinates, say); values nested deeper than
+  :data:`MAX_DEPTH` are refused. The cache's keys and the token keyspace both read it, so two
+  spellings of one request are one entry and one token, and two meanings never are.
+- :func:`feed_scope` is the token's scope: every member of the request but those that never
+  change its answer (:data:`NOT_THE_SCOPE`: ``context``, the tokens themselves,
+  ``pagination.cursor``...), so that a member a release adds (3.2's
+  ``media_buy_frequency_cap``, ``required_media_buy_support``) scopes the token unless it is
+  known not to; plus the agent, and the account for ``cache_scope: "account"``.
+  :func:`feed_version` mints a token
   from that scope and what the answer was composed of, so a token minted under one scope can
   never match a request resolved to another, it changes exactly when the content does, and
   every process sharing the content agrees on it (and a restart does not change it).
@@ -36,23 +40,28 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-#: Arrays whose order means something (the spec's sequence arrays); every other array of a
-#: request is a set (the spec's default for fields it adds later).
-SEQUENCE_FIELDS = frozenset({"preferred_delivery_types", "refine"})
+from .request_shapes import SHAPES
 
 #: How deep a request value may nest: deeper is refused (``ValueError``), never recursed
 #: into until the interpreter's own limit.
 MAX_DEPTH = 32
 
-#: The request fields a feed token is scoped to (``cache_scope: "account"`` adds the account).
-SCOPE_FIELDS = (
-    "buying_mode", "filters", "targeting_overlay", "required_overlay_support",
-    "property_list", "catalog",
-)  # fmt: skip
+#: Request members that never change which products (or signals) answer it: every other
+#: member is part of a feed token's scope. ``account`` enters as the seller's account
+#: identity, for ``cache_scope: "account"`` only.
+NOT_THE_SCOPE = frozenset({
+    "context", "context_id", "idempotency_key", "push_notification_config", "time_budget",
+    "if_wholesale_feed_version", "if_pricing_version", "if_feed_version", "cursor",
+    "adcp_version", "adcp_major_version", "account",
+})  # fmt: skip
 
 #: The version of this module's token derivation: part of every token, so that a change of
-#: derivation never lets an old token match.
-TOKEN_VERSION = "wf1"
+#: derivation (wf2: the scope holds every member that selects, arrays are sets only where
+#: the schema says so) never lets an old token match.
+TOKEN_VERSION = "wf2"
+
+#: The tool whose request a wholesale answer reads, when none is named.
+GET_PRODUCTS = "get_products"
 
 
 class Scope(str, enum.Enum):
@@ -62,20 +71,60 @@ class Scope(str, enum.Enum):
     ACCOUNT = "account"  # this account's own rows (overrides, negotiated prices)
 
 
-def canonical(value: Any, field: str | None = None, depth: int = 0) -> Any:
-    """``value`` in the one form that keys it (see the module's rules). Raises
+def release_of(request: Mapping[str, Any]) -> str | None:
+    """The AdCP release a request pins (``adcp_version`` ``"3.2.1"``: ``"3.2"``), or None."""
+    version = request.get("adcp_version")
+    if not isinstance(version, str):
+        return None
+    return ".".join(version.split(".")[:2])
+
+
+def shape(tool: str | None, release: str | None = None) -> Mapping[str, Any]:
+    """What ``tool``'s request schema of ``release`` says of its arrays and defaults (see
+    :mod:`.request_shapes`): None, or a release it does not know, gives what every known
+    release agrees on; an unknown tool, nothing (every array a sequence)."""
+    releases = SHAPES.get(tool or "", {})
+    found: Mapping[str, Any] = releases.get(release or "any", releases.get("any", {}))
+    return found
+
+
+def canonical(
+    value: Any, tool: str | None = None, release: str | None = None, *,
+    at: tuple[str, ...] = (),
+) -> Any:  # fmt: skip
+    """``value`` in the one form that keys it (see the module's rules): a request of
+    ``tool`` at ``release``, or its member at path ``at`` (``("filters",)``). Raises
     :class:`TypeError` for what JSON cannot carry (a request never holds it), and
     :class:`ValueError` past :data:`MAX_DEPTH` levels of nesting."""
+    node = shape(tool, release)
+    for name in at:
+        node = _child(node, name)
+    return _canonical(value, node, 0)
+
+
+def _child(node: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    found = node.get(name)
+    if found is None and not name.startswith("@"):
+        found = node.get("@any")
+    return found if found is not None else {}
+
+
+def _canonical(value: Any, node: Mapping[str, Any], depth: int) -> Any:
     if depth > MAX_DEPTH:
         raise ValueError(f"request values nest deeper than {MAX_DEPTH} levels")
     if isinstance(value, Mapping):
-        pairs = ((str(k), canonical(v, str(k), depth + 1)) for k, v in value.items()
-                 if v is not None)  # fmt: skip
+        pairs = []
+        for key, member in value.items():
+            child = _child(node, str(key))
+            form = None if member is None else _canonical(member, child, depth + 1)
+            if form is None or ("@default" in child and _json(form) == _json(child["@default"])):
+                continue  # omitted, null and the schema's default are one meaning
+            pairs.append((str(key), form))
         return dict(sorted(pairs, key=lambda pair: pair[0]))
     if isinstance(value, (list, tuple)):
-        items = [canonical(item, None, depth + 1) for item in value]
-        if field in SEQUENCE_FIELDS:
-            return items
+        items = [_canonical(item, _child(node, "@items"), depth + 1) for item in value]
+        if not node.get("@set"):
+            return items  # a sequence: every array the schema does not call a set
         unique = {_json(item): item for item in items}  # a set: order and repeats mean nothing
         return [unique[key] for key in sorted(unique)]
     if value is None or isinstance(value, (str, int, float, bool)):
@@ -84,15 +133,21 @@ def canonical(value: Any, field: str | None = None, depth: int = 0) -> Any:
 
 
 def feed_scope(
-    request: Mapping[str, Any], scope: Scope, account: str | None = None, agent: str = ""
-) -> dict[str, Any]:
-    """What a feed token of ``request`` is scoped to: the spec's scoping tuple, canonical,
-    with ``account`` (its identity, as the seller keys accounts) for ``Scope.ACCOUNT``."""
-    scoped: dict[str, Any] = {"agent": agent, "cache_scope": scope.value}
-    for name in SCOPE_FIELDS:
-        value = canonical(request.get(name), name)
-        if value is not None and value != {}:  # an empty object is an omitted one
-            scoped[name] = value
+    request: Mapping[str, Any], scope: Scope, account: str | None = None, agent: str = "",
+    tool: str = GET_PRODUCTS,
+) -> dict[str, Any]:  # fmt: skip
+    """What a feed token of ``request`` (to ``tool``) is scoped to: its members but
+    :data:`NOT_THE_SCOPE` and ``pagination.cursor``, canonical, with ``account`` (its
+    identity, as the seller keys accounts) for ``Scope.ACCOUNT``."""
+    selecting = {k: v for k, v in request.items() if k not in NOT_THE_SCOPE}
+    pagination = selecting.get("pagination")
+    if isinstance(pagination, Mapping):  # the page, never the feed
+        selecting["pagination"] = {k: v for k, v in pagination.items() if k != "cursor"}
+    members = canonical(selecting, tool, release_of(request))
+    scoped: dict[str, Any] = {
+        "agent": agent, "cache_scope": scope.value,
+        "request": {k: v for k, v in members.items() if v != {}},  # {} is an omitted one
+    }  # fmt: skip
     if scope is Scope.ACCOUNT:
         if not account:
             raise ValueError("an account-scoped token needs the account it is scoped to")

@@ -52,7 +52,7 @@ class Seller:
 
         async def compose() -> dict[str, Any]:
             self.composed += 1
-            filters = canonical(request.get("filters") or {})  # one key for either spelling
+            filters = canonical(request.get("filters") or {}, "get_products", at=("filters",))
             key = (filters, account if scope is Scope.ACCOUNT else None)
             products = await self.cache.fetch(INVENTORY, key, lambda: self.inventory.read(filters),
                                               surface="get_products")  # fmt: skip
@@ -493,3 +493,61 @@ async def test_a_token_follows_an_http_upstreams_content_not_its_headers(
     clock.advance(3)
     changed = await ask()
     assert changed["wholesale_feed_version"] != first["wholesale_feed_version"]
+
+
+async def test_an_entry_stored_with_an_age_is_never_unchanged_past_its_target(
+    clock: FakeClock,
+) -> None:
+    """Issue 32, 5: an entry stored 1.5 s old (an upstream's ``Age``, a sub-agent's, a
+    composite's) is past its 2 s target 0.5 s later; the memory counted it fresh for 2 s and
+    answered ``unchanged`` while the upstream was down, with no ``STALE_RESPONSE``."""
+    from adcp_stale_cache.directives import Directives
+
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock,
+                          breaker=None)  # fmt: skip
+    inventory = Inventory()
+
+    async def ask(**fields: Any) -> dict[str, Any]:
+        async def compose() -> dict[str, Any]:
+            products = await cache.fetch(INVENTORY, "k", lambda: inventory.read(None),
+                                         surface="get_products",
+                                         directives=lambda _: Directives(age=1.5))  # fmt: skip
+            return {"products": products}
+
+        with collect_advisories() as advisories:
+            answer = await answer_wholesale(wholesale(**fields), compose, cache=cache)
+        return {**answer, "errors": advisories.errors()}
+
+    token = (await ask())["wholesale_feed_version"]
+    clock.advance(1)  # 2.5 s old: past the target
+    inventory.down = True
+    probe = await ask(if_wholesale_feed_version=token)
+    assert "unchanged" not in probe
+    assert [e["code"] for e in probe["errors"]] == ["STALE_RESPONSE"]
+    assert probe["errors"][0]["details"]["cache_age_seconds"] == 2
+
+
+async def test_an_account_scoped_token_is_never_another_principals_from_memory(
+    clock: FakeClock,
+) -> None:
+    """Issue 32, 6: ``scope=ACCOUNT``, no ``account=``, entries shared across callers: the
+    token is scoped to each caller's partition, so P's token never answers Q ``unchanged``
+    (the memory keyed the request without the account and gave Q P's answer)."""
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock,
+                          breaker=None)  # fmt: skip
+    inventory = Inventory()
+
+    async def ask(principal: str, **fields: Any) -> dict[str, Any]:
+        async def compose() -> dict[str, Any]:
+            read = lambda: inventory.read(None)  # noqa: E731
+            return {"products": await cache.fetch(INVENTORY, "k", read, surface="get_products")}
+
+        with collect_advisories(PRODUCTS, partition=principal):
+            return await answer_wholesale(wholesale(**fields), compose, scope=Scope.ACCOUNT,
+                                          cache=cache)  # fmt: skip
+
+    p_token = (await ask("principal-p"))["wholesale_feed_version"]
+    assert (await ask("principal-p", if_wholesale_feed_version=p_token))["unchanged"]
+    q = await ask("principal-q", if_wholesale_feed_version=p_token)
+    assert "unchanged" not in q and q["wholesale_feed_version"] != p_token
+    assert q["cache_scope"] == "account" and len(q["products"]) == 3

@@ -26,25 +26,62 @@ from adcp_stale_cache.wholesale import (
 WHOLESALE = {"buying_mode": "wholesale"}
 
 
+def filters_form(filters: Any) -> Any:
+    return canonical(filters, "get_products", at=("filters",))
+
+
 def test_filters_in_another_order_are_one_form() -> None:
     one = {"channels": ["display", "olv"], "format_kinds": ["image", "html5"]}
     other = {"format_kinds": ["html5", "image", "html5"], "channels": ["olv", "display"]}
-    assert canonical(one) == canonical(other)
-    assert list(canonical(other)) == ["channels", "format_kinds"]  # keys sorted
+    assert filters_form(one) == filters_form(other)
+    assert list(filters_form(other)) == ["channels", "format_kinds"]  # keys sorted
 
 
 def test_an_omitted_key_equals_a_null_one_and_sequences_keep_their_order() -> None:
-    assert canonical({"channels": None, "countries": ["US"]}) == canonical({"countries": ["US"]})
-    kept = canonical({"preferred_delivery_types": ["guaranteed", "non_guaranteed"]})
-    flipped = canonical({"preferred_delivery_types": ["non_guaranteed", "guaranteed"]})
-    assert kept != flipped  # a priority order means something
-    assert canonical({"channels": []}) != canonical({})  # "none" is not "no filter"
+    assert filters_form({"channels": None, "countries": ["US"]}) == filters_form(
+        {"countries": ["US"]}
+    )
+    kept = canonical({"preferred_delivery_types": ["guaranteed", "non_guaranteed"]}, "get_products")
+    flipped = canonical(
+        {"preferred_delivery_types": ["non_guaranteed", "guaranteed"]}, "get_products"
+    )
+    assert kept != flipped  # a priority order means something (uniqueItems notwithstanding)
+    assert filters_form({"channels": []}) != filters_form({})  # "none" is not "no filter"
 
 
-def test_unknown_arrays_are_sets_even_of_objects() -> None:
+def polygon(*points: tuple[int, int]) -> dict[str, Any]:
+    ring = [list(p) for p in (*points, points[0])]
+    return {"geometry": {"type": "Polygon", "coordinates": [ring]}}
+
+
+def test_unknown_arrays_and_geojson_coordinates_are_sequences() -> None:
+    """Issue 32, 2: a polygon and its lng/lat-swapped twin (a place ~150 km away) were one
+    form and one token, every nested array sorted as a set."""
+    area = polygon((2, 48), (3, 48), (3, 49))
+    twin = polygon((48, 2), (48, 3), (49, 3))
+    for at in (
+        {"filters": {"geo_proximity": [area]}},
+        {"targeting_overlay": {"geo_proximity": [area]}},
+    ):
+        swapped = json.loads(json.dumps(at).replace(json.dumps(area), json.dumps(twin)))
+        assert canonical(at, "get_products") != canonical(swapped, "get_products")
+        tokens = {
+            feed_version(feed_scope({**WHOLESALE, **r}, Scope.PUBLIC), [b"x"])
+            for r in (at, swapped)
+        }
+        assert len(tokens) == 2
+    # A ring's point order is the ring: reversed is another polygon to the schema (a sequence).
+    reversed_ring = {
+        "geometry": {"type": "Polygon", "coordinates": [area["geometry"]["coordinates"][0][::-1]]}
+    }
+    assert filters_form({"geo_proximity": [area]}) != filters_form(
+        {"geo_proximity": [reversed_ring]}
+    )
+    # Arrays of members no schema knows keep their order, of whatever tool.
     a = {"future_field": [{"b": 1, "a": 2}, {"a": 1}]}
     b = {"future_field": [{"a": 1}, {"a": 2, "b": 1}]}
-    assert canonical(a) == canonical(b)
+    assert canonical(a, "get_products") != canonical(b, "get_products")
+    assert canonical(a) == {"future_field": [{"a": 2, "b": 1}, {"a": 1}]}  # keys sorted only
     with pytest.raises(TypeError):
         canonical({"when": object()})
 
@@ -59,9 +96,9 @@ values = st.recursive(
 
 
 @given(values)
-def test_canonical_is_idempotent_and_order_blind(value: Any) -> None:
-    once = canonical(value)
-    assert canonical(once) == once
+def test_canonical_is_idempotent_and_key_order_blind(value: Any) -> None:
+    once = canonical(value, "get_products")
+    assert canonical(once, "get_products") == once
 
     def shuffled(v: Any) -> Any:
         if isinstance(v, dict):
@@ -69,10 +106,10 @@ def test_canonical_is_idempotent_and_order_blind(value: Any) -> None:
             random.Random(len(items)).shuffle(items)
             return {k: shuffled(x) for k, x in items}
         if isinstance(v, list):
-            return [shuffled(x) for x in reversed(v)]
+            return [shuffled(x) for x in v]
         return v
 
-    assert json.dumps(canonical(shuffled(value))) == json.dumps(once)
+    assert json.dumps(canonical(shuffled(value), "get_products")) == json.dumps(once)
 
 
 def test_a_token_is_scoped_and_changes_exactly_with_the_content() -> None:
@@ -155,8 +192,9 @@ def test_an_empty_filters_object_is_omitted_filters_and_refine_keeps_its_order()
     assert (
         feed_scope({"buying_mode": "wholesale", "filters": {"channels": []}}, Scope.PUBLIC) != bare
     )  # an empty set is no channel, not every channel
-    assert canonical([{"a": 1}, {"b": 2}], "refine") == [{"a": 1}, {"b": 2}]
-    assert canonical([{"b": 2}, {"a": 1}], "refine") == [{"b": 2}, {"a": 1}]
+    refine = [{"scope": "request", "ask": "a"}, {"scope": "request", "ask": "b"}]
+    assert canonical({"refine": refine}, "get_products")["refine"] == refine
+    assert canonical({"refine": refine[::-1]}, "get_products")["refine"] == refine[::-1]
 
 
 def test_values_nested_past_the_bound_are_refused() -> None:

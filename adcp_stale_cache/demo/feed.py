@@ -73,7 +73,7 @@ def _canonical_filters(filters: Any) -> Any:
                 invalid_request(f"filters.{name} is not a list of strings", f"filters.{name}")
             )
     try:
-        return canonical(filters, "filters")
+        return canonical(filters, "get_products", at=("filters",))
     except (TypeError, ValueError) as exc:
         raise InvalidConditionalRequest(invalid_request(str(exc), "filters")) from exc
 
