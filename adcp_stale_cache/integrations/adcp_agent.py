@@ -44,7 +44,7 @@ from ..cache import UpstreamCache
 from ..failures import InvalidPayload, UpstreamError
 from ..hops import delivered, directives_of
 from ..policy import Upstream
-from ..wholesale import canonical
+from ..wholesale import canonical, release_of
 
 #: How the adapter reaches the agent: ``(tool, params) -> the answer's wire payload`` (a
 #: dict, ``adcp_error`` and all); raises for transport failures.
@@ -119,7 +119,9 @@ class AdcpAgent:
         """
         params = {name: value for name, value in request.items() if name not in PER_CALL}
         public = {name: value for name, value in params.items() if name != "account"}
-        own, shared = ("adcp", tool, canonical(params)), ("adcp", tool, canonical(public))
+        release = release_of(params)
+        own = ("adcp", tool, canonical(params, tool, release))
+        shared = ("adcp", tool, canonical(public, tool, release))
         if own == shared:  # no account (an account: null is none)
             return delivered(await self._fetch(tool, params, own, ()))
         account = params["account"]
