@@ -111,3 +111,10 @@ async def test_a_context_nested_past_what_re_encodes_still_gets_its_503() -> Non
     assert answer.status_code == 503
     payload = answer.json()
     assert payload["adcp_error"]["code"] == "SERVICE_UNAVAILABLE" and "context" not in payload
+
+
+def test_a_key_nested_past_the_stack_is_refused_with_the_clear_error() -> None:
+    from adcp_stale_cache.keys import digest
+
+    with pytest.raises(TypeError, match="exact cache key"):  # as every unkeyable value is
+        digest([("get_products", loads(READABLE_DEEP))])
