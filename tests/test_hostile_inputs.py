@@ -118,3 +118,28 @@ def test_a_key_nested_past_the_stack_is_refused_with_the_clear_error() -> None:
 
     with pytest.raises(TypeError, match="exact cache key"):  # as every unkeyable value is
         digest([("get_products", loads(READABLE_DEEP))])
+
+
+async def test_a_release_pin_nested_past_what_encodes_is_unread_never_a_500() -> None:
+    from adcp_stale_cache import MemoryStore, UpstreamCache
+
+    policy = POLICY.model_copy(update={"varies_by_version": True, "paths": ("/get_products",)})
+    cache = UpstreamCache(MemoryStore(), surfaces=Surfaces.of(policy))
+    calls = []
+
+    async def endpoint(request: Request) -> JSONResponse:
+        await request.body()
+
+        async def call() -> dict[str, Any]:
+            calls.append(1)
+            return {"products": [len(calls)]}
+
+        return JSONResponse(
+            await cache.fetch(Upstream(name="inventory"), "k", call, surface=policy)
+        )
+
+    app = StaleAdvisoryMiddleware(Starlette(routes=[Route("/get_products", endpoint, methods=["POST"])]),
+                                  surfaces=Surfaces.of(policy))  # fmt: skip
+    body = b'{"adcp_version":' + READABLE_DEEP[10:-10] + b"}"  # 990 levels
+    answers = [await post(app, "/get_products", body) for _ in range(2)]
+    assert [a.json() for a in answers] == [{"products": [1]}, {"products": [2]}]  # not shared
