@@ -37,8 +37,13 @@ def list_products_seller(stale: dict[str, Any]) -> Starlette:
             return {"success": not cold, "current_state": "unavailable", "context": context}
         if skill == "get_adcp_capabilities":
             return {"adcp": {"major_versions": [3]}, "context": context}
-        payload = {"outcome": "products", "products": PRODUCTS, "cache_scope": "public",
-                   "context": context, **(stale if forced else {})}  # fmt: skip
+        payload = {
+            "outcome": "products",
+            "products": PRODUCTS,
+            "cache_scope": "public",
+            "context": context,
+            **(stale if forced else {}),
+        }
         forced.clear()
         return payload
 
@@ -57,12 +62,18 @@ def list_products_seller(stale: dict[str, Any]) -> Starlette:
         }
         return JSONResponse({"jsonrpc": "2.0", "id": rpc["id"], "result": task})
 
-    return Starlette(routes=[Route("/.well-known/agent-card.json", card),
-                             Route("/", send, methods=["POST"])])  # fmt: skip
+    return Starlette(
+        routes=[Route("/.well-known/agent-card.json", card), Route("/", send, methods=["POST"])]
+    )
 
 
-STALE = {"code": "STALE_RESPONSE", "message": "m", "recovery": "transient", "field": "products",
-         "details": {"served_from_cache": True, "cache_age_seconds": 120}}  # fmt: skip
+STALE = {
+    "code": "STALE_RESPONSE",
+    "message": "m",
+    "recovery": "transient",
+    "field": "products",
+    "details": {"served_from_cache": True, "cache_age_seconds": 120},
+}
 
 
 def test_the_table_comes_from_the_bundled_schemas() -> None:
@@ -73,10 +84,13 @@ def test_the_table_comes_from_the_bundled_schemas() -> None:
 
 @pytest.mark.parametrize(
     ("stale", "passed"),
-    [({"errors": [STALE]}, False), ({"errors": []}, False),
-     ({"incomplete": [{"scope": "products", "description": "served from cache"}]}, True)],
+    [
+        ({"errors": [STALE]}, False),
+        ({"errors": []}, False),
+        ({"incomplete": [{"scope": "products", "description": "served from cache"}]}, True),
+    ],
     ids=["a STALE_RESPONSE", "an empty errors", "incomplete"],
-)  # fmt: skip
+)
 async def test_a_list_products_answer_never_carries_errors(
     stale: dict[str, Any], passed: bool
 ) -> None:

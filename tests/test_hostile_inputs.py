@@ -82,11 +82,15 @@ def test_the_one_json_reading_refuses_depth_as_not_json() -> None:
     ("path", "body"),
     [
         ("/get_products", b'{"products":[' + READABLE_DEEP + b'],"errors":[]}'),
-        ("/mcp", b'{"jsonrpc":"2.0","id":1,"result":{"structuredContent":{"products":['
-         + READABLE_DEEP + b'],"errors":[]},"isError":false}}'),
+        (
+            "/mcp",
+            b'{"jsonrpc":"2.0","id":1,"result":{"structuredContent":{"products":['
+            + READABLE_DEEP
+            + b'],"errors":[]},"isError":false}}',
+        ),
     ],
     ids=["plain", "mcp"],
-)  # fmt: skip
+)
 async def test_an_answer_nested_past_what_re_encodes_goes_out_untouched(
     path: str, body: bytes
 ) -> None:
@@ -138,8 +142,10 @@ async def test_a_release_pin_nested_past_what_encodes_is_unread_never_a_500() ->
             await cache.fetch(Upstream(name="inventory"), "k", call, surface=policy)
         )
 
-    app = StaleAdvisoryMiddleware(Starlette(routes=[Route("/get_products", endpoint, methods=["POST"])]),
-                                  surfaces=Surfaces.of(policy))  # fmt: skip
+    app = StaleAdvisoryMiddleware(
+        Starlette(routes=[Route("/get_products", endpoint, methods=["POST"])]),
+        surfaces=Surfaces.of(policy),
+    )
     body = b'{"adcp_version":' + READABLE_DEEP[10:-10] + b"}"  # 990 levels
     answers = [await post(app, "/get_products", body) for _ in range(2)]
     assert [a.json() for a in answers] == [{"products": [1]}, {"products": [2]}]  # not shared

@@ -63,8 +63,13 @@ class SharingStore(MemoryStore):
 
 
 def cache_of(clock: FakeClock, store: MemoryStore | None = None, share: bool = False) -> Any:
-    return UpstreamCache(store or MemoryStore(clock=clock), surfaces=Surfaces.of(POLICY),
-                         clock=clock, breaker=BREAKER, share_breakers=share)  # fmt: skip
+    return UpstreamCache(
+        store or MemoryStore(clock=clock),
+        surfaces=Surfaces.of(POLICY),
+        clock=clock,
+        breaker=BREAKER,
+        share_breakers=share,
+    )
 
 
 async def fail_twice(cache: UpstreamCache, upstream: Upstream, agent: Agent) -> None:
@@ -74,9 +79,10 @@ async def fail_twice(cache: UpstreamCache, upstream: Upstream, agent: Agent) -> 
 
 
 @pytest.mark.parametrize(
-    "limit", [UpstreamHTTPError(429, retry_after=60), UpstreamError("RATE_LIMITED")],
+    "limit",
+    [UpstreamHTTPError(429, retry_after=60), UpstreamError("RATE_LIMITED")],
     ids=["HTTP 429", "AdCP RATE_LIMITED"],
-)  # fmt: skip
+)
 async def test_one_tenants_rate_limit_never_holds_another_back(
     clock: FakeClock, limit: BaseException
 ) -> None:
