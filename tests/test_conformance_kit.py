@@ -425,3 +425,14 @@ async def test_a_controller_without_force_is_advisory_as_the_storyboard_grades_i
     assert "ADVISORY controller (default upstream)" in report.text()
     assert "(1 advisory failed)" in report.text()
     assert report.to_json()["results"][-2]["severity"] == "advisory"
+
+
+def refuses_params(payload: dict[str, Any]) -> None:
+    if payload.get("current_state") == "unavailable":
+        payload.clear()
+        payload.update({"success": False, "error": "INVALID_PARAMS"})
+
+
+async def test_a_controller_refusing_otherwise_still_fails(upstreams: dict[str, App]) -> None:
+    report = await check_seller(Rewriting(seller(upstreams), refuses_params), transport="a2a")
+    assert not report.passed and failed(report) == {"controller (default upstream)"}

@@ -13,7 +13,8 @@ The check: capabilities; a healthy call with no advisory; ``force_upstream_unava
 credential, hostname or stack trace in its text); and a healthy call after it, again with no
 advisory; with a controller that acknowledges ``empty_cache``, a forced outage with nothing
 cached must stay a failure with no advisory. A seller without the controller fails, never
-passes. Schemas come from the
+passes; one whose controller answers ``UNKNOWN_SCENARIO`` gets an advisory line, as the
+storyboard grades its forcing phase (``severity: advisory``). Schemas come from the
 installed ``adcp`` package (``pip install 'adcp-stale-cache[check]'``).
 
 AdCP's own caching contract is checked where the seller declares it (:mod:`.caching`): the
@@ -152,10 +153,12 @@ async def _run(
         forced = await _force(wire, tool, name, cache_age_seconds=cache_age)
         ok = forced.transport_ok and (forced.payload or {}).get("success") is True
         seen = f"{forced.transport}, {json.dumps(forced.payload)[:200]}"
-        # The storyboard grades its forcing phase advisory: a controller without
-        # force_upstream_unavailable is reported, and the stale path left unchecked.
+        # The storyboard grades its forcing phase advisory: a controller that does not know
+        # the scenario is reported, and the stale path left unchecked (a refused upstream
+        # name, a sandbox refusal, a failed call still fail).
+        unknown = (forced.payload or {}).get("error") == "UNKNOWN_SCENARIO"
         rule = f"controller ({name or 'default upstream'})"
-        results.append(Result(rule, ok, seen, "required" if ok else "advisory"))
+        results.append(Result(rule, ok, seen, "advisory" if unknown else "required"))
         if not ok:
             results.append(Result("stale_path", None, "not checked: the controller did not "
                                   "acknowledge force_upstream_unavailable"))  # fmt: skip
