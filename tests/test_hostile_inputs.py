@@ -149,3 +149,12 @@ async def test_a_release_pin_nested_past_what_encodes_is_unread_never_a_500() ->
     body = b'{"adcp_version":' + READABLE_DEEP[10:-10] + b"}"  # 990 levels
     answers = [await post(app, "/get_products", body) for _ in range(2)]
     assert [a.json() for a in answers] == [{"products": [1]}, {"products": [2]}]  # not shared
+
+
+def test_the_one_json_reading_keeps_long_integers_exact() -> None:
+    """orjson reads an integer past 64 bits as a float: an MCP text mirror holding one no
+    longer matched its structuredContent (found by test_fuzz_rewriter)."""
+    assert loads(b"[-9223372036854775809, 18446744073709551616]") == [
+        -9223372036854775809,
+        18446744073709551616,
+    ]

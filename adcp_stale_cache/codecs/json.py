@@ -144,13 +144,15 @@ def _check(payload: Any) -> None:
 
 
 def loads(body: bytes | str) -> Any:
-    """Parse untrusted JSON to read it (not to re-encode it: see :func:`parse`); raises
+    """Parse untrusted JSON to read it (not to re-encode it: see :func:`parse`), numbers as
+    the stdlib reads them (orjson would make an integer past 64 bits a float); raises
     :class:`NotJson`, never ``RecursionError``, for what is no JSON read here."""
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:
-        # NaN, lone surrogates...: the stdlib accepts them, and must say if it is not JSON
-        return _stdlib(body, None)
+    if not has_long_number(body.encode() if isinstance(body, str) else body):
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError:
+            pass  # NaN, lone surrogates...: the stdlib accepts them, and says if it is not JSON
+    return _stdlib(body, None)
 
 
 def read(body: bytes | str) -> tuple[Any, bool]:
