@@ -17,7 +17,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from .breaker import Admission, Breaker, BreakerPolicy
+from .breaker import (
+    Admission,
+    Breaker,
+    BreakerKey,
+    BreakerPolicy,
+    about_credentials,
+    breaker_keys,
+)
 from .collector import AdvisoryCollector
 from .failures import BUDGET_SPENT, CIRCUIT_OPEN, Failure
 from .lookup import Lookup
@@ -110,8 +117,10 @@ class Refused:
 
 
 class Breakers:
-    """The per-upstream circuit breakers of one cache (none when ``policy`` is None), on
-    ``clock`` (monotonic: per process), shared with other processes through ``shared``."""
+    """The circuit breakers of one cache (none when ``policy`` is None), on ``clock``
+    (monotonic: per process), shared with other processes through ``shared``: one per
+    upstream, and one per set of credentials an upstream is called with (see
+    :func:`~adcp_stale_cache.breaker.breaker_keys`)."""
 
     def __init__(
         self,
@@ -121,24 +130,23 @@ class Breakers:
         shared: SharedBreakers | None = None,
     ) -> None:
         self.policy, self.clock, self.metrics, self.shared = policy, clock, metrics, shared
-        self._breakers: dict[tuple[str, str | None], Breaker] = {}  # by Upstream.identity
+        self._breakers: dict[BreakerKey, Breaker] = {}
 
-    def of(self, upstream: Upstream) -> Breaker | None:
-        """The breaker of ``upstream`` (None: breakers are off)."""
+    def _of(self, key: BreakerKey) -> Breaker | None:
         if self.policy is None:
             return None
-        breaker = self._breakers.get(upstream.identity)
+        breaker = self._breakers.get(key)
         if breaker is None:
-            breaker = self._breakers[upstream.identity] = Breaker(self.policy)
+            breaker = self._breakers[key] = Breaker(self.policy)
         return breaker
 
     def is_open(self, upstream: Upstream | str) -> bool:
-        """True while the breaker of ``upstream`` holds calls back (given a name: of any
-        upstream of that name)."""
+        """True while a breaker of ``upstream`` holds its calls back (given a name: a breaker
+        of any upstream of that name, whatever credentials)."""
         if isinstance(upstream, Upstream):
-            breaker = self._breakers.get(upstream.identity)
-            return breaker is not None and breaker.is_open
-        return any(b.is_open for (name, _), b in list(self._breakers.items()) if name == upstream)
+            keys = breaker_keys(upstream)
+            return any(key in self._breakers and self._breakers[key].is_open for key in keys)
+        return any(b.is_open for key, b in list(self._breakers.items()) if key[0] == upstream)
 
     async def admit(self, found: Lookup) -> Admitted | Refused:
         """The answer for a fetch that found no fresh hit."""
@@ -151,30 +159,53 @@ class Breakers:
             if budget <= 0:  # before the breaker: a caller that will not call takes no probe
                 return Refused(BUDGET_SPENT)
             timeout = min(timeout, budget)
-        breaker = self.of(found.upstream)
-        admission = breaker.admit(self.clock()) if breaker else Admission.CALL
-        if breaker is not None and admission is Admission.REJECT:  # open: answer at once
-            return Refused(breaker.last_failure or CIRCUIT_OPEN)
-        if admission is Admission.CALL and self.shared is not None:
-            elsewhere = await self.shared.open_elsewhere(found.upstream)
-            if elsewhere is not None:
-                return Refused(elsewhere)
-        return Admitted(timeout, breaker if admission is Admission.PROBE else None)
+        keys = breaker_keys(found.upstream)
+        probe: Breaker | None = None
+        for key in dict.fromkeys(keys):  # the upstream's, then its credentials'
+            breaker = self._of(key)
+            if breaker is None:
+                break
+            admission = breaker.admit(self.clock())
+            if admission is Admission.REJECT:  # open: answer at once
+                if probe is not None:
+                    probe.release_probe()
+                return Refused(breaker.last_failure or CIRCUIT_OPEN)
+            if admission is Admission.PROBE and probe is None:
+                probe = breaker
+            elif admission is Admission.PROBE:  # one call probes both: one slot is held
+                breaker.release_probe()
+        if probe is None and self.shared is not None:
+            for key in dict.fromkeys(keys):
+                elsewhere = await self.shared.open_elsewhere(key)
+                if elsewhere is not None:
+                    return Refused(elsewhere)
+        return Admitted(timeout, probe)
 
     async def report(self, upstream: Upstream, failure: Failure | None, outage: bool) -> None:
         """A call's verdict: ``failure`` None for an answer; ``outage`` whether the failure
-        counts as one (one that does not still means the upstream answered)."""
-        breaker = self.of(upstream)
-        if breaker is None:
+        counts as one (one that does not still means the upstream answered). A rate limit
+        counts against the credentials' breaker (the upstream answered); any other outage
+        against the upstream's (the credentials' get no verdict)."""
+        if self.policy is None:
             return
+        host, own = breaker_keys(upstream)
+        failed = None
         if failure is not None and outage:
-            breaker.on_failure(self.clock(), failure)
-        else:
-            breaker.on_success()
-        self.metrics.breaker(upstream.name, breaker.is_open)
+            failed = own if about_credentials(failure) else host
+        for key in dict.fromkeys((host, own) if failed != host else (host,)):
+            breaker = self._of(key)
+            assert breaker is not None  # (breakers are on)
+            if key == failed and failure is not None:
+                breaker.on_failure(self.clock(), failure)
+            else:
+                breaker.on_success()
+            await self._share(key, breaker, failure if key == failed else None)
+        self.metrics.breaker(upstream.name, self.is_open(upstream.name))
+
+    async def _share(self, key: BreakerKey, breaker: Breaker, failure: Failure | None) -> None:
         if self.shared is None:
             return
         if failure is None:
-            await self.shared.closed(upstream)
+            await self.shared.closed(key)
         elif breaker.is_open and not breaker.probing:
-            await self.shared.opened(upstream, failure, breaker.policy.cooldown_seconds)
+            await self.shared.opened(key, failure, breaker.policy.cooldown_seconds)

@@ -9,6 +9,11 @@ answered from another process's refresh that never came) must give its slot back
 
 Times are readings of a monotonic clock: the breaker is per process, and a wall clock stepped
 back would hold it open for as long as the step.
+
+A breaker is about what its failures are about (:func:`breaker_keys`): an upstream down, slow
+or failing is down for every caller, so those failures open the upstream's breaker; a rate
+limit is the quota of the credentials that hit it, so it opens the breaker of those
+credentials only, and another tenant calling with its own is not held back.
 """
 
 from __future__ import annotations
@@ -19,6 +24,12 @@ from collections import deque
 from pydantic import BaseModel, ConfigDict, Field
 
 from .failures import Failure
+from .keys import digest
+from .policy import FailureKind, Upstream
+
+#: What a breaker is about: the upstream's identity (name, URL), and a digest of the
+#: credentials it is called with (None: the upstream itself, whoever calls).
+BreakerKey = tuple[str, str | None, str | None]
 
 
 class BreakerPolicy(BaseModel):
@@ -99,3 +110,18 @@ class Breaker:
         if len(self._failures) >= self.policy.failure_threshold:
             self.opened_at = now
             self._failures.clear()
+
+
+def breaker_keys(upstream: Upstream) -> tuple[BreakerKey, BreakerKey]:
+    """The keys of the breakers a call to ``upstream`` answers to: the upstream's, then its
+    credentials' (the same key when it has no credentials of its own)."""
+    host: BreakerKey = (upstream.name, upstream.url, None)
+    if upstream.credentials is None:
+        return host, host
+    return host, (upstream.name, upstream.url, digest([upstream.credentials.get_secret_value()]))
+
+
+def about_credentials(failure: Failure) -> bool:
+    """Whether ``failure`` is about the credentials the call was made with (a rate limit,
+    HTTP 429 or AdCP ``RATE_LIMITED``) rather than about the upstream, down for everyone."""
+    return failure.kind is FailureKind.RATE_LIMITED or failure.code == "RATE_LIMITED"

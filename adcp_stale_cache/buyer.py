@@ -19,13 +19,13 @@ has no advisories (and no payload): failed stays failed.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .advisory import STALE_RESPONSE
+from .codecs.json import loads
 
 
 @dataclass(frozen=True)
@@ -191,8 +191,8 @@ def _from_mcp(result: Mapping[str, Any]) -> Any:
         text = item.get("text") if isinstance(item, Mapping) else None
         if isinstance(text, str) and item.get("type") == "text":  # (text: item is a mapping)
             try:
-                return json.loads(text)
-            except (ValueError, RecursionError):  # not JSON, or nested past what is read
+                return loads(text)
+            except ValueError:  # not JSON, or nested past what is read (NotJson)
                 continue
     return None
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
-import json
 import math
 import sys
 import time
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
 from .advisory import AdcpError
+from .codecs.json import Untouched, dumps_text
 from .policy import SurfacePolicy
 
 
@@ -143,7 +143,10 @@ class AdvisoryCollector:
             if pinned is UNREAD:
                 return UNREAD
             if pinned is not None:
-                return f"{name}={json.dumps(pinned, sort_keys=True, default=str)}"
+                try:
+                    return f"{name}={dumps_text(pinned, sort_keys=True, default=str)}"
+                except Untouched:  # nested past what encodes: read as unreadable
+                    return UNREAD
         return None
 
     def budget_left(self, policy: SurfacePolicy) -> float | None:

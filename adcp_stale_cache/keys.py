@@ -36,7 +36,10 @@ def key_size(key: object) -> int:
 
 def _bytes(part: object) -> bytes:
     out = bytearray()
-    _encode(part, out)
+    try:
+        _encode(part, out)
+    except RecursionError:  # a request's arguments, nested as deep as a JSON parser reads
+        raise TypeError(f"{_REFUSED}: a key nests deeper than the stack holds") from None
     return bytes(out)
 
 

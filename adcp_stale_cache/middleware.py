@@ -213,20 +213,28 @@ async def _unavailable(
     await request.read_rest()
     context = request.context()
     own = None if context is NO_CONTEXT or context is UNKNOWN else context
-    payload = failed_payload([failure.to_dict()], own)
-    status, answer = 503, payload
-    if len(request.calls) == 1 and request.calls[0].protocol == "mcp":
-        text = dumps(payload).decode()
-        content = [{"type": "text", "text": text}]
-        result = {"content": content, "structuredContent": payload, "isError": True}
-        status, answer = 200, {"jsonrpc": "2.0", "id": request.calls[0].id, "result": result}
-    body = dumps(answer)
+    try:
+        status, body = _failure_answer(request, failure.to_dict(), own)
+    except Untouched:  # a context nested past what re-encodes: the answer goes without it
+        status, body = _failure_answer(request, failure.to_dict(), None)
     headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
     if failure.retry_after is not None:
         headers.append((b"retry-after", b"%d" % failure.retry_after))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})
     logger.info("upstream_unavailable_answered upstream=%s status=%d", error.upstream.name, status)
+
+
+def _failure_answer(request: RequestPeek, error: dict[str, Any], context: Any) -> tuple[int, bytes]:
+    """The status and body answering ``request`` with the fatal ``error``: a 503 JSON body,
+    or for one MCP call an ``isError`` tool result."""
+    payload = failed_payload([error], context)
+    if len(request.calls) == 1 and request.calls[0].protocol == "mcp":
+        text = dumps(payload).decode()
+        content = [{"type": "text", "text": text}]
+        result = {"content": content, "structuredContent": payload, "isError": True}
+        return 200, dumps({"jsonrpc": "2.0", "id": request.calls[0].id, "result": result})
+    return 503, dumps(payload)
 
 
 def route_path(scope: Scope) -> str:

@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .breaker import BreakerKey
 from .failures import Failure
-from .policy import FailureKind, Upstream
+from .policy import FailureKind
 
 
 class SharedBreakers:
@@ -23,39 +24,43 @@ class SharedBreakers:
 
     def __init__(self, store: Any) -> None:
         self.store = store
-        self._published: set[tuple[str, str | None]] = set()  # open here, or seen open
+        self._published: set[BreakerKey] = set()  # open here, or seen open
 
-    async def open_elsewhere(self, upstream: Upstream) -> Failure | None:
-        """The failure another process saw, while its breaker on ``upstream`` is open."""
+    async def open_elsewhere(self, key: BreakerKey) -> Failure | None:
+        """The failure another process saw, while its breaker ``key`` is open."""
         read = getattr(self.store, "breaker_state", None)
-        raw = await read(_name(upstream)) if read is not None else None
+        raw = await read(_name(key)) if read is not None else None
         if raw is None:
             return None
-        self._published.add(upstream.identity)
+        self._published.add(key)
         try:
             state = json.loads(raw)
             return Failure(FailureKind(state["kind"]), str(state["code"]), str(state["message"]))
         except (ValueError, KeyError, TypeError):
             return None  # not ours to read: share nothing
 
-    async def opened(self, upstream: Upstream, failure: Failure, seconds: float) -> None:
-        """This process's breaker opened: tell the others for ``seconds``."""
+    async def opened(self, key: BreakerKey, failure: Failure, seconds: float) -> None:
+        """This process's breaker ``key`` opened: tell the others for ``seconds``."""
         write = getattr(self.store, "breaker_opened", None)
         if write is None:
             return
         state = {"kind": failure.kind.value, "code": failure.code, "message": failure.message}
-        await write(_name(upstream), json.dumps(state), seconds)
-        self._published.add(upstream.identity)
+        await write(_name(key), json.dumps(state), seconds)
+        self._published.add(key)
 
-    async def closed(self, upstream: Upstream) -> None:
+    async def closed(self, key: BreakerKey) -> None:
         """A call succeeded: withdraw what was shared (one write, only when there was)."""
-        if upstream.identity not in self._published:
+        if key not in self._published:
             return
-        self._published.discard(upstream.identity)
+        self._published.discard(key)
         withdraw = getattr(self.store, "breaker_closed", None)
         if withdraw is not None:
-            await withdraw(_name(upstream))
+            await withdraw(_name(key))
 
 
-def _name(upstream: Upstream) -> str:
-    return upstream.name if upstream.url is None else f"{upstream.name} {upstream.url}"
+def _name(key: BreakerKey) -> str:
+    """The store's name of breaker ``key`` (an upstream's as before credentials had their own;
+    a credentials' breaker by their digest, never the credentials)."""
+    name, url, credentials = key
+    found = name if url is None else f"{name} {url}"
+    return found if credentials is None else f"{found} credentials={credentials}"

@@ -406,3 +406,33 @@ def test_no_leaks_reads_credentials_under_json_keys_and_past_escapes() -> None:
     verdicts = {r.rule: r.passed for r in rules.stale(reply, tool="get_products",
                 upstreams=["u"], cache_age=1, secrets=[], validators="none")}  # fmt: skip
     assert verdicts["exact_age"] is False and verdicts["age_past_target"] is False
+
+
+def refuses_force(payload: dict[str, Any]) -> None:
+    """A controller that lists no force_upstream_unavailable (the seller forced it all the
+    same: the kit must stop there, not read the stale path)."""
+    if payload.get("current_state") == "unavailable":
+        payload.clear()
+        payload.update({"success": False, "error": "UNKNOWN_SCENARIO"})
+
+
+async def test_a_controller_without_force_is_advisory_as_the_storyboard_grades_it(
+    upstreams: dict[str, App],
+) -> None:
+    report = await check_seller(Rewriting(seller(upstreams), refuses_force), transport="a2a")
+    assert report.passed, report.text()
+    assert [r.rule for r in report.advisories()] == ["controller (default upstream)"]
+    assert "ADVISORY controller (default upstream)" in report.text()
+    assert "(1 advisory failed)" in report.text()
+    assert report.to_json()["results"][-2]["severity"] == "advisory"
+
+
+def refuses_params(payload: dict[str, Any]) -> None:
+    if payload.get("current_state") == "unavailable":
+        payload.clear()
+        payload.update({"success": False, "error": "INVALID_PARAMS"})
+
+
+async def test_a_controller_refusing_otherwise_still_fails(upstreams: dict[str, App]) -> None:
+    report = await check_seller(Rewriting(seller(upstreams), refuses_params), transport="a2a")
+    assert not report.passed and failed(report) == {"controller (default upstream)"}

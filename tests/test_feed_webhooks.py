@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
@@ -177,3 +178,19 @@ async def test_on_a_starlette_route_it_answers(seller: Seller) -> None:
     http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://seller.test")
     body = json.dumps(event()).encode()
     assert (await http.post(URL, content=body, headers=signed(body))).status_code == 202
+
+
+async def test_a_verified_body_nested_past_any_parser_is_400_never_500(seller: Seller) -> None:
+    """adcp 9.2's verifier refuses such a body itself (401, ``webhook_body_malformed``); a
+    verifier that does not parse the body (HMAC, an older profile) leaves it to ours."""
+
+    class BodyBlind(FeedWebhooks):
+        def _unverified(self, headers: Mapping[str, str], body: bytes) -> str | None:
+            return None
+
+    deep = b"[" * 3000 + b"]" * 3000
+    assert (await seller.post(deep, signed(deep))).status_code == 401
+    app = BodyBlind(seller.control, UPSTREAM, verify=None, url=URL)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=URL) as http:
+        answer = await http.post(URL, content=deep, headers=signed(deep))
+    assert answer.status_code == 400 and "not a wholesale feed event" in answer.json()["error"]

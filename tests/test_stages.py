@@ -28,7 +28,7 @@ from adcp_stale_cache.admission import (
     compliance_injector,
 )
 from adcp_stale_cache.advisory import stale_response
-from adcp_stale_cache.breaker import BreakerPolicy
+from adcp_stale_cache.breaker import Breaker, BreakerPolicy
 from adcp_stale_cache.collector import AdvisoryCollector, use_collector
 from adcp_stale_cache.control import CacheControl
 from adcp_stale_cache.decision import Fresh, Refresh
@@ -246,7 +246,7 @@ async def test_a_probe_or_a_revalidation_window_flies_behind_the_entry(clock: Fa
     clock.advance(61)
     with use_collector(None):
         found = await looks.look_up(INVENTORY, "k", "list_creative_formats", [])
-    breaker = Breakers(BreakerPolicy(), clock, CacheMetrics()).of(INVENTORY)
+    breaker = Breaker(BreakerPolicy())
 
     async def call() -> dict[str, Any]:
         return {"formats": []}

@@ -33,6 +33,15 @@ class Untouched(Exception):
     """The body must pass through unchanged; the message says why."""
 
 
+class NotJson(Untouched, ValueError):
+    """A body this package does not read as JSON: not UTF-8, not JSON, or nested deeper than
+    a parser holds (a ``ValueError`` too, for callers that answer bad input with a 400)."""
+
+
+#: Why a value nested past what the parsers and encoders hold is left alone.
+TOO_DEEP = "nested too deep to read or re-encode"
+
+
 class Unmendable(Untouched):
     """An answer holding another request's ``context`` that cannot be re-encoded exactly
     (``NaN``, ``1e400``, a decimal past 17 digits): it goes out as it came, said loudly."""
@@ -135,12 +144,15 @@ def _check(payload: Any) -> None:
 
 
 def loads(body: bytes | str) -> Any:
-    """Parse JSON to read it (not to re-encode it: see :func:`parse`)."""
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:
-        # NaN, lone surrogates...: the stdlib accepts them, and must say if it is not JSON
-        return _stdlib(body, None)
+    """Parse untrusted JSON to read it (not to re-encode it: see :func:`parse`), numbers as
+    the stdlib reads them (orjson would make an integer past 64 bits a float); raises
+    :class:`NotJson`, never ``RecursionError``, for what is no JSON read here."""
+    if not has_long_number(body.encode() if isinstance(body, str) else body):
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError:
+            pass  # NaN, lone surrogates...: the stdlib accepts them, and says if it is not JSON
+    return _stdlib(body, None)
 
 
 def read(body: bytes | str) -> tuple[Any, bool]:
@@ -167,7 +179,7 @@ def _stdlib(body: bytes | str, parse_float: Any) -> Any:
     try:  # strictly UTF-8: json.loads would guess UTF-16 from bytes, and the splice corrupt it
         text = body.decode() if isinstance(body, bytes) else body
     except UnicodeDecodeError:
-        raise Untouched("body is not UTF-8 JSON") from None
+        raise NotJson("body is not UTF-8 JSON") from None
     exact = parse_float is not None
     try:
         return json.loads(
@@ -175,8 +187,10 @@ def _stdlib(body: bytes | str, parse_float: Any) -> Any:
             parse_float=parse_float,
             parse_constant=_no_constant if exact else None,
         )
+    except RecursionError:  # orjson stops at 1,024 levels; the stdlib at the stack's depth
+        raise NotJson(f"body is {TOO_DEEP}") from None
     except ValueError as exc:
-        raise Untouched("body is not valid JSON") from exc
+        raise NotJson("body is not valid JSON") from exc
 
 
 def _exact_float(text: str) -> float:
@@ -194,15 +208,25 @@ def _no_constant(name: str) -> Any:
 
 def dumps(value: Any) -> bytes:
     """Serialise JSON compactly (stdlib for what orjson refuses: long integers, lone
-    surrogates, which are then escaped)."""
+    surrogates, which are then escaped, values nested past orjson's 255 levels).
+    :class:`Untouched` for a value nested deeper than the stdlib holds."""
     try:
         return orjson.dumps(value)
     except TypeError:
-        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        text = dumps_text(value, separators=(",", ":"), ensure_ascii=False)
     try:
         return text.encode()
     except UnicodeEncodeError:  # a lone surrogate: keep it as the escape it came as
-        return json.dumps(value, separators=(",", ":")).encode()
+        return dumps_text(value, separators=(",", ":")).encode()
+
+
+def dumps_text(value: Any, **options: Any) -> str:
+    """``json.dumps`` with its ``options``, but :class:`Untouched` for a value nested deeper
+    than the stack holds (never ``RecursionError``)."""
+    try:
+        return json.dumps(value, **options)
+    except RecursionError:
+        raise Untouched(f"value is {TOO_DEEP}") from None
 
 
 def inject_json(

@@ -9,9 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import orjson
-
-from .json import KEEP, UNKNOWN, Delivery, Untouched, context_of, dumps, parse, present
+from .json import KEEP, UNKNOWN, Delivery, Untouched, context_of, dumps, loads, parse, present
 
 MCP_TOOL_CALL = "tools/call"
 _BOM = b"\xef\xbb\xbf"
@@ -75,8 +73,8 @@ def a2a_call(message: Any) -> tuple[str | None, Any]:
         data = part.get("data")
         if data is None and isinstance(part.get("text"), str):
             try:
-                data = orjson.loads(part["text"])
-            except orjson.JSONDecodeError:
+                data = loads(part["text"])
+            except Untouched:
                 continue
         if isinstance(data, dict) and isinstance(data.get("skill"), str):
             found.append((str(data["skill"]), data.get("parameters", data.get("input"))))

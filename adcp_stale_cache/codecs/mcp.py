@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from .json import Untouched, inject_payload, parse
+from .json import Untouched, dumps_text, inject_payload, loads, parse
 
 
 def inject_tool_result(result: Any, errors: list[dict[str, Any]]) -> None:
@@ -29,7 +28,7 @@ def inject_tool_result(result: Any, errors: list[dict[str, Any]]) -> None:
     for block, payload in mirrors:
         inject_payload(payload, errors)
         pretty = "\n" in block["text"]
-        block["text"] = json.dumps(payload, indent=2 if pretty else None, ensure_ascii=False)
+        block["text"] = dumps_text(payload, indent=2 if pretty else None, ensure_ascii=False)
 
 
 def _payload_texts(result: dict[str, Any], structured: Any) -> list[tuple[dict[str, Any], Any]]:
@@ -43,8 +42,8 @@ def _payload_texts(result: dict[str, Any], structured: Any) -> list[tuple[dict[s
         if not isinstance(text, str) or not text.lstrip().startswith("{"):
             continue
         try:
-            payload = json.loads(text)
-        except ValueError:
+            payload = loads(text)
+        except Untouched:
             continue
         if structured is None or _without_nulls(payload) == _without_nulls(structured):
             # Rewritten: parsed again exactly (Untouched for what a re-encoding would change).

@@ -13,7 +13,8 @@ The check: capabilities; a healthy call with no advisory; ``force_upstream_unava
 credential, hostname or stack trace in its text); and a healthy call after it, again with no
 advisory; with a controller that acknowledges ``empty_cache``, a forced outage with nothing
 cached must stay a failure with no advisory. A seller without the controller fails, never
-passes. Schemas come from the
+passes; one whose controller answers ``UNKNOWN_SCENARIO`` gets an advisory line, as the
+storyboard grades its forcing phase (``severity: advisory``). Schemas come from the
 installed ``adcp`` package (``pip install 'adcp-stale-cache[check]'``).
 
 AdCP's own caching contract is checked where the seller declares it (:mod:`.caching`): the
@@ -54,24 +55,30 @@ class Report:
 
     @property
     def passed(self) -> bool:
-        """True when no rule failed and the forced stale call was checked."""
-        return bool(self.results) and all(r.passed is not False for r in self.results)
+        """True when rules were checked and none failed but advisory ones."""
+        return bool(self.results) and not any(r.blocking for r in self.results)
 
     def failed(self) -> list[Result]:
-        """The rules that failed."""
-        return [r for r in self.results if r.passed is False]
+        """The rules that failed the seller (advisory ones are not among them)."""
+        return [r for r in self.results if r.blocking]
+
+    def advisories(self) -> list[Result]:
+        """The advisory rules that failed: reported, never failing the seller."""
+        return [r for r in self.results if r.passed is False and not r.blocking]
 
     def text(self) -> str:
         """One line per rule, then the verdict."""
         verdict = "conformant" if self.passed else f"NOT conformant: {len(self.failed())} failed"
+        if self.advisories():
+            verdict += f" ({len(self.advisories())} advisory failed)"
         lines = [r.line() for r in self.results]
         return "\n".join([*lines, f"{self.target} over {self.transport}: {verdict}"])
 
     def to_json(self) -> dict[str, Any]:
         """The report as JSON-ready data."""
         return {"target": self.target, "transport": self.transport, "passed": self.passed,
-                "results": [{"rule": r.rule, "passed": r.passed, "seen": r.seen}
-                            for r in self.results]}  # fmt: skip
+                "results": [{"rule": r.rule, "passed": r.passed, "seen": r.seen,
+                             "severity": r.severity} for r in self.results]}  # fmt: skip
 
 
 async def check_seller(
@@ -133,7 +140,9 @@ async def _run(
                           payload and bool(payload), capabilities.transport))  # fmt: skip
     results += caching.versions(payload)
     wholesale, overlays = caching.declared(payload) if "get_products" in tools else (False, False)
-    results += rules.healthy(await wire.call(tool, call_args("healthy")), "before")
+    # A tool whose response has no errors member (3.2's list_products) must never carry one.
+    no_errors_in = None if rules.has_errors_member(tool) else tool
+    results += rules.healthy(await wire.call(tool, call_args("healthy")), "before", no_errors_in)
     if CONTROLLER not in tools:
         results.append(Result("controller", False,
                               f"the seller lists no {CONTROLLER}: the stale path cannot be "
@@ -144,14 +153,24 @@ async def _run(
         forced = await _force(wire, tool, name, cache_age_seconds=cache_age)
         ok = forced.transport_ok and (forced.payload or {}).get("success") is True
         seen = f"{forced.transport}, {json.dumps(forced.payload)[:200]}"
-        results.append(Result(f"controller ({name or 'default upstream'})", ok, seen))
+        # The storyboard grades its forcing phase advisory: a controller that does not know
+        # the scenario is reported, and the stale path left unchecked (a refused upstream
+        # name, a sandbox refusal, a failed call still fail).
+        unknown = (forced.payload or {}).get("error") == "UNKNOWN_SCENARIO"
+        rule = f"controller ({name or 'default upstream'})"
+        results.append(Result(rule, ok, seen, "advisory" if unknown else "required"))
         if not ok:
+            results.append(Result("stale_path", None, "not checked: the controller did not "
+                                  "acknowledge force_upstream_unavailable"))  # fmt: skip
             return
     reply: Reply = await wire.call(tool, call_args("stale"))
-    results += rules.stale(reply, tool=tool, upstreams=upstreams, cache_age=cache_age,
-                           secrets=[auth] if auth else [],
-                           validators=rules.official_validators())  # fmt: skip
-    results += rules.healthy(await wire.call(tool, call_args("after")), "after")
+    if no_errors_in is not None:
+        results += rules.stale_without_errors(reply, tool)
+    else:
+        results += rules.stale(reply, tool=tool, upstreams=upstreams, cache_age=cache_age,
+                               secrets=[auth] if auth else [],
+                               validators=rules.official_validators())  # fmt: skip
+    results += rules.healthy(await wire.call(tool, call_args("after")), "after", no_errors_in)
     if wholesale:
         results += await _wholesale(wire, overlays, arguments, caching.speaks_3_2(payload))
     else:
@@ -195,6 +214,9 @@ async def _wholesale(
     if forced.transport_ok and (forced.payload or {}).get("success") is True:
         reply, _ = await read("stale-probe", if_wholesale_feed_version=token)
         results.append(caching.stale_and_unchanged(reply, token))
+    else:
+        results.append(Result("stale_probe_is_full", None, "not applicable: the controller did "
+                              "not acknowledge force_upstream_unavailable"))  # fmt: skip
     return results
 
 

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ..advisory import STALE_RESPONSE
 from .wire import Reply
 
 #: The payload path each AdCP tool's advisory names, when the advisory names none.
-DEFAULT_FIELDS = {"get_products": "products", "list_creative_formats": "formats"}
+DEFAULT_FIELDS = {
+    "get_products": "products",
+    "list_products": "products",
+    "list_creative_formats": "formats",
+}
 
 # What must never reach a buyer in an advisory's text (NOTES: credentials, internal hostnames,
 # stack traces).
@@ -34,15 +39,26 @@ _URL_CREDENTIAL = re.compile(r"^[a-z][a-z0-9+.-]*://[^/?#]*@|[?#]", re.IGNORECAS
 
 @dataclass(frozen=True)
 class Result:
-    """One rule's verdict: ``passed`` True, False, or None when it could not apply."""
+    """One rule's verdict: ``passed`` True, False, or None when it could not apply.
+    ``severity`` as the official storyboards grade the validation the rule mirrors: an
+    ``advisory`` one is reported, and never fails the seller."""
 
     rule: str
     passed: bool | None
     seen: str
+    severity: Literal["required", "advisory"] = "required"
+
+    @property
+    def blocking(self) -> bool:
+        """True when the rule failed and its severity makes the seller fail."""
+        return self.passed is False and self.severity == "required"
 
     def line(self) -> str:
-        """``PASS rule: what was seen`` (``FAIL``, ``SKIP``)."""
+        """``PASS rule: what was seen`` (``FAIL``, ``SKIP``, ``ADVISORY`` for an advisory
+        rule that failed)."""
         verdict = {True: "PASS", False: "FAIL", None: "SKIP"}[self.passed]
+        if self.passed is False and not self.blocking:
+            verdict = "ADVISORY"
         return f"{verdict} {self.rule}: {self.seen}"
 
 
@@ -54,14 +70,33 @@ def stale_advisories(payload: dict[str, Any] | None) -> list[dict[str, Any]]:
     return [e for e in errors if isinstance(e, dict) and e.get("code") == STALE_RESPONSE]
 
 
-def healthy(reply: Reply, when: str) -> list[Result]:
-    """A call with every upstream healthy: transport success, a payload, no advisory."""
+def healthy(reply: Reply, when: str, no_errors_in: str | None = None) -> list[Result]:
+    """A call with every upstream healthy: transport success, a payload, no advisory (and no
+    ``errors`` member at all for ``no_errors_in``, a tool whose response has none)."""
     advisories = stale_advisories(reply.payload)
-    return [
+    results = [
         Result(f"healthy_call ({when})", reply.transport_ok and reply.payload is not None,
                reply.transport + ("" if reply.payload is not None else ", no payload")),
         Result(f"no_advisory_when_healthy ({when})", not advisories,
                f"{len(advisories)} STALE_RESPONSE in errors[]"),
+    ]  # fmt: skip
+    if no_errors_in is not None:
+        results.append(no_errors_member(reply, no_errors_in, when))
+    return results
+
+
+def stale_without_errors(reply: Reply, tool: str) -> list[Result]:
+    """The answer served while the upstream was forced down, for a tool whose response has no
+    ``errors`` member (3.2's ``list_products``): a success with its payload, and no
+    ``STALE_RESPONSE`` anywhere (how staleness is told there is the seller's to say)."""
+    payload = reply.payload if isinstance(reply.payload, dict) else {}
+    field = DEFAULT_FIELDS.get(tool)
+    items = payload.get(field) if field else payload
+    return [
+        Result("transport_success", reply.transport_ok, reply.transport),
+        Result("payload_present", bool(items) and payload.get("adcp_error") is None,
+               f"{field or 'payload'}: {_count(items)}"),
+        no_errors_member(reply, tool, "stale"),
     ]  # fmt: skip
 
 
@@ -129,13 +164,9 @@ def official_validators() -> tuple[str, Any, Any] | str:
         import jsonschema  # type: ignore[import-untyped]
     except ImportError as exc:
         return f"needs {exc.name}: pip install 'adcp-stale-cache[check]'"
-    root = Path(adcp.__file__).parent / "_schemas"
-    versions = [
-        d for d in root.glob("*") if (d / "error-details" / "stale-response.json").is_file()
-    ]
-    if not versions:
-        return f"the installed adcp package bundles no stale-response schema ({root})"
-    newest = max(versions, key=lambda d: tuple(int(p) for p in re.findall(r"\d+", d.name)))
+    newest = _newest_schemas("error-details/stale-response.json")
+    if newest is None:
+        return "the installed adcp package bundles no stale-response schema"
     checker = jsonschema.FormatChecker()
 
     def load(path: str) -> Any:
@@ -144,6 +175,55 @@ def official_validators() -> tuple[str, Any, Any] | str:
 
     return (f"AdCP {newest.name} (adcp {getattr(adcp, '__version__', '?')})",
             load("core/error.json"), load("error-details/stale-response.json"))  # fmt: skip
+
+
+def _newest_schemas(pattern: str) -> Path | None:
+    """The newest schema release the installed ``adcp`` package bundles that holds a file
+    matching ``pattern`` (a glob; None: no such release, or no ``adcp``)."""
+    try:
+        import adcp
+    except ImportError:
+        return None
+    root = Path(adcp.__file__).parent / "_schemas"
+    found = [d for d in root.glob("*") if next(d.glob(pattern), None) is not None]
+    if not found:
+        return None
+    return max(found, key=lambda d: tuple(int(p) for p in re.findall(r"\d+", d.name)))
+
+
+@functools.cache
+def response_schema(tool: str) -> dict[str, Any] | None:
+    """The response schema of ``tool`` (``list_products``: ``list-products-response.json``)
+    in the newest release the ``adcp`` package bundles (None: not found)."""
+    pattern = f"bundled/*/{tool.replace('_', '-')}-response.json"
+    newest = _newest_schemas(pattern)
+    if newest is None:
+        return None
+    schema: dict[str, Any] = json.loads(next(newest.glob(pattern)).read_text())
+    return schema
+
+
+def has_errors_member(tool: str) -> bool:
+    """Whether ``tool``'s answer may carry ``errors``: its response schema names it or allows
+    members it does not name (3.2's ``list_products`` does neither). A tool whose schema is
+    not bundled may."""
+    schema = response_schema(tool)
+    if schema is None:
+        return True
+    named = "errors" in schema.get("properties", {})
+    return named or schema.get("additionalProperties") is not False
+
+
+def no_errors_member(reply: Reply, tool: str, when: str) -> Result:
+    """An answer of a tool whose response has no ``errors`` member carries none: not a
+    ``STALE_RESPONSE``, not an empty one (the answer would not be schema-valid)."""
+    payload = reply.payload if isinstance(reply.payload, dict) else {}
+    seen = f"{tool}'s response has no errors member and allows no extra one; "
+    if "errors" in payload:
+        seen += f"errors: {json.dumps(payload['errors'], default=str)[:200]}"
+    else:
+        seen += "this answer has none"
+    return Result(f"no_errors_member ({when})", "errors" not in payload, seen)
 
 
 def failure_stays_failure(reply: Reply, upstreams: list[str]) -> Result:

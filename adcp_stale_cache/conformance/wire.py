@@ -14,6 +14,8 @@ from uuid import uuid4
 
 import httpx
 
+from ..codecs.json import loads
+
 MCP_PROTOCOL_VERSION = "2025-06-18"
 
 
@@ -111,8 +113,8 @@ class A2aWire:
         if response.status_code != 200:
             return []
         try:
-            card = response.json()
-        except (ValueError, RecursionError):
+            card = loads(response.content)
+        except ValueError:
             return []
         return [str(_obj(skill).get("id")) for skill in _list(_obj(card).get("skills"))]
 
@@ -125,8 +127,8 @@ class A2aWire:
                 "params": {"message": message}}  # fmt: skip
         response = await self.http.post(self.url, json=body)
         try:
-            task = _obj(_obj(response.json()).get("result"))
-        except (ValueError, RecursionError):
+            task = _obj(_obj(loads(response.content)).get("result"))
+        except ValueError:
             task = {}
         status = task.get("status")
         state = str(_obj(status).get("state", "none") if isinstance(status, dict) else status)
@@ -154,8 +156,8 @@ def _mcp_payload(result: dict[str, Any]) -> dict[str, Any] | None:
         return dict(result["structuredContent"])
     for item in _list(result.get("content")):
         if _obj(item).get("type") == "text" and isinstance(item.get("text"), str):
-            with contextlib.suppress(ValueError, RecursionError):
-                text = json.loads(item["text"])
+            with contextlib.suppress(ValueError):
+                text = loads(item["text"])
                 if isinstance(text, dict):
                     return text
     return None
@@ -169,12 +171,12 @@ def _messages(response: httpx.Response) -> list[dict[str, Any]]:
             found = []
             for line in response.text.splitlines():
                 if line.startswith("data:"):
-                    found.append(json.loads(line[5:].strip()))
+                    found.append(loads(line[5:].strip()))
             return found
         if response.content:
-            body = response.json()
+            body = loads(response.content)
             return body if isinstance(body, list) else [body]
-    except (ValueError, RecursionError):  # not JSON, or nested past what is read
+    except ValueError:  # not JSON, or nested past what is read (NotJson)
         pass
     return []
 

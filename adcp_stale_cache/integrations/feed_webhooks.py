@@ -32,6 +32,7 @@ from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
+from ..codecs.json import loads
 from ..control import CacheControl
 from ..policy import Upstream
 from .adcp_agent import account_tag
@@ -73,7 +74,7 @@ class FeedWebhooks:
             await _answer(send, 401, {"error": "signature not verified", "code": refused})
             return
         try:
-            event = json.loads(body)
+            event = loads(body)  # NotJson (a ValueError) for a body nested past any parser
             applied = await self.apply(event)
         except (ValueError, TypeError) as exc:
             await _answer(send, 400, {"error": f"not a wholesale feed event: {exc}"})

@@ -14,11 +14,11 @@ Needs the ``mcp`` extra: ``mcp`` 2.x (its ``Client``) or 1.x (``ClientSession`` 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from ..codecs import present
+from ..codecs.json import loads
 from ..failures import InvalidPayload, UpstreamError, UpstreamHTTPError, retry_after_of
 
 try:  # mcp 2.x
@@ -116,8 +116,8 @@ def _payload(result: Any) -> dict[str, Any] | None:
         text = getattr(block, "text", None)
         if isinstance(text, str):
             try:
-                value = json.loads(text)
-            except ValueError:
+                value = loads(text)
+            except ValueError:  # not JSON, or nested past what is read (NotJson)
                 continue
             if isinstance(value, dict):
                 return value
