@@ -19,13 +19,12 @@ request's, never data.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 from .advisory import STALE_RESPONSE
 from .directives import Directives
-from .failures import Failure, is_adcp_code
+from .failures import Failure, is_adcp_code, stated_seconds
 from .policy import FailureKind
 
 
@@ -46,10 +45,10 @@ def directives_of(payload: object) -> Directives | None:
     for error in _stale_entries(payload):
         details = error.get("details")
         details = details if isinstance(details, Mapping) else {}
-        age = _seconds(details.get("cache_age_seconds"))
+        age = stated_seconds(details.get("cache_age_seconds"))
         if age is None:
             known = False
-            age = _seconds(details.get("freshness_target_seconds")) or 0.0
+            age = stated_seconds(details.get("freshness_target_seconds")) or 0.0
         original = details.get("original_error")
         code = original.get("code") if isinstance(original, Mapping) else None
         code = code if is_adcp_code(code) else STALE_RESPONSE
@@ -97,10 +96,3 @@ def _stale_entries(payload: object) -> list[Mapping[str, Any]]:
     """The ``STALE_RESPONSE`` entries of ``payload``."""
     return [error for error in _errors(payload)
             if isinstance(error, Mapping) and error.get("code") == STALE_RESPONSE]  # fmt: skip
-
-
-def _seconds(value: object) -> float | None:
-    """A non-negative finite number of seconds, or None (booleans are no numbers here)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) and value >= 0 else None
