@@ -84,6 +84,17 @@ def delivered(payload: Mapping[str, Any]) -> dict[str, Any]:
     return result
 
 
+def revalidated(held: Mapping[str, Any], unchanged: Mapping[str, Any]) -> dict[str, Any]:
+    """The held answer as an ``unchanged: true`` answer re-stamps it: delivered (its old
+    staleness no longer holds), with the ``STALE_RESPONSE`` entries of ``unchanged``,
+    which say how old the agent's own knowledge of its feed is (read again as its age)."""
+    result = delivered(held)
+    stale = _stale_entries(unchanged)
+    if stale:
+        result["errors"] = [*result.get("errors", []), *stale]
+    return result
+
+
 def _errors(payload: object) -> list[Any]:
     """``payload``'s ``errors`` as a list (one object is a list of it; anything else none)."""
     errors = payload.get("errors") if isinstance(payload, Mapping) else None

@@ -42,7 +42,8 @@ from pydantic import SecretStr
 
 from ..cache import UpstreamCache
 from ..failures import InvalidPayload, UpstreamError
-from ..hops import delivered, directives_of
+from ..hops import delivered, directives_of, revalidated
+from ..keys import digest
 from ..policy import Upstream
 from ..wholesale import canonical
 
@@ -80,8 +81,8 @@ class AgentRefused(Exception):
 class AdcpAgent:
     """``upstream`` (an AdCP agent's MCP endpoint) behind ``cache``, on ``surface``.
 
-    ``token`` is sent as ``Authorization: Bearer``, and joins the keys (as the upstream's
-    ``credentials``, unless it has its own): agents called with two tenants' tokens never
+    ``token`` is sent as ``Authorization: Bearer``, and joins the keys (beside the
+    upstream's own ``credentials``, if any): agents called with two tenants' tokens never
     share an entry.
     """
 
@@ -97,8 +98,10 @@ class AdcpAgent:
     ) -> None:
         if upstream.url is None and call is None:
             raise ValueError("an AdCP agent needs the URL of its MCP endpoint (or call=)")
-        if token is not None and upstream.credentials is None:
-            upstream = upstream.model_copy(update={"credentials": SecretStr(token)})
+        if token is not None:  # what is sent keys the entries, whatever else the upstream holds
+            held = upstream.credentials
+            keyed = token if held is None else digest([b"token", token, held.get_secret_value()])
+            upstream = upstream.model_copy(update={"credentials": SecretStr(keyed)})
         self.cache, self.upstream, self.surface = cache, upstream, surface
         self.call: AgentCall = call or adcp_client_call(upstream.url or "", token, timeout)
 
@@ -184,8 +187,8 @@ class AdcpAgent:
         if answer.get("unchanged") is not True:
             return answer
         same = all(answer.get(name) == held.get(name) for name in _ECHOED)
-        if same:  # current at the agent: the held feed, without the staleness it had then
-            return delivered(held)
+        if same:  # current at the agent: the held feed, as old as the agent now says
+            return revalidated(held, answer)
         return await self._answer(tool, params)  # unchanged, yet of another feed: read it
 
 
