@@ -41,10 +41,10 @@ from urllib.parse import urlsplit
 from pydantic import SecretStr
 
 from ..cache import UpstreamCache
-from ..failures import InvalidPayload, UpstreamError
+from ..failures import Failure, InvalidPayload, UpstreamError, is_adcp_code
 from ..hops import delivered, directives_of, revalidated
 from ..keys import digest
-from ..policy import Upstream
+from ..policy import FailureKind, Upstream
 from ..wholesale import canonical
 
 #: How the adapter reaches the agent: ``(tool, params) -> the answer's wire payload`` (a
@@ -76,6 +76,14 @@ class AgentRefused(Exception):
         code = error.get("code")
         super().__init__(code if isinstance(code, str) else "adcp_error")
         self.error = dict(error)
+
+    @property
+    def failure(self) -> Failure:
+        """The refusal as a failure a buyer may be shown: the agent's code when it is an
+        AdCP code, our words (the agent's may name what a buyer must not see)."""
+        code = self.error.get("code")
+        return Failure(FailureKind.UPSTREAM_ERROR, code if is_adcp_code(code) else "UPSTREAM_ERROR",
+                       "Upstream refused the request")  # fmt: skip
 
 
 class AdcpAgent:
