@@ -120,3 +120,38 @@ async def test_with_advisories_drops_a_cached_context_for_the_sdk_to_echo_its_ow
     await Seller().get_products({"context": {"correlation_id": "A"}})
     answer = await Seller().get_products({"context": {"correlation_id": "B"}})
     assert answer["products"] and "context" not in answer
+
+
+async def test_through_the_sdks_own_mcp_dispatch() -> None:
+    """The SDK's MCP server with the skill middleware, called in-process by the ``mcp``
+    client: a 3.0 request (which the SDK converts to and from the handler's 3.2) and an
+    unpinned one never hit the 3.2 entry, and each answer echoes its own context."""
+    from typing import ClassVar
+
+    from adcp.server import ADCPHandler, create_mcp_server
+    from mcp import Client
+
+    cache, asked = seller(varies_by_version=True)
+
+    class Seller(ADCPHandler):  # type: ignore[misc]
+        advertised_tools: ClassVar[set[str]] = {"get_adcp_capabilities", "get_products"}
+
+        async def get_products(self, params: Any, context: Any = None) -> dict[str, Any]:
+            async def echoing_upstream() -> dict[str, Any]:
+                asked.append(params.get("context"))
+                return {"products": [], "context": params.get("context")}
+
+            return dict(await cache.fetch(SUB_AGENT, "products", echoing_upstream))
+
+    server = create_mcp_server(Seller(), middleware=[skill_middleware(cache.surfaces)])
+    answers = []
+    async with Client(server) as client:
+        for buyer, pin in (("A", "3.2"), ("B", "3.0"), ("C", "3.2"), ("D", None)):
+            request = {"buying_mode": "brief", "brief": "b", "context": {"correlation_id": buyer}}
+            if pin is not None:
+                request["adcp_version"] = pin
+            result = await client.call_tool("get_products", request)
+            assert not result.is_error
+            answers.append(result.structured_content["context"]["correlation_id"])
+    assert answers == ["A", "B", "C", "D"]
+    assert asked == [{"correlation_id": "A"}, {"correlation_id": "B"}, {"correlation_id": "D"}]
