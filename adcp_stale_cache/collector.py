@@ -247,8 +247,8 @@ def _from_mcp_v1_request() -> AdvisoryCollector | None:
 
 def request_fields(request: object) -> Callable[[str], Any]:
     """How a collector reads the fields of the AdCP request it answers (a tool's arguments,
-    a skill's parameters, a pydantic request model): :data:`UNREAD` for each of a request
-    that is none of these (then nothing it stores is shared); None: no request at all."""
+    a skill's parameters, a pydantic request model). No request (None) pins nothing; one
+    that is none of these reads :data:`UNREAD` (then nothing it stores is shared)."""
     if request is None:
         return _no_field
     if isinstance(request, BaseModel):
