@@ -13,11 +13,13 @@ import inspect
 import math
 import sys
 import time
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
+
+from pydantic import BaseModel
 
 from .advisory import AdcpError
 from .codecs.json import Untouched, dumps_text
@@ -201,6 +203,10 @@ def _no_field(name: str) -> Any:
     return None  # no request known (collect_advisories): it pins nothing
 
 
+def _unread(name: str) -> Any:
+    return UNREAD
+
+
 def _age(advisory: AdcpError) -> int:
     return int((advisory.details or {}).get("cache_age_seconds", 0))
 
@@ -242,31 +248,47 @@ def _from_mcp_v1_request() -> AdvisoryCollector | None:
     return collector if isinstance(collector, AdvisoryCollector) else None
 
 
+def request_fields(request: object) -> Callable[[str], Any]:
+    """How a collector reads the fields of the AdCP request it answers (a tool's arguments,
+    a skill's parameters, a pydantic request model). No request (None) pins nothing; one
+    that is none of these reads :data:`UNREAD` (then nothing it stores is shared)."""
+    if request is None:
+        return _no_field
+    if isinstance(request, BaseModel):
+        request = request.model_dump(mode="json", exclude_none=True)
+    if isinstance(request, Mapping):
+        return request.get
+    return _unread
+
+
 class Collecting:
     """The block :func:`collect_advisories` opens: a ``with`` or an ``async with`` alike."""
 
-    __slots__ = ("_partition", "_surface", "_token", "collector")
+    __slots__ = ("_partition", "_request", "_surface", "_token", "collector")
 
-    def __init__(self, surface: SurfacePolicy | None, partition: str | None) -> None:
-        self._surface, self._partition = surface, partition
+    def __init__(
+        self, surface: SurfacePolicy | None, partition: str | None, request: object = None
+    ) -> None:
+        self._surface, self._partition, self._request = surface, partition, request
         self.collector = AdvisoryCollector(surface, partition)
+        self.collector.request_field = request_fields(request)
         self._token: contextvars.Token[AdvisoryCollector | None] | None = None
 
     def __call__(self, fn: Callable[P, R]) -> Callable[P, R]:
         """Decorate ``fn`` (sync or async): each call gets a collector of its own."""
-        surface, partition = self._surface, self._partition
+        surface, partition, request = self._surface, self._partition, self._request
         if inspect.iscoroutinefunction(fn):
 
             @functools.wraps(fn)
             async def run_async(*args: Any, **kwargs: Any) -> Any:
-                async with Collecting(surface, partition):
+                async with Collecting(surface, partition, request):
                     return await fn(*args, **kwargs)
 
             return run_async  # type: ignore[return-value]
 
         @functools.wraps(fn)
         def run(*args: P.args, **kwargs: P.kwargs) -> R:
-            with Collecting(surface, partition):
+            with Collecting(surface, partition, request):
                 return fn(*args, **kwargs)
 
         return run
@@ -290,18 +312,22 @@ class Collecting:
 
 
 def collect_advisories(
-    surface: SurfacePolicy | None = None, partition: str | None = None
+    surface: SurfacePolicy | None = None, partition: str | None = None, request: object = None
 ) -> Collecting:
     """Open a collector for the code inside the block (and the tasks it starts), with
     ``with`` or ``async with``.
 
     Use it where no ASGI middleware runs: a worker, a test, an SDK hook::
 
-        with collect_advisories() as advisories:
+        with collect_advisories(request=arguments) as advisories:
             products = await cache.fetch(inventory, "all", load_products)
         payload["errors"] = advisories.errors()
+
+    ``request`` is the AdCP request answered in the block (a tool's arguments, a mapping or
+    a pydantic model): what it pins (``adcp_version``) keys the ``varies_by_version``
+    surfaces, as the middleware does. Without one, nothing is pinned.
     """
-    return Collecting(surface, partition)
+    return Collecting(surface, partition, request)
 
 
 @contextmanager

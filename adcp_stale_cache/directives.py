@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .entry import Terms
-from .failures import Failure
+from .failures import Failure, delta_seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,17 +67,17 @@ def parse(headers: Mapping[str, str]) -> Directives:
         name, _, value = part.strip().partition("=")
         if name:
             values.setdefault(name.lower(), value.strip().strip('"') if value else None)
-    max_age = _seconds(values.get("s-maxage")) if "s-maxage" in values else None
+    max_age = delta_seconds(values.get("s-maxage")) if "s-maxage" in values else None
     if max_age is None:
-        max_age = _seconds(values.get("max-age"))
+        max_age = delta_seconds(values.get("max-age"))
     return Directives(
         max_age=max_age,
         no_cache="no-cache" in values,
         no_store="no-store" in values,
         private="private" in values,
-        stale_if_error=_seconds(values.get("stale-if-error")),
-        stale_while_revalidate=_seconds(values.get("stale-while-revalidate")),
-        age=_seconds(headers.get("age")) or 0.0,
+        stale_if_error=delta_seconds(values.get("stale-if-error")),
+        stale_while_revalidate=delta_seconds(values.get("stale-while-revalidate")),
+        age=delta_seconds(headers.get("age")) or 0.0,
         vary=vary_of(headers),
     )
 
@@ -87,10 +87,3 @@ def vary_of(headers: Mapping[str, str]) -> tuple[str, ...]:
     return tuple(
         name.strip().lower() for name in headers.get("vary", "").split(",") if name.strip()
     )
-
-
-def _seconds(value: str | None) -> float | None:
-    """RFC 9111 delta-seconds: digits only (``inf``, ``-1``, ``1e9`` are not seconds)."""
-    if value is None or not value.isascii() or not value.isdigit():
-        return None
-    return float(min(int(value), 2**31))  # RFC 9111 1.2.2: cap at 2^31

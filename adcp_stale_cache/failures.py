@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import re
 import socket
 import ssl
@@ -51,10 +52,31 @@ def retry_after_of(headers: Mapping[str, str]) -> float | None:
     digits only (``inf``, ``1e999`` and ``-1`` are not hints); an HTTP date is not worth
     parsing for a hint."""
     value = headers.get("retry-after")
-    if not isinstance(value, str):
+    return delta_seconds(value.strip()) if isinstance(value, str) else None
+
+
+#: The most seconds an upstream's number is read as (RFC 9111's cap, 68 years): more says
+#: no more, and no conversion of a 400-digit number may overflow.
+MAX_STATED_SECONDS = 2**31
+
+
+def stated_seconds(value: object) -> float | None:
+    """Seconds a JSON number states, at most :data:`MAX_STATED_SECONDS`; None for what
+    states none (a string, a boolean, a negative, NaN, an infinity)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    value = value.strip()
-    return float(value) if value.isascii() and value.isdigit() else None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return float(min(value, MAX_STATED_SECONDS)) if value >= 0 else None
+
+
+def delta_seconds(text: str | None) -> float | None:
+    """HTTP delta-seconds (RFC 9111 1.2.2): ASCII digits only (``inf``, ``-1``, ``1e9`` are
+    not seconds), at most :data:`MAX_STATED_SECONDS`."""
+    if text is None or not (text.isascii() and text.isdigit()):
+        return None
+    digits = text.lstrip("0")  # int() refuses 4,300 digits and more: never asked
+    return stated_seconds(int(digits or 0) if len(digits) <= 10 else MAX_STATED_SECONDS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,13 +19,12 @@ request's, never data.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 from .advisory import STALE_RESPONSE
 from .directives import Directives
-from .failures import Failure, is_adcp_code
+from .failures import Failure, is_adcp_code, stated_seconds
 from .policy import FailureKind
 
 
@@ -46,10 +45,10 @@ def directives_of(payload: object) -> Directives | None:
     for error in _stale_entries(payload):
         details = error.get("details")
         details = details if isinstance(details, Mapping) else {}
-        age = _seconds(details.get("cache_age_seconds"))
+        age = stated_seconds(details.get("cache_age_seconds"))
         if age is None:
             known = False
-            age = _seconds(details.get("freshness_target_seconds")) or 0.0
+            age = stated_seconds(details.get("freshness_target_seconds")) or 0.0
         original = details.get("original_error")
         code = original.get("code") if isinstance(original, Mapping) else None
         code = code if is_adcp_code(code) else STALE_RESPONSE
@@ -85,6 +84,17 @@ def delivered(payload: Mapping[str, Any]) -> dict[str, Any]:
     return result
 
 
+def revalidated(held: Mapping[str, Any], unchanged: Mapping[str, Any]) -> dict[str, Any]:
+    """The held answer as an ``unchanged: true`` answer re-stamps it: delivered (its old
+    staleness no longer holds), with the ``STALE_RESPONSE`` entries of ``unchanged``,
+    which say how old the agent's own knowledge of its feed is (read again as its age)."""
+    result = delivered(held)
+    stale = _stale_entries(unchanged)
+    if stale:
+        result["errors"] = [*result.get("errors", []), *stale]
+    return result
+
+
 def _errors(payload: object) -> list[Any]:
     """``payload``'s ``errors`` as a list (one object is a list of it; anything else none)."""
     errors = payload.get("errors") if isinstance(payload, Mapping) else None
@@ -97,10 +107,3 @@ def _stale_entries(payload: object) -> list[Mapping[str, Any]]:
     """The ``STALE_RESPONSE`` entries of ``payload``."""
     return [error for error in _errors(payload)
             if isinstance(error, Mapping) and error.get("code") == STALE_RESPONSE]  # fmt: skip
-
-
-def _seconds(value: object) -> float | None:
-    """A non-negative finite number of seconds, or None (booleans are no numbers here)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) and value >= 0 else None

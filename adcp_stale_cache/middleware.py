@@ -44,7 +44,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .advisory import failed_payload, service_unavailable
 from .codecs import RpcEventStream, Untouched, inject_body, inject_json
-from .codecs.json import KEEP, NO_CONTEXT, UNKNOWN, Delivery, Unmendable, dumps
+from .codecs.json import NO_CONTEXT, UNKNOWN, Delivery, Unmendable, delivery, dumps
 from .collector import STATE_KEY, AdvisoryCollector, _current
 from .failures import UpstreamUnavailable
 from .keys import CREDENTIAL_HEADERS, caller_partition
@@ -372,16 +372,9 @@ class _Response:
     def _delivery(self) -> Delivery:
         """The advisories to deliver now, and the request's context when the answer's may
         not be its own (a value served from the cache held one)."""
-        errors = self._errors()
-        context = KEEP
-        if self.collector.served_context:  # in doubt: an unreadable request's context too
-            context = self.request.context()
-        elif errors:  # rewritten anyway: mended when the request's context is known
-            known = self.request.context()
-            context = KEEP if known is UNKNOWN else known
-        delivery = Delivery(errors, context)
-        self.deliveries.append(delivery)
-        return delivery
+        found = delivery(self._errors(), self.request.context, self.collector.served_context)
+        self.deliveries.append(found)
+        return found
 
     def _errors(self) -> list[dict[str, Any]]:
         """The advisories to deliver now (counted as delivered)."""

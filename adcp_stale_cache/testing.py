@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from .admission import FORCED_FAILURE, install_compliance
 from .collector import AdvisoryCollector
+from .failures import MAX_STATED_SECONDS, stated_seconds
 from .policy import SurfacePolicy, Upstream
 
 __all__ = ["FORCED_FAILURE", "ForcedOutage", "ForcedOutages"]
@@ -73,8 +74,8 @@ class ForcedOutages:
         """Record an outage; a later force of the same tool and upstream replaces it."""
         if not tool:
             raise ValueError("tool is required ('*' for every tool)")
-        if cache_age_seconds is not None and cache_age_seconds < 0:
-            raise ValueError("cache_age_seconds must be >= 0")
+        if cache_age_seconds is not None:
+            cache_age_seconds = _forced_age(cache_age_seconds)
         outage = ForcedOutage(tool, upstream_name, cache_age_seconds, empty_cache)
         self._outages = [
             o for o in self._outages if (o.tool, o.upstream_name) != (tool, upstream_name)
@@ -108,3 +109,13 @@ class ForcedOutages:
 
 # What UpstreamCache(test_mode=True) installs (the core declares the protocol: admission).
 install_compliance(ForcedOutages)
+
+
+def _forced_age(value: object) -> int:
+    """The age a buyer forced, as the next advisory states it exactly: a whole number of
+    seconds (an A2A client's double, ``120.0``, included) up to 2^31; else ValueError (a
+    401-digit one would overflow the clock, a string compare with nothing)."""
+    seconds = stated_seconds(value)
+    if seconds is None or seconds != value or not seconds.is_integer():
+        raise ValueError(f"cache_age_seconds must be a whole number from 0 to {MAX_STATED_SECONDS}")
+    return int(seconds)

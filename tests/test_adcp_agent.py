@@ -326,3 +326,44 @@ async def test_an_account_of_null_is_no_account(sub: AdcpAgent, agent: FakeAgent
 
     answer, _ = await asyncio.wait_for(ask(sub, {**WHOLESALE, "account": None}), 1)
     assert answer["products"] == [{"product_id": "p-v1"}] and len(agent.asked) == 1
+
+
+async def test_the_token_sent_keys_the_entry_beside_the_upstreams_own_credentials(
+    clock: FakeClock,
+) -> None:
+    """Two tenants' tokens on one Upstream that holds credentials of its own: the token is
+    what the agent is called with, so it keys the entry too."""
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(SUB), clock=clock)
+    answers = {"tok-A": "A-private-deal", "tok-B": "B-rate"}
+    upstream = Upstream(name="sub", url="http://127.0.0.1:9/mcp", credentials="the-sellers-own")
+
+    def tenant(token: str) -> AdcpAgent:
+        async def call(tool: str, params: dict[str, Any]) -> dict[str, Any]:
+            return {"products": [{"product_id": answers[token]}], "cache_scope": "public"}
+
+        return AdcpAgent(cache, upstream, surface="sub_products", token=token, call=call)
+
+    a, _ = await ask(tenant("tok-A"))
+    b, _ = await ask(tenant("tok-B"))
+    assert a["products"] == [{"product_id": "A-private-deal"}]
+    assert b["products"] == [{"product_id": "B-rate"}]
+
+
+async def test_unchanged_with_its_own_stale_response_keeps_its_age(
+    sub: AdcpAgent, agent: FakeAgent, clock: FakeClock, assert_valid_advisory: Any
+) -> None:
+    """The agent says the feed is unchanged, but from its own stale entry: the held feed is
+    re-stamped as old as the agent says, never as fresh."""
+    await ask(sub)
+    clock.advance(61)
+    stale = {"code": "STALE_RESPONSE", "message": "stale", "recovery": "transient",
+             "details": {"served_from_cache": True, "cache_age_seconds": 300}}  # fmt: skip
+    agent.next = {"unchanged": True, "wholesale_feed_version": "wfv-p-v1",
+                  "cache_scope": "public", "errors": [stale]}  # fmt: skip
+    answer, [advisory] = await ask(sub)
+    assert answer["products"] == [{"product_id": "p-v1"}] and "errors" not in answer
+    assert_valid_advisory(advisory)
+    assert advisory["details"]["cache_age_seconds"] == 300
+    clock.advance(5)
+    _, advisories = await ask(sub)  # stored that old: past our target, so asked again
+    assert len(agent.asked) == 3 and advisories == []  # current now, and said so plainly

@@ -253,3 +253,19 @@ async def test_an_answer_too_old_to_serve_never_opens_the_breaker(clock: FakeClo
     sub.payload = answer()
     value, advisories = await ask(cache, sub)
     assert sub.calls == 3 and advisories == [] and value["products"]
+
+
+@pytest.mark.parametrize("age", [10**400, 1e308])
+async def test_an_age_past_any_number_is_too_old_never_a_crash(
+    cache: UpstreamCache, clock: FakeClock, age: Any
+) -> None:
+    """A 401-digit ``cache_age_seconds`` (no double holds it) is read as the oldest age
+    there is: with a good entry held, the buyer gets that entry, announced."""
+    sub = SubAgent()
+    await ask(cache, sub)  # a good entry, fresh from the sub-agent
+    assert directives_of(answer(stale(age))) is not None
+    clock.advance(61)
+    sub.payload = answer(stale(age))
+    value, [advisory] = await ask(cache, sub)
+    assert value["products"] == [{"product_id": "p1"}] and sub.calls == 2
+    assert advisory["details"]["cache_age_seconds"] == 61  # the held entry's own age

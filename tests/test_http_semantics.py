@@ -571,3 +571,17 @@ async def test_denied_and_not_found_look_alike_through_the_whole_seller(clock: F
     for moment_403, moment_404 in zip(denied[1:], not_found[1:], strict=True):
         assert moment_403 == moment_404
     assert denied[1] == ("warmed", 0)  # a warmer's failure, the same for both
+
+
+@pytest.mark.parametrize("digits", [11, 401, 5000])
+def test_numbers_too_long_for_any_conversion_are_capped_never_raised(digits: int) -> None:
+    """``Age``, ``max-age`` and ``Retry-After`` of thousands of digits (``int()`` refuses
+    4,300 and more; a double holds none past 308) state RFC 9111's cap, 2^31 seconds."""
+    from adcp_stale_cache.directives import parse
+    from adcp_stale_cache.failures import MAX_STATED_SECONDS, retry_after_of
+
+    huge = "9" * digits
+    said = parse({"age": huge, "cache-control": f"max-age={huge}, stale-if-error={huge}"})
+    assert said.age == said.max_age == said.stale_if_error == MAX_STATED_SECONDS
+    assert retry_after_of({"retry-after": huge}) == MAX_STATED_SECONDS
+    assert parse({"age": "0" * 20 + "7"}).age == 7

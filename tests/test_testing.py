@@ -74,6 +74,29 @@ async def test_forced_age_appears_exactly_then_upstream_is_healthy_again(
     assert not later  # one-shot: the next response sees a healthy upstream (and a fresh entry)
 
 
+@pytest.mark.parametrize("age", [10**400, 1e308, 2**31 + 1, -1, 1.5, "120", True])
+async def test_a_forced_age_no_advisory_can_state_exactly_is_refused(
+    cache: UpstreamCache, age: Any
+) -> None:
+    """A buyer's ``cache_age_seconds`` (sandbox only, but a buyer's): one no clock holds
+    would crash the stale serve, so it is refused up front (INVALID_PARAMS to the buyer)."""
+    with pytest.raises(ValueError, match="whole number"):
+        cache.force_upstream_unavailable("get_products", cache_age_seconds=age)
+
+
+async def test_a_forced_age_read_as_a_double_is_its_whole_number(
+    cache: UpstreamCache, assert_valid_advisory: Any
+) -> None:
+    upstream = Counting()
+    await cache.fetch(INVENTORY, "k", upstream, surface="get_products")
+    cache.force_upstream_unavailable("get_products", cache_age_seconds=120.0)  # A2A: a double
+    with collect_advisories() as forced:
+        await cache.fetch(INVENTORY, "k", upstream, surface="get_products")
+    [advisory] = forced.errors()
+    assert_valid_advisory(advisory)
+    assert advisory["details"]["cache_age_seconds"] == 120
+
+
 async def test_cold_cache_is_seeded_and_default_upstream_is_the_first(cache: UpstreamCache) -> None:
     upstream = Counting()
     cache.force_upstream_unavailable("get_products")

@@ -148,6 +148,15 @@ async def test_outside_the_middleware_nothing_is_pinned() -> None:
         assert await cache.fetch(SUB_AGENT, "k", call, surface="get_products") == {"products": []}
 
 
+def test_a_collector_given_its_request_reads_its_pin() -> None:
+    from adcp_stale_cache.collector import UNREAD
+
+    with collect_advisories(request={"adcp_version": "3.1"}) as collector:
+        assert collector.pinned_release() == 'adcp_version="3.1"'
+    with collect_advisories(request=["no", "request"]) as collector:
+        assert collector.pinned_release() is UNREAD  # what cannot be read is never shared
+
+
 async def test_a_refresh_reruns_nested_fetches_under_the_pin_that_made_them() -> None:
     """The control plane re-runs a remembered call later, outside any request: its nested
     fetches must key by the release the original request pinned, not by none."""

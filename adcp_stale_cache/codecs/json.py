@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -76,6 +77,19 @@ class Delivery(list[dict[str, Any]]):
         super().__init__(errors)
         self.context = context
         self.replaced = 0
+
+
+def delivery(errors: list[dict[str, Any]], context: Callable[[], Any], in_doubt: bool) -> Delivery:
+    """The :class:`Delivery` of ``errors`` to an answer whose request's ``context`` is
+    ``context()`` (asked only when needed): mended whenever the cache served the request a
+    value holding one (``in_doubt``: then one that cannot be read mends to none), else only
+    when the answer is rewritten anyway and the request's is known."""
+    if in_doubt:
+        return Delivery(errors, context())
+    if not errors:
+        return Delivery(errors)
+    known = context()
+    return Delivery(errors, KEEP if known is UNKNOWN else known)
 
 
 def context_of(request: Any) -> Any:

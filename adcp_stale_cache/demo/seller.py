@@ -189,7 +189,7 @@ class SellerTools:
         """Formats of every creative agent, asked concurrently; a dead agent's from cache."""
         arguments = {k: v for k, v in params.items() if k not in _NOT_QUERY}
         formats, errors = await gather_items(
-            (self._formats(a, arguments) for a in self.agents), field="formats"
+            ((a, self._formats(a, arguments)) for a in self.agents), field="formats"
         )
         return _gathered(params, "formats", formats, errors)
 

@@ -11,11 +11,15 @@ Needs the ``adcp-server`` extra (the ``adcp`` client, 9.2 or later).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Iterable, Mapping
 from typing import Any
 
 from .. import Upstream, UpstreamCache, UpstreamUnavailable, service_unavailable
-from ..integrations.adcp_agent import AdcpAgent
+from ..failures import classify
+from ..integrations.adcp_agent import AdcpAgent, AgentRefused
+
+logger = logging.getLogger("adcp_stale_cache.demo")
 
 #: The surface of the sub-sellers' feeds: public rate cards, one entry for every caller.
 SUB_SELLERS = "sub_seller_products"
@@ -42,7 +46,7 @@ class SubSellers:
         """Every sub-seller's products, and a ``SERVICE_UNAVAILABLE`` error for each one
         that answered nothing (a stale one's advisory is the cache's to record)."""
         return await gather_items(
-            (self._products(agent) for agent in self.agents), field="products"
+            ((agent.upstream, self._products(agent)) for agent in self.agents), field="products"
         )
 
     @staticmethod
@@ -52,17 +56,24 @@ class SubSellers:
 
 
 async def gather_items(
-    calls: Iterable[Awaitable[list[Any]]], *, field: str
+    calls: Iterable[tuple[Upstream, Awaitable[list[Any]]]], *, field: str
 ) -> tuple[list[Any], list[dict[str, Any]]]:
-    """The items of ``calls`` run at once, and a ``SERVICE_UNAVAILABLE`` error (for
-    ``field``) per upstream that could answer nothing; any other failure is raised."""
-    results = await asyncio.gather(*calls, return_exceptions=True)
+    """The items of ``calls`` (each with the upstream it asks) run at once, and a
+    ``SERVICE_UNAVAILABLE`` error (for ``field``) per upstream that answered nothing: down
+    with nothing cached, refusing (an agent's ``adcp_error``) or failing otherwise. One
+    upstream never sinks the others' items: the buyer is told which one is missing."""
+    asked = list(calls)
+    results = await asyncio.gather(*(call for _, call in asked), return_exceptions=True)
     items: list[Any] = []
     errors: list[dict[str, Any]] = []
-    for result in results:
+    for (upstream, _), result in zip(asked, results, strict=True):
+        if isinstance(result, Exception) and not isinstance(result, UpstreamUnavailable):
+            logger.warning("upstream_failed upstream=%s", upstream.name, exc_info=result)
+            failure = result.failure if isinstance(result, AgentRefused) else classify(result)
+            result = UpstreamUnavailable(upstream, failure)
         if isinstance(result, UpstreamUnavailable):
             errors.append(service_unavailable(result, field=field).to_dict())
-        elif isinstance(result, BaseException):
+        elif isinstance(result, BaseException):  # cancelled: never an upstream's failure
             raise result
         else:
             items.extend(result)

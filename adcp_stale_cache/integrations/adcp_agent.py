@@ -41,9 +41,10 @@ from urllib.parse import urlsplit
 from pydantic import SecretStr
 
 from ..cache import UpstreamCache
-from ..failures import InvalidPayload, UpstreamError
-from ..hops import delivered, directives_of
-from ..policy import Upstream
+from ..failures import Failure, InvalidPayload, UpstreamError, is_adcp_code
+from ..hops import delivered, directives_of, revalidated
+from ..keys import digest
+from ..policy import FailureKind, Upstream
 from ..wholesale import canonical, release_of
 
 #: How the adapter reaches the agent: ``(tool, params) -> the answer's wire payload`` (a
@@ -76,12 +77,20 @@ class AgentRefused(Exception):
         super().__init__(code if isinstance(code, str) else "adcp_error")
         self.error = dict(error)
 
+    @property
+    def failure(self) -> Failure:
+        """The refusal as a failure a buyer may be shown: the agent's code when it is an
+        AdCP code, our words (the agent's may name what a buyer must not see)."""
+        code = self.error.get("code")
+        return Failure(FailureKind.UPSTREAM_ERROR, code if is_adcp_code(code) else "UPSTREAM_ERROR",
+                       "Upstream refused the request")  # fmt: skip
+
 
 class AdcpAgent:
     """``upstream`` (an AdCP agent's MCP endpoint) behind ``cache``, on ``surface``.
 
-    ``token`` is sent as ``Authorization: Bearer``, and joins the keys (as the upstream's
-    ``credentials``, unless it has its own): agents called with two tenants' tokens never
+    ``token`` is sent as ``Authorization: Bearer``, and joins the keys (beside the
+    upstream's own ``credentials``, if any): agents called with two tenants' tokens never
     share an entry.
     """
 
@@ -97,8 +106,10 @@ class AdcpAgent:
     ) -> None:
         if upstream.url is None and call is None:
             raise ValueError("an AdCP agent needs the URL of its MCP endpoint (or call=)")
-        if token is not None and upstream.credentials is None:
-            upstream = upstream.model_copy(update={"credentials": SecretStr(token)})
+        if token is not None:  # what is sent keys the entries, whatever else the upstream holds
+            held = upstream.credentials
+            keyed = token if held is None else digest([b"token", token, held.get_secret_value()])
+            upstream = upstream.model_copy(update={"credentials": SecretStr(keyed)})
         self.cache, self.upstream, self.surface = cache, upstream, surface
         self.call: AgentCall = call or adcp_client_call(upstream.url or "", token, timeout)
 
@@ -186,8 +197,8 @@ class AdcpAgent:
         if answer.get("unchanged") is not True:
             return answer
         same = all(answer.get(name) == held.get(name) for name in _ECHOED)
-        if same:  # current at the agent: the held feed, without the staleness it had then
-            return delivered(held)
+        if same:  # current at the agent: the held feed, as old as the agent now says
+            return revalidated(held, answer)
         return await self._answer(tool, params)  # unchanged, yet of another feed: read it
 
 

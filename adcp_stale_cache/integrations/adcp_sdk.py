@@ -41,9 +41,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from pydantic import BaseModel
+
 from ..cache import UpstreamCache
 from ..codecs import Untouched, inject_payload
-from ..collector import AdvisoryCollector, collect_advisories, current_collector
+from ..codecs.json import KEEP, NO_CONTEXT, Delivery, context_of, delivery
+from ..collector import UNREAD, collect_advisories, current_collector
 from ..keys import digest
 from ..policy import Surfaces
 
@@ -62,12 +65,14 @@ def skill_middleware(surfaces: Surfaces) -> SkillMiddleware:
         context: Any,
         call_next: Callable[[], Awaitable[Any]],
     ) -> Any:
-        # No ASGI request here: the SDK's ToolContext names the principal per-caller keys use.
-        with collect_advisories(surfaces.find(skill_name), principal_partition(context)) as (
-            collector
-        ):  # fmt: skip
+        # No ASGI request here: the SDK's ToolContext names the principal per-caller keys
+        # use, and the skill's parameters are the request (its pin keys by release).
+        surface, partition = surfaces.find(skill_name), principal_partition(context)
+        with collect_advisories(surface, partition, params) as collector:
             result = await call_next()
-        return _carrying(result, collector, f"skill={skill_name}")
+        # The SDK echoes the request's context only into an answer that has none.
+        found = delivery(collector.errors(), lambda: context_of(params), collector.served_context)
+        return _carrying(result, found, f"skill={skill_name}")
 
     return stale_advisories
 
@@ -91,16 +96,18 @@ def principal_partition(context: Any) -> str | None:
 _warned_anonymous = False
 
 
-def _carrying(result: Any, collector: AdvisoryCollector, where: str) -> Any:
-    """``result`` with the advisories ``collector`` recorded, as a dict when it is a model."""
-    if not collector:
+def _carrying(result: Any, found: Delivery, where: str) -> Any:
+    """``result`` with ``found`` delivered (its advisories, its context mended), as a dict
+    when it is a model; ``result`` itself when there is nothing to deliver."""
+    if not found and found.context is KEEP:
         return result
     payload = (
-        result.model_dump(mode="json", exclude_none=True) if hasattr(result, "model_dump")
+        result.model_dump(mode="json", exclude_none=True)
+        if isinstance(result, BaseModel)
         else result
-    )  # fmt: skip
+    )
     try:
-        inject_payload(payload, collector.errors())
+        inject_payload(payload, found)
     except Untouched as exc:
         # Stale data was served to this call: its buyer is not told, which is never routine.
         logger.warning("advisories_not_delivered %s reason=%s", where, exc)
@@ -120,20 +127,34 @@ def with_advisories(surfaces: Surfaces, tool: str | None = None) -> Callable[[Ha
         @functools.wraps(method)
         async def answer(*args: Any, **kwargs: Any) -> Any:
             outer = current_collector()  # the request's (ASGI middleware), or the skill's
-            partition = outer.partition if outer is not None else None
-            with collect_advisories(surface or (outer.surface if outer is not None else None),
-                                    partition) as collector:  # fmt: skip
-                if outer is not None:
-                    collector.budget = outer.budget  # one request, one budget
-                    collector.request_field = outer.request_field
+            if outer is None:  # the method's params are the request: its pin keys
+                opened = collect_advisories(surface, None, _params(args, kwargs))
+            else:
+                opened = collect_advisories(surface or outer.surface, outer.partition)
+                opened.collector.budget = outer.budget  # one request, one budget
+                opened.collector.request_field = outer.request_field
+            with opened as collector:
                 result = await method(*args, **kwargs)
             if outer is not None and collector.served_context:
                 outer.served_context = True  # the way out still checks the answer's context
-            return _carrying(result, collector, f"tool={method.__name__}")
+            # A context in doubt goes: the SDK echoes the request's own into an answer that
+            # has none (and a kept idempotent answer then holds none to replay).
+            context = NO_CONTEXT if collector.served_context else KEEP
+            return _carrying(
+                result, Delivery(collector.errors(), context), f"tool={method.__name__}"
+            )
 
         return answer
 
     return decorate
+
+
+def _params(args: tuple[Any, ...], kwargs: dict[str, Any]) -> object:
+    """The request an ``ADCPHandler`` method ``(self, params, context)`` answers: its
+    ``params`` (:data:`UNREAD` when it takes none)."""
+    if "params" in kwargs:
+        return kwargs["params"]
+    return args[1] if len(args) > 1 else UNREAD
 
 
 def stale_cache_test_controller(cache: UpstreamCache) -> Any:
