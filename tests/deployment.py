@@ -46,9 +46,9 @@ class Deployment:
             for app in self.apps:
                 app.start()
             for app in self.apps:
-                # 60 s: a seller with sub-sellers imports the adcp client at start, whose
-                # generated models take 7 to 20 s of this machine to build.
-                app.wait(180)  # a 2-worker seller took 61 s to listen at load 8 to 12
+                # A seller with sub-sellers imports the adcp client at start (7 to 20 s
+                # here); with 2 workers at load 8 to 12 it took 61 s to listen.
+                app.wait(180)
         except BaseException:
             self.__exit__()
             raise
