@@ -1,0 +1,101 @@
+"""REVIEW 31: reproductions of defects found attacking issue 31's work as a hostile user.
+
+Each test asserts the behaviour a seller should get; each FAILS on the library as reviewed
+(h-review31 at main's tip, e92ef84). Marked ``review31`` in their names; not fixes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from adcp_stale_cache import (
+    StaleAdvisoryMiddleware,
+    SurfacePolicy,
+    Surfaces,
+    Upstream,
+    UpstreamCache,
+    UpstreamUnavailable,
+)
+from adcp_stale_cache.failures import UpstreamError, classify
+
+PRODUCTS = SurfacePolicy(name="get_products", field="products", paths=("/api/get_products",))
+INVENTORY = Upstream(name="inventory")
+
+
+class _LazyMessage(Exception):
+    """A seller's own exception whose ``__str__`` reads an attribute set only on some paths
+    (a common shape: ``self.detail`` filled in by the caller after construction)."""
+
+    def __str__(self) -> str:
+        return str(self.detail)  # type: ignore[attr-defined]
+
+
+def test_review31_classify_survives_an_exception_whose_str_raises() -> None:
+    """REVIEW 31 defect: failures._text guards a raising ``__str__``, but the transport
+    rules (``"connection refused" in str(e)``, ``_is_dns``, the TLS rule) call ``str(e)``
+    bare: classify raises AttributeError from inside the library, so the seller sees the
+    library's error instead of their own exception (or a stale serve)."""
+    error = _LazyMessage()
+    failure = classify(error)
+    assert failure.code == "UPSTREAM_ERROR"
+
+
+@pytest.mark.timeout(30)
+async def test_review31_fetch_reraises_the_sellers_own_exception_whose_str_raises() -> None:
+    """REVIEW 31 defect (same root as above), as a seller meets it through fetch."""
+    cache = UpstreamCache(surfaces=Surfaces.of(PRODUCTS))
+
+    async def call() -> Any:
+        raise _LazyMessage()
+
+    with pytest.raises(_LazyMessage):
+        await cache.fetch(INVENTORY, "k", call, surface="get_products")
+
+
+@pytest.mark.timeout(60)
+def test_review31_a_loop_per_request_does_not_pile_up_redis_connections() -> None:
+    """REVIEW 31 defect: ``RedisStore(url=...)`` gives each event loop its own client
+    (stores/redis_urls.LoopClients), kept in a WeakKeyDictionary by loop "so a loop's goes
+    with it". But the value (the client, its connections' transports, redis-py's locks)
+    references the loop, so the entry never goes: with ``asyncio.run`` per request (adopting
+    step 4) every request leaves one open Redis connection and one closed loop behind, until
+    the server's maxclients refuses everyone. ``aclose()`` closes one loop's client only."""
+    import gc
+    import re
+    import time
+
+    from adcp_stale_cache.entry import Entry
+    from adcp_stale_cache.stores.redis import RedisStore
+
+    from .redis_server import RedisServer, redis_cli
+
+    pytest.importorskip("redis.asyncio", reason="the redis extra is needed")
+    server = RedisServer().start()
+    try:
+        store = RedisStore(url=server.url)
+        asyncio.run(store.set("k", Entry(b"{}", time.time()), 60))
+
+        def connected() -> int:
+            found = re.search(r"connected_clients:(\d+)", redis_cli(server.port, "INFO", "clients"))
+            assert found is not None
+            return int(found.group(1)) - 1  # less redis-cli's own
+
+        before = connected()
+        for _ in range(40):  # 40 requests, each on its own loop, as asyncio.run per request
+            assert asyncio.run(store.get("k")) is not None
+        gc.collect()
+        time.sleep(0.2)
+        after = connected()
+        loops_held = len(store._clients._by_loop)
+        assert after - before <= 4, f"{after - before} Redis connections left open by 40 loops"
+        assert loops_held <= 4, f"{loops_held} finished loops still hold a client"
+    finally:
+        server.kill()
