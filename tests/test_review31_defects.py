@@ -99,3 +99,38 @@ def test_review31_a_loop_per_request_does_not_pile_up_redis_connections() -> Non
         assert loops_held <= 4, f"{loops_held} finished loops still hold a client"
     finally:
         server.kill()
+
+
+def _echo_app(middleware_options: dict[str, Any]) -> Any:
+    """An MCP-ish endpoint that answers every POST itself (a real server would answer a
+    deep body with its own JSON-RPC parse error), behind the advisory middleware."""
+
+    async def route(request: Request) -> JSONResponse:
+        body = await request.body()
+        return JSONResponse({"jsonrpc": "2.0", "id": None, "result": {"bytes": len(body)}})
+
+    app = FastAPI()
+    app.add_api_route("/mcp", route, methods=["POST"])
+    app.add_middleware(StaleAdvisoryMiddleware, surfaces=Surfaces.of(PRODUCTS), **middleware_options)
+    return app
+
+
+@pytest.mark.timeout(30)
+async def test_review31_deeply_nested_arguments_do_not_crash_the_middleware() -> None:
+    """REVIEW 31 defect: a tools/call whose arguments nest 100 000 deep (200 kB, well under
+    max_peek_bytes): orjson refuses it (depth 1024), the stdlib fallback
+    (codecs.json._stdlib) raises RecursionError, which only ValueError is caught for, so
+    RequestPeek.receive raises inside the app's body read: a 500 with a traceback for any
+    anonymous buyer, before the app (or its auth) ever saw the request."""
+    depth = 100_000
+    body = (
+        b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_products",'
+        b'"arguments":{"x":' + b"[" * depth + b"]" * depth + b"}}}"
+    )
+    transport = httpx.ASGITransport(app=_echo_app({}), raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://seller") as http:
+        answer = await http.post(
+            "/mcp", content=body, headers={"content-type": "application/json"}
+        )
+    assert answer.status_code == 200, answer.text[:200]
+    assert answer.json()["result"]["bytes"] == len(body)
