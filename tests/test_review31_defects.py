@@ -134,3 +134,38 @@ async def test_review31_deeply_nested_arguments_do_not_crash_the_middleware() ->
         )
     assert answer.status_code == 200, answer.text[:200]
     assert answer.json()["result"]["bytes"] == len(body)
+
+
+def _logged(fn: Any) -> Any:
+    """A seller's own plain decorator around an async function (functools.wraps does not
+    mark the wrapper a coroutine function): calling it returns the coroutine."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@pytest.mark.timeout(30)
+async def test_review31_cached_still_serves_a_function_returning_an_awaitable() -> None:
+    """REVIEW 31 defect (a regression): before issue 31, ``@cache.cached`` wrapped any
+    function as async and awaited what it returned. It now picks ``fetch_blocking`` for
+    whatever ``inspect.iscoroutinefunction`` says is not async: an async function behind a
+    plain decorator (or an object with an async ``__call__``) is run in a lane thread, its
+    coroutine handed back uncached (log: ``not_cacheable ... error=TypeError``): every call
+    goes to the upstream, nothing is ever served from cache or stale in an outage, and the
+    caller's event loop blocks on the lane hop meanwhile. Silent, where it used to work."""
+    cache = UpstreamCache(surfaces=Surfaces.of(PRODUCTS))
+    calls = []
+
+    @cache.cached(INVENTORY, surface="get_products")
+    @_logged
+    async def products(region: str) -> dict[str, Any]:
+        calls.append(region)
+        return {"products": [region]}
+
+    assert await products("eu") == {"products": ["eu"]}
+    assert await products("eu") == {"products": ["eu"]}
+    assert calls == ["eu"], "cached, then served from the cache (it is never cached now)"
