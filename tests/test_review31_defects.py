@@ -28,6 +28,7 @@ from adcp_stale_cache.failures import UpstreamError, classify
 
 PRODUCTS = SurfacePolicy(name="get_products", field="products", paths=("/api/get_products",))
 INVENTORY = Upstream(name="inventory")
+AGENT = Upstream(name="signals-platform")
 
 
 class _LazyMessage(Exception):
@@ -169,3 +170,66 @@ async def test_review31_cached_still_serves_a_function_returning_an_awaitable() 
     assert await products("eu") == {"products": ["eu"]}
     assert await products("eu") == {"products": ["eu"]}
     assert calls == ["eu"], "cached, then served from the cache (it is never cached now)"
+
+
+@pytest.mark.timeout(60)
+def test_review31_breaker_closes_when_each_request_closes_its_own_loop() -> None:
+    """REVIEW 31 defect: docs/guide.md ("Threads and event loops") says work behind an
+    answer finishes "whatever the runtime" and a recovered upstream is called again within
+    cooldown + one deadline. A loop per request closed without asyncio.run's cancel-all
+    (``loop = new_event_loop(); loop.run_until_complete(...); loop.close()``, the classic
+    pattern, detach_calls left at its default) leaves the breaker's probe task pending
+    forever: it is never cancelled, so Flights._landed never sets ``in_front``; it is held
+    in Flights.tasks, so it is never collected and ``_releasing`` never frees the probe
+    slot. The breaker stays half-open with its one probe taken: every later request is
+    served stale (advisories about a healthy upstream) until max-stale runs out."""
+    import time
+
+    from adcp_stale_cache import collect_advisories
+    from adcp_stale_cache.breaker import BreakerPolicy
+
+    cooldown, deadline = 0.3, 0.5
+    surface = SurfacePolicy(
+        name="get_signals", field="signals", freshness_target_seconds=0, max_stale_seconds=3600,
+        upstream_timeout_seconds=deadline, shared_across_callers=True,
+    )  # fmt: skip
+    cache = UpstreamCache(
+        surfaces=Surfaces.of(surface),
+        breaker=BreakerPolicy(failure_threshold=1, cooldown_seconds=cooldown),
+    )
+    platform = {"up": True, "calls": 0}
+
+    async def call() -> dict[str, Any]:
+        platform["calls"] += 1
+        await asyncio.sleep(0.01)
+        if not platform["up"]:
+            raise ConnectionRefusedError
+        return {"signals": [platform["calls"]]}
+
+    async def request() -> list[dict[str, Any]]:
+        with collect_advisories() as advisories:
+            await cache.fetch(AGENT, "segments", call, surface=surface)
+        return advisories.errors()
+
+    def run() -> list[dict[str, Any]]:
+        loop = asyncio.new_event_loop()
+        try:
+            return loop.run_until_complete(request())
+        finally:
+            loop.close()
+
+    assert run() == []
+    platform["up"] = False
+    assert run()[0]["code"] == "STALE_RESPONSE"
+    platform["up"], recovered = True, time.monotonic()
+    time.sleep(cooldown + 0.05)
+    answers = []
+    while time.monotonic() < recovered + cooldown + deadline + 1.5:
+        answers.append((time.monotonic() - recovered, run()))
+        time.sleep(0.05)
+    settled = [errors for at, errors in answers if at > cooldown + deadline + 0.1]
+    assert settled and all(errors == [] for errors in settled), (
+        f"{sum(1 for e in settled if e)} of {len(settled)} answers after cooldown + deadline "
+        "were stale; breaker open: " + str(cache.breaker_open(AGENT))
+    )
+
