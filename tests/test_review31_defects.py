@@ -233,3 +233,52 @@ def test_review31_breaker_closes_when_each_request_closes_its_own_loop() -> None
         "were stale; breaker open: " + str(cache.breaker_open(AGENT))
     )
 
+
+
+@pytest.mark.timeout(30)
+async def test_review31_partition_from_call_is_not_fixed_before_the_body_is_read() -> None:
+    """REVIEW 31 defect (security): StaleAdvisoryMiddleware(partition_from_call=) computes
+    the partition once, at the request's first fetch, assuming "the app has read its body"
+    by then (middleware._partition). A fetch made before the body is read (a seller's own
+    middleware or route step reading tenant settings through the cache first) calls the hook
+    with ``arguments=None``, indistinguishable from "no body", and that answer is memoised
+    for the request (collector.partition). With a hook shaped like the shipped example's
+    (examples/signals_agent.py ``principal``: None when no principal is named), every
+    principal's later fetches share one partition: principal B is served principal A's
+    segments."""
+    from adcp_stale_cache import ToolCall
+
+    signals = SurfacePolicy(
+        name="get_signals", field="signals", paths=("/api/get_signals",),
+        freshness_target_seconds=300, max_stale_seconds=3600,
+    )  # fmt: skip
+    cache = UpstreamCache(surfaces=Surfaces.of(signals))
+    settings, platform = Upstream(name="settings"), Upstream(name="data-platform")
+
+    def principal(call: ToolCall) -> str | None:  # as examples/signals_agent.py
+        named = (call.arguments or {}).get("principal_id")
+        return None if named is None else f"principal:{named}"
+
+    async def route(request: Request) -> JSONResponse:
+        async def seller_settings() -> dict[str, Any]:
+            return {"currency": "EUR"}
+
+        await cache.fetch(settings, "settings", seller_settings)  # before the body is read
+        asked = (await request.json())["principal_id"]
+
+        async def segments() -> dict[str, Any]:
+            return {"signals": [f"segment-of-{asked}"]}
+
+        return JSONResponse(await cache.fetch(platform, "segments", segments))
+
+    app = FastAPI()
+    app.add_api_route("/api/get_signals", route, methods=["POST"])
+    app.add_middleware(
+        StaleAdvisoryMiddleware, surfaces=cache.surfaces, partition_from_call=principal
+    )
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://seller") as http:
+        a = await http.post("/api/get_signals", json={"principal_id": "A"})
+        b = await http.post("/api/get_signals", json={"principal_id": "B"})
+    assert a.json()["signals"] == ["segment-of-A"]
+    assert b.json()["signals"] == ["segment-of-B"], "principal B was served principal A's data"
