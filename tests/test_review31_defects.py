@@ -282,3 +282,35 @@ async def test_review31_partition_from_call_is_not_fixed_before_the_body_is_read
         b = await http.post("/api/get_signals", json={"principal_id": "B"})
     assert a.json()["signals"] == ["segment-of-A"]
     assert b.json()["signals"] == ["segment-of-B"], "principal B was served principal A's data"
+
+
+@pytest.mark.timeout(30)
+async def test_review31_agents_differing_only_in_query_or_userinfo_do_not_share_entries() -> None:
+    """REVIEW 31 defect (security; pre-dates issue 31, now reached with the AnyUrl/httpx.URL
+    sellers hold): Upstream(url=) strips userinfo, query and path parameters so that no
+    credential reaches a buyer, and that stripped URL is also the upstream's identity and
+    part of every store key (policy._public_url, lookup.store_key). Two tenants' agents
+    told apart only by ``?tenant=`` / ``?api_key=`` or ``user:password@`` then share one
+    breaker and, on a surface shared_across_callers (the guide's advice for public surfaces
+    such as list_creative_formats), one entry: tenant B's buyers get tenant A's formats."""
+    formats = SurfacePolicy(
+        name="list_creative_formats", field="formats", shared_across_callers=True,
+        freshness_target_seconds=300, max_stale_seconds=3600,
+    )  # fmt: skip
+    cache = UpstreamCache(surfaces=Surfaces.of(formats))
+    for url_a, url_b in (
+        ("https://agent.example/mcp?tenant=a", "https://agent.example/mcp?tenant=b"),
+        ("https://a:secret-a@agent.example/mcp", "https://b:secret-b@agent.example/mcp"),
+    ):
+        agents = {
+            tenant: Upstream(name="creative-agent", url=httpx.URL(url))
+            for tenant, url in (("a", url_a), ("b", url_b))
+        }
+        answers = {}
+        for tenant, agent in agents.items():
+
+            async def call(tenant: str = tenant) -> dict[str, Any]:
+                return {"formats": [f"private-format-of-{tenant}"]}
+
+            answers[tenant] = await cache.fetch(agent, "formats", call, surface=formats)
+        assert answers["b"] == {"formats": ["private-format-of-b"]}, (url_b, answers)
