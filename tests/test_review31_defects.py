@@ -314,3 +314,38 @@ async def test_review31_agents_differing_only_in_query_or_userinfo_do_not_share_
 
             answers[tenant] = await cache.fetch(agent, "formats", call, surface=formats)
         assert answers["b"] == {"formats": ["private-format-of-b"]}, (url_b, answers)
+
+
+@pytest.mark.timeout(30)
+async def test_review31_a_cold_outage_in_a_task_group_fan_out_is_service_unavailable() -> None:
+    """REVIEW 31 defect: the cold-outage answer (middleware.__call__: ``except
+    UpstreamUnavailable``) misses the same exception raised from a fan-out in an
+    ``asyncio.TaskGroup`` (or anyio's), which arrives as an ExceptionGroup: the buyer gets the
+    text/plain 500 with a traceback that issue 31 asked to be an AdCP SERVICE_UNAVAILABLE.
+    Fanning out to several upstreams is the shape the guide's request budget is for."""
+    if not hasattr(asyncio, "TaskGroup"):
+        pytest.skip("asyncio.TaskGroup needs Python 3.11")
+    cache = UpstreamCache(surfaces=Surfaces.of(PRODUCTS))
+    formats_agent = Upstream(name="creative-agent")
+
+    async def down() -> Any:
+        raise ConnectionRefusedError
+
+    async def up() -> Any:
+        return {"formats": []}
+
+    async def route(request: Request) -> JSONResponse:
+        await request.body()
+        async with asyncio.TaskGroup() as fan_out:
+            products = fan_out.create_task(cache.fetch(INVENTORY, "all", down))
+            fan_out.create_task(cache.fetch(formats_agent, "all", up))
+        return JSONResponse({"products": products.result()})
+
+    app = FastAPI()
+    app.add_api_route("/api/get_products", route, methods=["POST"])
+    app.add_middleware(StaleAdvisoryMiddleware, surfaces=cache.surfaces)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://seller") as http:
+        answer = await http.post("/api/get_products", json={})
+    assert answer.status_code == 503, (answer.status_code, answer.text[:100])
+    assert answer.json()["adcp_error"]["code"] == "SERVICE_UNAVAILABLE"
