@@ -349,3 +349,41 @@ async def test_review31_a_cold_outage_in_a_task_group_fan_out_is_service_unavail
         answer = await http.post("/api/get_products", json={})
     assert answer.status_code == 503, (answer.status_code, answer.text[:100])
     assert answer.json()["adcp_error"]["code"] == "SERVICE_UNAVAILABLE"
+
+
+@pytest.mark.timeout(30)
+async def test_review31_a_request_joining_a_longer_flight_keeps_its_budget() -> None:
+    """REVIEW 31 defect: the budget bounds a call only through the timeout of the flight a
+    request starts (admission: ``timeout = min(timeout, budget)``); a request that joins a
+    flight already running for its key (Flights.fly -> SingleFlight.run) awaits that flight
+    whole, under the starter's deadline. A refresh started without a request (a start-up
+    warm, CacheControl.refresh, refresh_soon: the full upstream deadline) against a frozen
+    upstream then holds a buyer whose budget is 0.3 s, with a stale entry to serve, for the
+    whole 2 s deadline."""
+    import time
+
+    from adcp_stale_cache import collect_advisories
+
+    surface = SurfacePolicy(
+        name="get_signals", field="signals", freshness_target_seconds=0, max_stale_seconds=3600,
+        upstream_timeout_seconds=2.0, request_budget_seconds=0.3, shared_across_callers=True,
+    )  # fmt: skip
+    cache = UpstreamCache(surfaces=Surfaces.of(surface), breaker=None)
+    frozen = asyncio.Event()
+
+    async def call() -> dict[str, Any]:
+        if frozen.is_set():
+            await asyncio.sleep(30)
+        return {"signals": ["s"]}
+
+    await cache.fetch(AGENT, "segments", call, surface=surface)  # warm
+    frozen.set()
+    warm_again = asyncio.ensure_future(cache.fetch(AGENT, "segments", call, surface=surface))
+    await asyncio.sleep(0.05)  # that refresh is in flight, with the full 2 s deadline
+    started = time.monotonic()
+    with collect_advisories(surface) as advisories:
+        value = await cache.fetch(AGENT, "segments", call, surface=surface)
+    took = time.monotonic() - started
+    assert value == {"signals": ["s"]} and advisories.errors()
+    assert took < 0.3 + 0.3, f"a 0.3 s budget answered after {took:.2f} s"
+    await asyncio.gather(warm_again, return_exceptions=True)
