@@ -387,3 +387,60 @@ async def test_review31_a_request_joining_a_longer_flight_keeps_its_budget() -> 
     assert value == {"signals": ["s"]} and advisories.errors()
     assert took < 0.3 + 0.3, f"a 0.3 s budget answered after {took:.2f} s"
     await asyncio.gather(warm_again, return_exceptions=True)
+
+
+@pytest.mark.timeout(60)
+def test_review31_fetch_blocking_asks_a_recovered_upstream_within_cooldown_and_deadline() -> None:
+    """REVIEW 31 defect (docs claim): docs/guide.md says a recovered upstream is called again
+    within the breaker's cooldown and one deadline, "whatever the runtime". Through
+    ``fetch_blocking`` it is not while the calls abandoned during the freeze still hold the
+    lane's threads (blocking.Lane: "a call abandoned at its deadline keeps its thread until
+    it returns", i.e. until the client's own timeout, 30 s in examples/signals_agent.py):
+    every new call, the breaker's probe included, waits for a thread past its deadline and
+    never runs, so the upstream stays unasked and every answer stale for the client's
+    timeout, not cooldown + deadline. Here the stuck calls return after 4 s."""
+    import threading
+    import time
+
+    from adcp_stale_cache import collect_advisories
+    from adcp_stale_cache.breaker import BreakerPolicy
+
+    cooldown, deadline, stuck_for = 0.3, 0.3, 4.0
+    surface = SurfacePolicy(
+        name="get_signals", field="signals", freshness_target_seconds=0, max_stale_seconds=3600,
+        upstream_timeout_seconds=deadline, shared_across_callers=True,
+    )  # fmt: skip
+    cache = UpstreamCache(
+        surfaces=Surfaces.of(surface), blocking_threads=2,
+        breaker=BreakerPolicy(failure_threshold=1, cooldown_seconds=cooldown),
+    )  # fmt: skip
+    frozen = threading.Event()
+
+    def post() -> dict[str, Any]:  # a requests call: a frozen one returns at its own timeout
+        if frozen.is_set():
+            time.sleep(stuck_for)
+            raise TimeoutError("read timed out")
+        return {"signals": ["s"]}
+
+    def request(spec: str = "auto") -> list[dict[str, Any]]:
+        with collect_advisories(surface) as advisories:
+            cache.fetch_blocking(AGENT, ("segments", spec), post, surface=surface)
+        return advisories.errors()
+
+    specs = ["auto", "travel", "finance", "sports"]
+    for spec in specs:
+        assert request(spec) == []
+    frozen.set()
+    with __import__("concurrent.futures").futures.ThreadPoolExecutor(4) as buyers:
+        list(buyers.map(request, specs))  # the lane's 2 threads now stuck
+    frozen.clear()
+    recovered = time.monotonic()
+    answers = []
+    while time.monotonic() < recovered + cooldown + deadline + 1.5:
+        answers.append((time.monotonic() - recovered, request()))
+        time.sleep(0.05)
+    settled = [errors for at, errors in answers if at > cooldown + deadline + 0.5]
+    assert settled and all(errors == [] for errors in settled), (
+        f"{sum(1 for e in settled if e)} of {len(settled)} answers past cooldown + deadline "
+        "were stale"
+    )
