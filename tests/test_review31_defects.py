@@ -1,13 +1,16 @@
 """REVIEW 31: reproductions of defects found attacking issue 31's work as a hostile user.
 
 Each test asserts the behaviour a seller should get; each FAILS on the library as reviewed
-(h-review31 at main's tip, e92ef84). Marked ``review31`` in their names; not fixes.
+(h-review31 at main's tip, e92ef84). Marked ``review31`` in their names; not fixes. The
+module is ``xfail(strict=True)`` so that the suite stays green until a fix lands: a fixed
+defect's test then XPASSes and fails the run, and its marker is to be removed with the fix
+(run one red as it is: ``pytest tests/test_review31_defects.py --runxfail``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
+import json
 from typing import Any
 
 import httpx
@@ -22,9 +25,10 @@ from adcp_stale_cache import (
     Surfaces,
     Upstream,
     UpstreamCache,
-    UpstreamUnavailable,
 )
-from adcp_stale_cache.failures import UpstreamError, classify
+from adcp_stale_cache.failures import classify
+
+pytestmark = pytest.mark.xfail(strict=True, reason="review 31: reproduces an open defect")
 
 PRODUCTS = SurfacePolicy(name="get_products", field="products", paths=("/api/get_products",))
 INVENTORY = Upstream(name="inventory")
@@ -112,7 +116,9 @@ def _echo_app(middleware_options: dict[str, Any]) -> Any:
 
     app = FastAPI()
     app.add_api_route("/mcp", route, methods=["POST"])
-    app.add_middleware(StaleAdvisoryMiddleware, surfaces=Surfaces.of(PRODUCTS), **middleware_options)
+    app.add_middleware(
+        StaleAdvisoryMiddleware, surfaces=Surfaces.of(PRODUCTS), **middleware_options
+    )
     return app
 
 
@@ -130,9 +136,7 @@ async def test_review31_deeply_nested_arguments_do_not_crash_the_middleware() ->
     )
     transport = httpx.ASGITransport(app=_echo_app({}), raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://seller") as http:
-        answer = await http.post(
-            "/mcp", content=body, headers={"content-type": "application/json"}
-        )
+        answer = await http.post("/mcp", content=body, headers={"content-type": "application/json"})
     assert answer.status_code == 200, answer.text[:200]
     assert answer.json()["result"]["bytes"] == len(body)
 
@@ -232,7 +236,6 @@ def test_review31_breaker_closes_when_each_request_closes_its_own_loop() -> None
         f"{sum(1 for e in settled if e)} of {len(settled)} answers after cooldown + deadline "
         "were stale; breaker open: " + str(cache.breaker_open(AGENT))
     )
-
 
 
 @pytest.mark.timeout(30)
@@ -444,3 +447,38 @@ def test_review31_fetch_blocking_asks_a_recovered_upstream_within_cooldown_and_d
         f"{sum(1 for e in settled if e)} of {len(settled)} answers past cooldown + deadline "
         "were stale"
     )
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        # ``input`` only: the adcp SDK server hands the skill ``parameters`` or {}, never ``input``
+        [{"data": {"skill": "get_signals", "input": {"principal_id": "victim"}}}],
+        # a DataPart and a TextPart: the SDK takes the DataPart (DataParts first)
+        [
+            {"text": '{"skill": "get_signals", "parameters": {"principal_id": "victim"}}'},
+            {"data": {"skill": "get_signals", "parameters": {"principal_id": "caller"}}},
+        ],
+    ],
+    ids=["input-not-parameters", "text-and-data-parts"],
+)
+def test_review31_a2a_partition_reads_the_arguments_the_skill_gets(parts: list[Any]) -> None:
+    """REVIEW 31 defect (security, differential parsing): ToolCall.arguments for A2A are
+    documented as "the A2A DataPart's parameters", what the skill runs with, and
+    partition_from_call keys the caller's entries by them. codecs.jsonrpc.a2a_call reads
+    them differently from the adcp SDK server it claims to follow (adcp/server/a2a_server.py
+    ``_default_parse_request``): it falls back to ``input`` (the SDK hands the skill {}),
+    and with a DataPart and a TextPart it sees two invocations (None), where the SDK runs
+    the DataPart. The hook then names a principal other than the one the skill serves (or
+    none): a caller can steer which partition its answer is read from and stored in."""
+    from adcp_stale_cache.codecs import parse_calls
+
+    body = {"jsonrpc": "2.0", "id": 1, "method": "message/send",
+            "params": {"message": {"role": "user", "messageId": "m", "parts": parts}}}  # fmt: skip
+    [call] = parse_calls(json.dumps(body).encode())
+    sdk_runs = next(
+        (p["data"].get("parameters", {}) for p in parts if "data" in p and "skill" in p["data"]),
+        {},
+    )
+    assert call.surface == "get_signals"
+    assert (call.arguments or {}) == sdk_runs
