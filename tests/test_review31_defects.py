@@ -482,3 +482,53 @@ def test_review31_a2a_partition_reads_the_arguments_the_skill_gets(parts: list[A
     )
     assert call.surface == "get_signals"
     assert (call.arguments or {}) == sdk_runs
+
+
+@pytest.mark.timeout(30)
+async def test_review31_an_advisory_dropped_at_delivery_counts_as_lost() -> None:
+    """REVIEW 31 defect (observability): issue 31 asked that a stale serve whose advisory no
+    request carried be logged and counted apart from a delivered one. Only a serve with no
+    collector at all counts in ``advisory_lost`` (serving._advisory_lost); one recorded in a
+    collector and then dropped at delivery (an answer that is not JSON, a status or content
+    type that cannot carry it; AdvisoryMiddleware's isError or non-JSON tool result) counts in
+    ``advisories_total`` as one that "will reach the buyer" (metrics.stale_serve) and only
+    logs ``advisories_not_delivered``: a dashboard on advisories_lost_total shows 0 while
+    buyers get stale data unannounced."""
+    from starlette.responses import PlainTextResponse
+
+    from adcp_stale_cache.metrics import CacheMetrics
+
+    class Counting(CacheMetrics):
+        def __init__(self) -> None:
+            self.delivered, self.lost = 0, 0
+
+        def stale_serve(self, surface: str, upstream: str, code: str, advisory: bool) -> None:
+            self.delivered += advisory
+
+        def advisory_lost(self, surface: str, upstream: str) -> None:
+            self.lost += 1
+
+    metrics = Counting()
+    surface = PRODUCTS.model_copy(update={"freshness_target_seconds": 0})
+    cache = UpstreamCache(surfaces=Surfaces.of(surface), metrics=metrics)
+    state = {"up": True}
+
+    async def load() -> Any:
+        if not state["up"]:
+            raise ConnectionRefusedError
+        return {"products": ["p1"]}
+
+    async def route(request: Request) -> PlainTextResponse:  # a text answer from the data
+        products = (await cache.fetch(INVENTORY, "all", load))["products"]
+        return PlainTextResponse(", ".join(products))
+
+    app = FastAPI()
+    app.add_api_route("/api/get_products", route, methods=["POST"])
+    app.add_middleware(StaleAdvisoryMiddleware, surfaces=cache.surfaces)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://seller") as http:
+        await http.post("/api/get_products", json={})
+        state["up"] = False
+        stale = await http.post("/api/get_products", json={})
+    assert stale.text == "p1"  # stale data, no advisory anywhere in the answer
+    assert (metrics.delivered, metrics.lost) == (0, 1)
