@@ -532,3 +532,38 @@ async def test_review31_an_advisory_dropped_at_delivery_counts_as_lost() -> None
         stale = await http.post("/api/get_products", json={})
     assert stale.text == "p1"  # stale data, no advisory anywhere in the answer
     assert (metrics.delivered, metrics.lost) == (0, 1)
+
+
+@pytest.mark.timeout(30)
+async def test_review31_a_stdlib_urllib_4xx_is_not_an_outage() -> None:
+    """REVIEW 31 defect: "failures of any client mean something", and a 4xx is the caller's
+    problem, not an outage (failures._explicit, for requests' HTTPError, also an OSError).
+    The stdlib's ``urllib.error.HTTPError`` (``urlopen``: the other blocking client sellers
+    use) is not read for its status (``urllib`` is not in failures._HTTP_CLIENTS, HTTPError
+    is not a bare type): being an OSError it falls to the transport rules as
+    CONNECTION_ERROR, whatever its code. So a 404 is an outage: re-raised as
+    UpstreamUnavailable (or served stale), and counted by the breaker: a buyer asking for
+    a few unknown ids opens the breaker, and every other key is served stale; a 503 or 429
+    loses its code and Retry-After."""
+    import http.client
+    import urllib.error
+
+    from adcp_stale_cache.breaker import BreakerPolicy
+
+    cache = UpstreamCache(
+        surfaces=Surfaces.of(PRODUCTS), breaker=BreakerPolicy(failure_threshold=3)
+    )
+
+    async def not_found() -> Any:
+        raise urllib.error.HTTPError(
+            "https://inventory/p/x", 404, "Not Found", http.client.HTTPMessage(), None
+        )
+
+    for unknown in range(5):
+        with pytest.raises(urllib.error.HTTPError):  # the caller's 404, as it came
+            await cache.fetch(INVENTORY, ("product", unknown), not_found, surface=PRODUCTS)
+    assert not cache.breaker_open(INVENTORY), "five 404s opened the breaker"
+    headers = http.client.HTTPMessage()
+    headers["Retry-After"] = "7"
+    unavailable = urllib.error.HTTPError("https://inventory/", 503, "Unavailable", headers, None)
+    assert classify(unavailable).code == "UPSTREAM_HTTP_503"
