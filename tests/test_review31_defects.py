@@ -567,3 +567,39 @@ async def test_review31_a_stdlib_urllib_4xx_is_not_an_outage() -> None:
     headers["Retry-After"] = "7"
     unavailable = urllib.error.HTTPError("https://inventory/", 503, "Unavailable", headers, None)
     assert classify(unavailable).code == "UPSTREAM_HTTP_503"
+
+
+@pytest.mark.timeout(30)
+def test_review31_a_templated_surface_path_is_matched_or_reported(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """REVIEW 31 defect: surface ``paths`` are matched literally per request
+    (middleware._surface_at), but the start-up check (routes.serves) matches them with the
+    route's regex, so a path declared as the route is written, ``/api/{tenant}/get_products``,
+    "is served" (the literal ``{tenant}`` matches ``[^/]+``): no ``surface_unserved`` at
+    start-up, while no request ever reaches the surface (each falls to the default policy:
+    its freshness, no ``field``). Issue 31 asked that such a surface be reported when the
+    app starts."""
+    import logging
+
+    from starlette.testclient import TestClient
+
+    from adcp_stale_cache import current_collector
+
+    templated = SurfacePolicy(
+        name="get_products", field="products", paths=("/api/{tenant}/get_products",)
+    )
+    seen: list[str | None] = []
+    app = FastAPI()
+
+    @app.post("/api/{tenant}/get_products")
+    async def get_products(tenant: str) -> dict[str, Any]:
+        collector = current_collector()
+        seen.append(None if collector is None or collector.surface is None else "matched")
+        return {"products": []}
+
+    app.add_middleware(StaleAdvisoryMiddleware, surfaces=Surfaces.of(templated))
+    with caplog.at_level(logging.INFO), TestClient(app) as client:
+        client.post("/api/acme/get_products", json={})
+    reported = any("surface_unserved" in r.getMessage() for r in caplog.records)
+    assert seen == ["matched"] or reported, "neither matched nor reported at start-up"
