@@ -28,7 +28,7 @@ from adcp_stale_cache import (
 )
 from adcp_stale_cache.failures import classify
 
-pytestmark = pytest.mark.xfail(strict=True, reason="review 31: reproduces an open defect")
+OPEN = pytest.mark.xfail(strict=True, reason="review 31: reproduces an open defect")
 
 PRODUCTS = SurfacePolicy(name="get_products", field="products", paths=("/api/get_products",))
 INVENTORY = Upstream(name="inventory")
@@ -43,6 +43,7 @@ class _LazyMessage(Exception):
         return str(self.detail)  # type: ignore[attr-defined]
 
 
+@OPEN
 def test_review31_classify_survives_an_exception_whose_str_raises() -> None:
     """REVIEW 31 defect: failures._text guards a raising ``__str__``, but the transport
     rules (``"connection refused" in str(e)``, ``_is_dns``, the TLS rule) call ``str(e)``
@@ -54,6 +55,7 @@ def test_review31_classify_survives_an_exception_whose_str_raises() -> None:
 
 
 @pytest.mark.timeout(30)
+@OPEN
 async def test_review31_fetch_reraises_the_sellers_own_exception_whose_str_raises() -> None:
     """REVIEW 31 defect (same root as above), as a seller meets it through fetch."""
     cache = UpstreamCache(surfaces=Surfaces.of(PRODUCTS))
@@ -66,6 +68,7 @@ async def test_review31_fetch_reraises_the_sellers_own_exception_whose_str_raise
 
 
 @pytest.mark.timeout(60)
+@OPEN
 def test_review31_a_loop_per_request_does_not_pile_up_redis_connections() -> None:
     """REVIEW 31 defect: ``RedisStore(url=...)`` gives each event loop its own client
     (stores/redis_urls.LoopClients), kept in a WeakKeyDictionary by loop "so a loop's goes
@@ -154,6 +157,7 @@ def _logged(fn: Any) -> Any:
 
 
 @pytest.mark.timeout(30)
+@OPEN
 async def test_review31_cached_still_serves_a_function_returning_an_awaitable() -> None:
     """REVIEW 31 defect (a regression): before issue 31, ``@cache.cached`` wrapped any
     function as async and awaited what it returned. It now picks ``fetch_blocking`` for
@@ -177,6 +181,7 @@ async def test_review31_cached_still_serves_a_function_returning_an_awaitable() 
 
 
 @pytest.mark.timeout(60)
+@OPEN
 def test_review31_breaker_closes_when_each_request_closes_its_own_loop() -> None:
     """REVIEW 31 defect: docs/guide.md ("Threads and event loops") says work behind an
     answer finishes "whatever the runtime" and a recovered upstream is called again within
@@ -239,6 +244,7 @@ def test_review31_breaker_closes_when_each_request_closes_its_own_loop() -> None
 
 
 @pytest.mark.timeout(30)
+@OPEN
 async def test_review31_partition_from_call_is_not_fixed_before_the_body_is_read() -> None:
     """REVIEW 31 defect (security): StaleAdvisoryMiddleware(partition_from_call=) computes
     the partition once, at the request's first fetch, assuming "the app has read its body"
@@ -288,6 +294,7 @@ async def test_review31_partition_from_call_is_not_fixed_before_the_body_is_read
 
 
 @pytest.mark.timeout(30)
+@OPEN
 async def test_review31_agents_differing_only_in_query_or_userinfo_do_not_share_entries() -> None:
     """REVIEW 31 defect (security; pre-dates issue 31, now reached with the AnyUrl/httpx.URL
     sellers hold): Upstream(url=) strips userinfo, query and path parameters so that no
@@ -320,6 +327,7 @@ async def test_review31_agents_differing_only_in_query_or_userinfo_do_not_share_
 
 
 @pytest.mark.timeout(30)
+@OPEN
 async def test_review31_a_cold_outage_in_a_task_group_fan_out_is_service_unavailable() -> None:
     """REVIEW 31 defect: the cold-outage answer (middleware.__call__: ``except
     UpstreamUnavailable``) misses the same exception raised from a fan-out in an
@@ -355,6 +363,7 @@ async def test_review31_a_cold_outage_in_a_task_group_fan_out_is_service_unavail
 
 
 @pytest.mark.timeout(30)
+@OPEN
 async def test_review31_a_request_joining_a_longer_flight_keeps_its_budget() -> None:
     """REVIEW 31 defect: the budget bounds a call only through the timeout of the flight a
     request starts (admission: ``timeout = min(timeout, budget)``); a request that joins a
@@ -393,6 +402,7 @@ async def test_review31_a_request_joining_a_longer_flight_keeps_its_budget() -> 
 
 
 @pytest.mark.timeout(60)
+@OPEN
 def test_review31_fetch_blocking_asks_a_recovered_upstream_within_cooldown_and_deadline() -> None:
     """REVIEW 31 defect (docs claim): docs/guide.md says a recovered upstream is called again
     within the breaker's cooldown and one deadline, "whatever the runtime". Through
@@ -449,6 +459,7 @@ def test_review31_fetch_blocking_asks_a_recovered_upstream_within_cooldown_and_d
     )
 
 
+@OPEN
 @pytest.mark.parametrize(
     "parts",
     [
@@ -485,6 +496,7 @@ def test_review31_a2a_partition_reads_the_arguments_the_skill_gets(parts: list[A
 
 
 @pytest.mark.timeout(30)
+@OPEN
 async def test_review31_an_advisory_dropped_at_delivery_counts_as_lost() -> None:
     """REVIEW 31 defect (observability): issue 31 asked that a stale serve whose advisory no
     request carried be logged and counted apart from a delivered one. Only a serve with no
@@ -535,6 +547,7 @@ async def test_review31_an_advisory_dropped_at_delivery_counts_as_lost() -> None
 
 
 @pytest.mark.timeout(30)
+@OPEN
 async def test_review31_a_stdlib_urllib_4xx_is_not_an_outage() -> None:
     """REVIEW 31 defect: "failures of any client mean something", and a 4xx is the caller's
     problem, not an outage (failures._explicit, for requests' HTTPError, also an OSError).
@@ -570,6 +583,7 @@ async def test_review31_a_stdlib_urllib_4xx_is_not_an_outage() -> None:
 
 
 @pytest.mark.timeout(30)
+@OPEN
 def test_review31_a_templated_surface_path_is_matched_or_reported(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
