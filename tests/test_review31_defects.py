@@ -68,7 +68,6 @@ async def test_review31_fetch_reraises_the_sellers_own_exception_whose_str_raise
 
 
 @pytest.mark.timeout(60)
-@OPEN
 def test_review31_a_loop_per_request_does_not_pile_up_redis_connections() -> None:
     """REVIEW 31 defect: ``RedisStore(url=...)`` gives each event loop its own client
     (stores/redis_urls.LoopClients), kept in a WeakKeyDictionary by loop "so a loop's goes

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
-import weakref
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -137,13 +136,13 @@ def _tls_options(query: str) -> dict[str, Any]:
 class LoopClients:
     """redis-py clients, one per event loop: a client belongs to the loop that first uses it.
     With ``make`` (a URL's), every loop gets its own (a loop per request, the library's call
-    loop) and a loop's goes with it; without, ``first`` (a client passed in) serves one loop."""
+    loop); without, ``first`` (a client passed in) serves one loop. A closed loop's client is
+    let go at the next new loop's first use: its connections close as it is collected (a
+    client holds its loop, so a weak mapping would never let either go)."""
 
     def __init__(self, first: Any, make: Callable[[], Any] | None) -> None:
         self._unused, self._make = first, make
-        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._by_loop: dict[asyncio.AbstractEventLoop, Any] = {}
         self._lock = threading.Lock()  # two loops' first operations, from two threads
 
     def here(self) -> Any | None:
@@ -152,6 +151,8 @@ class LoopClients:
         client = self._by_loop.get(loop)
         if client is None:
             with self._lock:
+                for ended in [old for old in self._by_loop if old.is_closed()]:
+                    del self._by_loop[ended]
                 if self._unused is not None:
                     client, self._unused = self._unused, None
                 elif self._make is not None:
