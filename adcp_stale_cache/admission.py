@@ -102,6 +102,7 @@ class Admitted:
 
     timeout: float
     probe: Breaker | None = None
+    in_front: bool = False  # the probe before it was abandoned: run this one in front
 
     @property
     def last_failure(self) -> Failure | None:
@@ -179,7 +180,10 @@ class Breakers:
                 elsewhere = await self.shared.open_elsewhere(key)
                 if elsewhere is not None:
                     return Refused(elsewhere)
-        return Admitted(timeout, probe)
+        abandoned = probe is not None and probe.abandoned
+        if probe is not None:
+            probe.abandoned = False
+        return Admitted(timeout, probe, abandoned)
 
     async def report(self, upstream: Upstream, failure: Failure | None, outage: bool) -> None:
         """A call's verdict: ``failure`` None for an answer; ``outage`` whether the failure

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
+from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -60,7 +61,8 @@ class Admission(str, enum.Enum):
 class Breaker:
     """The state of one upstream."""
 
-    __slots__ = ("_failures", "last_failure", "opened_at", "policy", "probing")
+    __slots__ = ("_failures", "_probe_alive", "abandoned", "last_failure", "opened_at", "policy",
+                 "probing")  # fmt: skip
 
     def __init__(self, policy: BreakerPolicy) -> None:
         self.policy = policy
@@ -68,6 +70,10 @@ class Breaker:
         self.opened_at: float | None = None
         self.probing = False
         self.last_failure: Failure | None = None
+        self._probe_alive: Callable[[], bool] | None = None
+        # The last probe was abandoned (its event loop closed under it, never cancelled):
+        # the next one should not run behind an answer.
+        self.abandoned = False
 
     @property
     def is_open(self) -> bool:
@@ -78,10 +84,17 @@ class Breaker:
         """May a call be made now?"""
         if self.opened_at is None:
             return Admission.CALL
+        if self.probing and self._probe_alive is not None and not self._probe_alive():
+            self.probing, self.abandoned = False, True
         if not self.probing and now - self.opened_at >= self.policy.cooldown_seconds:
-            self.probing = True
+            self.probing, self._probe_alive = True, None
             return Admission.PROBE
         return Admission.REJECT
+
+    def probe_runs_while(self, alive: Callable[[], bool]) -> None:
+        """The probe runs behind an answer for as long as ``alive()`` says (its event loop
+        is open): once not, its slot is free, whether or not it ever said so."""
+        self._probe_alive = alive
 
     def release_probe(self) -> None:
         """A probe ended without reporting: free the slot, so the next caller probes.

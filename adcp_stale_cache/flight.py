@@ -202,8 +202,13 @@ class Flights:
         if admitted.probe is not None:
             flight = _releasing(admitted.probe, flight)
         behind = admitted.probe is not None or found.behind
+        self.in_front = self.in_front or admitted.in_front
         if found.fallback is not None and behind and not self.in_front:
-            return self.background(flight), True
+            task = self.background(flight)
+            if admitted.probe is not None and isinstance(task, asyncio.Future):
+                loop = task.get_loop()
+                admitted.probe.probe_runs_while(lambda: not loop.is_closed())
+            return task, True
         return flight, False
 
     def run(self, store_key: str, refresh: RememberedRefresh, epoch: object) -> Awaitable[Any]:
@@ -253,6 +258,10 @@ class Flights:
             done.add_done_callback(self._detached.discard)
             return _Behind(done)
         task = asyncio.ensure_future(work)
+        abandoned = [t for t in self.tasks if t.get_loop().is_closed()]
+        if abandoned:  # their loops closed under them, never cancelled: none will finish
+            self.in_front = True
+            self.tasks.difference_update(abandoned)
         self.tasks.add(task)
         task.add_done_callback(self._landed)
         return task

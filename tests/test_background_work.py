@@ -59,6 +59,21 @@ def loop_per_call() -> Iterator[Run]:
 
 
 @contextmanager
+def loop_per_call_closed() -> Iterator[Run]:
+    """A new loop per call, closed without asyncio.run's cancelling of what it left."""
+
+    def run(request: Callable[[], Coroutine[Any, Any, Answered]]) -> Answered:
+        loop = asyncio.new_event_loop()
+        try:
+            return loop.run_until_complete(request())
+        finally:
+            loop.close()
+
+    with concurrent.futures.ThreadPoolExecutor(2) as workers:
+        yield lambda request: workers.submit(run, request).result(timeout=10)
+
+
+@contextmanager
 def loops(count: int) -> Iterator[Run]:
     """``count`` worker threads, each with a loop of its own for as long as it lives."""
     running = [asyncio.new_event_loop() for _ in range(count)]
@@ -82,6 +97,7 @@ def loops(count: int) -> Iterator[Run]:
 
 RUNTIMES = {
     "asyncio.run per request": loop_per_call,
+    "a loop per request, closed": loop_per_call_closed,
     "a loop per worker thread": lambda: loops(2),
     "one long-lived loop": lambda: loops(1),
 }

@@ -180,7 +180,6 @@ async def test_review31_cached_still_serves_a_function_returning_an_awaitable() 
 
 
 @pytest.mark.timeout(60)
-@OPEN
 def test_review31_breaker_closes_when_each_request_closes_its_own_loop() -> None:
     """REVIEW 31 defect: docs/guide.md ("Threads and event loops") says work behind an
     answer finishes "whatever the runtime" and a recovered upstream is called again within
