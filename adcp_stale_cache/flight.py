@@ -209,6 +209,10 @@ class Flights:
                 loop = task.get_loop()
                 admitted.probe.probe_runs_while(lambda: not loop.is_closed())
             return task, True
+        if found.fallback is not None and admitted.timeout < found.timeout:
+            # The budget bounds this caller's wait, not only a call it starts: the flight it
+            # joins may have been started under the full deadline.
+            flight = asyncio.wait_for(flight, admitted.timeout)
         return flight, False
 
     def run(self, store_key: str, refresh: RememberedRefresh, epoch: object) -> Awaitable[Any]:

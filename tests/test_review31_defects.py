@@ -361,7 +361,6 @@ async def test_review31_a_cold_outage_in_a_task_group_fan_out_is_service_unavail
 
 
 @pytest.mark.timeout(30)
-@OPEN
 async def test_review31_a_request_joining_a_longer_flight_keeps_its_budget() -> None:
     """REVIEW 31 defect: the budget bounds a call only through the timeout of the flight a
     request starts (admission: ``timeout = min(timeout, budget)``); a request that joins a
