@@ -28,7 +28,7 @@ from typing import Any
 from .advisory import STALE_RESPONSE, AdcpError
 from .collector import current_collector
 from .conditional import InvalidConditionalRequest, answer_wholesale, invalid_request
-from .wholesale import Scope
+from .wholesale import Scope, canonical
 
 Compose = Callable[[], Awaitable[list[Any]]]
 
@@ -116,8 +116,9 @@ async def _wholesale(
     account and context, its selection in the token's keyspace."""
     asked = {k: v for k, v in selection.items() if k not in _NOT_THE_SELECTION}
     try:
+        canonical(asked)  # refused past its nesting bound, as get_products' filters are
         keyed = json.dumps(asked, sort_keys=True, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:  # nesting past the interpreter's bound, say
+    except (TypeError, ValueError) as exc:
         raise InvalidConditionalRequest(invalid_request(f"{tool} request: {exc}")) from exc
     wholesale: dict[str, Any] = {"buying_mode": "wholesale", **tokens}
     for name in ("account", "context"):

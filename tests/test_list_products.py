@@ -124,6 +124,11 @@ async def test_a_matching_feed_version_is_answered_unchanged(transport: str) -> 
             assert answer["outcome"] == "listed" and answer["feed_version"] != token
             assert schema_errors(answer) == []
         assert overlay["cache_scope"] == "account"
+        # Arrays keep their order in the token: a lng/lat pair swapped is another place.
+        places = [(await post("list_products", account=ACCOUNT, criteria={
+            **CRITERIA, "targeting_overlay": {"coordinates": pair}}))[0]["feed_version"]
+            for pair in ([-73.9, 40.7], [40.7, -73.9])]  # fmt: skip
+        assert places[0] != places[1]
         # get_products' token is another tool's: it never matches list_products.
         wholesale, _ = await post("get_products", buying_mode="wholesale", account=ACCOUNT,
                                   filters=CRITERIA["offer_filters"])  # fmt: skip
@@ -173,11 +178,16 @@ async def test_a_stale_answer_is_told_in_incomplete_never_errors_nor_unchanged(
         assert [e["code"] for e in products["errors"]] == ["STALE_RESPONSE"]
 
 
-async def test_a_lone_pricing_version_is_refused() -> None:
+async def test_a_lone_pricing_version_and_a_deep_selection_are_refused() -> None:
+    deep = json.loads('{"x":' * 600 + "{}" + "}" * 600)
     async with seller("rest") as (post, _, _):
         refused, status = await post("list_products", if_pricing_version="p")
-    assert status == 400 and refused["adcp_error"]["code"] == "INVALID_REQUEST"
-    assert refused["adcp_error"]["field"] == "if_pricing_version"
+        assert status == 400 and refused["adcp_error"]["code"] == "INVALID_REQUEST"
+        assert refused["adcp_error"]["field"] == "if_pricing_version"
+        for tool, params in (("list_products", {"criteria": {"targeting_overlay": deep}}),
+                             ("get_signals", {"discovery_mode": "wholesale", "filters": deep})):  # fmt: skip
+            refused, status = await post(tool, **params)
+            assert status == 400 and refused["adcp_error"]["code"] == "INVALID_REQUEST"
 
 
 @TRANSPORTS
