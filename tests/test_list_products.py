@@ -216,17 +216,34 @@ async def test_signals_feed_conditional_scoped_and_stale_with_its_advisory(trans
             assert [e.message for e in validator.iter_errors(answer)] == []
 
 
+LISTED = {"outcome": "listed", "products": [], "feed_version": "v", "cache_scope": "public"}
+LISTING = SurfacePolicy(name="list_products", field="products", paths=("/list_products",))
+
+
+def record_a_stale_serve() -> None:
+    """What a seller that does not tell staleness in incomplete[] leaves: an advisory on the
+    request's collector."""
+    collector, upstream = current_collector(), Upstream(name="inventory")
+    assert collector is not None
+    collector.record(upstream.identity, stale_response(upstream, LISTING, 90, None))
+
+
+async def test_the_sdk_skill_middleware_never_adds_errors_to_a_list_products_answer() -> None:
+    from adcp_stale_cache.integrations.adcp_sdk import skill_middleware
+
+    async def call_next() -> dict[str, Any]:
+        record_a_stale_serve()
+        return dict(LISTED)
+
+    middleware = skill_middleware(Surfaces.of(LISTING))
+    assert await middleware("list_products", {}, None, call_next) == LISTED
+
+
 async def test_the_middleware_never_adds_errors_to_a_list_products_answer() -> None:
-    """A seller that does not tell staleness in incomplete[] (an advisory left on the
-    request's collector): its list_products answer still goes out without errors[]."""
-    listed = {"outcome": "listed", "products": [], "feed_version": "v", "cache_scope": "public"}
-    upstream = Upstream(name="inventory")
-    policy = SurfacePolicy(name="list_products", field="products", paths=("/list_products",))
+    listed, policy = LISTED, LISTING
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
-        collector = current_collector()
-        assert collector is not None
-        collector.record(upstream.identity, stale_response(upstream, policy, 90, None))
+        record_a_stale_serve()
         body = json.dumps(listed).encode()
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"application/json")]})  # fmt: skip

@@ -41,6 +41,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ..advisory import NO_ERRORS_MEMBER
 from ..cache import UpstreamCache
 from ..codecs import Untouched, inject_payload
 from ..collector import AdvisoryCollector, collect_advisories, current_collector
@@ -67,7 +68,7 @@ def skill_middleware(surfaces: Surfaces) -> SkillMiddleware:
             collector
         ):  # fmt: skip
             result = await call_next()
-        return _carrying(result, collector, f"skill={skill_name}")
+        return _carrying(result, collector, f"skill={skill_name}", skill_name)
 
     return stale_advisories
 
@@ -91,9 +92,13 @@ def principal_partition(context: Any) -> str | None:
 _warned_anonymous = False
 
 
-def _carrying(result: Any, collector: AdvisoryCollector, where: str) -> Any:
-    """``result`` with the advisories ``collector`` recorded, as a dict when it is a model."""
+def _carrying(result: Any, collector: AdvisoryCollector, where: str, tool: str) -> Any:
+    """``result`` with the advisories ``collector`` recorded, as a dict when it is a model
+    (never for a tool whose answers have no ``errors[]``)."""
     if not collector:
+        return result
+    if tool in NO_ERRORS_MEMBER:
+        logger.warning("advisories_not_delivered %s reason=no errors[] in its answers", where)
         return result
     payload = (
         result.model_dump(mode="json", exclude_none=True) if hasattr(result, "model_dump")
@@ -129,7 +134,7 @@ def with_advisories(surfaces: Surfaces, tool: str | None = None) -> Callable[[Ha
                 result = await method(*args, **kwargs)
             if outer is not None and collector.served_context:
                 outer.served_context = True  # the way out still checks the answer's context
-            return _carrying(result, collector, f"tool={method.__name__}")
+            return _carrying(result, collector, f"tool={method.__name__}", tool or method.__name__)
 
         return answer
 
