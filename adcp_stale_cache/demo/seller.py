@@ -63,6 +63,8 @@ CAPABILITIES: dict[str, Any] = {
         "idempotency": {"supported": False},
     },
     "supported_protocols": ["media_buy", "signals"],
+    # 3.2's compact product read (earlier releases ignore the member).
+    "media_buy": {"lifecycle_tools": ["list_products"]},
     # Conditional fetch of the wholesale feed, with an account overlay (feed.py).
     "wholesale_feed_versioning": {"supported": True, "cache_scope_account": True},
 }
