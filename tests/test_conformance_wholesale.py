@@ -24,7 +24,6 @@ are documented in ``docs/conformance.md``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from typing import Any
 import pytest
 
 from .deployment import Deployment
+from .spec_schemas import spec_schema
 from .storyboards import failed_validations, run_storyboard, steps_of, storyboard
 
 pytestmark = pytest.mark.e2e
@@ -48,15 +48,6 @@ def seller() -> Iterator[Deployment]:
 
 def url_of(seller: Deployment, protocol: str) -> str:
     return f"{seller.url}/mcp" if protocol == "mcp" else seller.url
-
-
-def spec_schema(name: str) -> Any:
-    """A validator of the AdCP 3.2 schema ``name``, as the ``adcp`` package bundles it."""
-    jsonschema = pytest.importorskip("jsonschema")
-    adcp = pytest.importorskip("adcp", reason="the adcp package bundles the AdCP schemas")
-    bundled = Path(adcp.__file__).parent / "_schemas" / "3.2" / "bundled"
-    schema = json.loads((bundled / name).read_text())
-    return jsonschema.Draft7Validator(schema, format_checker=jsonschema.FormatChecker())
 
 
 def with_last_step_not_stateful(official: Path, into: Path) -> Path:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
@@ -24,21 +23,12 @@ from adcp_stale_cache.advisory import stale_response
 from adcp_stale_cache.collector import current_collector
 from adcp_stale_cache.stores import MemoryStore
 
+from .spec_schemas import spec_schema
+
 ACCOUNT = {"brand": {"domain": "acmeoutdoor.example"}, "operator": "pinnacle-agency.example"}
 OVERLAY = {"brand": {"domain": "account-overlay.example"}, "operator": "pinnacle-agency.example"}
 CRITERIA = {"offer_filters": {"channels": ["display"]}}
 TARGET = 60
-
-
-def spec_schema(name: str) -> Any:
-    """A validator of the AdCP 3.2 schema ``name``, as the ``adcp`` package bundles it."""
-    jsonschema = pytest.importorskip("jsonschema")
-    adcp = pytest.importorskip("adcp", reason="the adcp package bundles the AdCP schemas")
-    path = Path(adcp.__file__).parent / "_schemas" / "3.2" / "bundled" / name
-    if not path.is_file():
-        pytest.skip(f"{name} is not in the installed adcp package's 3.2 bundle")
-    schema = json.loads(path.read_text())
-    return jsonschema.Draft7Validator(schema, format_checker=jsonschema.FormatChecker())
 
 
 def schema_errors(answer: dict[str, Any]) -> list[str]:
