@@ -69,8 +69,8 @@ async def answer_list_products(
     selection = dict(request)
     if isinstance(fields, list):  # forecast is no part of the feed version (the spec)
         selection["fields"] = [f for f in fields if f != "forecast"]
-    answer = await _wholesale("list_products", request, selection, tokens, compose,
-                              scope, account, agent, cache)  # fmt: skip
+    answer = await _wholesale("list_products", "wholesale", request, selection, tokens,
+                              compose, scope, account, agent, cache)  # fmt: skip
     listed: dict[str, Any] = {"outcome": "unchanged" if answer.get("unchanged") else "listed"}
     if "products" in answer:
         listed["products"] = answer["products"]
@@ -93,14 +93,15 @@ async def answer_signals(
     agent: str = "",
     cache: Any = None,
 ) -> dict[str, Any]:
-    """The ``get_signals`` answer to ``request`` in ``discovery_mode: "wholesale"``:
-    ``compose()``'s signals with ``wholesale_feed_version`` and ``cache_scope``, or
+    """The ``get_signals`` answer to ``request``: ``compose()``'s signals with
+    ``wholesale_feed_version`` and ``cache_scope``, or, in ``discovery_mode: "wholesale"``,
     ``unchanged: true`` when the buyer's tokens match (never from a stale entry: the answer
     is then full and its ``STALE_RESPONSE`` rides in ``errors[]``). Arguments as
     :func:`~adcp_stale_cache.conditional.answer_wholesale`'s."""
     tokens = {name: request.get(name) for name in ("if_wholesale_feed_version",
                                                    "if_pricing_version")}  # fmt: skip
-    answer = await _wholesale("get_signals", request, dict(request), tokens, compose,
+    mode = request.get("discovery_mode")  # only wholesale reads are ever unchanged
+    answer = await _wholesale("get_signals", mode, request, dict(request), tokens, compose,
                               scope, account, agent, cache)  # fmt: skip
     if "products" in answer:
         answer["signals"] = answer.pop("products")
@@ -108,7 +109,7 @@ async def answer_signals(
 
 
 async def _wholesale(
-    tool: str, request: Mapping[str, Any], selection: dict[str, Any],
+    tool: str, mode: Any, request: Mapping[str, Any], selection: dict[str, Any],
     tokens: Mapping[str, Any], compose: Compose, scope: Scope | None, account: str | None,
     agent: str, cache: Any,
 ) -> dict[str, Any]:  # fmt: skip
@@ -120,7 +121,7 @@ async def _wholesale(
         keyed = json.dumps(asked, sort_keys=True, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise InvalidConditionalRequest(invalid_request(f"{tool} request: {exc}")) from exc
-    wholesale: dict[str, Any] = {"buying_mode": "wholesale", **tokens}
+    wholesale: dict[str, Any] = {"buying_mode": mode, **tokens}
     for name in ("account", "context"):
         if request.get(name) is not None:
             wholesale[name] = request[name]

@@ -245,3 +245,21 @@ async def test_the_middleware_never_adds_errors_to_a_list_products_answer() -> N
     ) as c:
         answer = (await c.post("/list_products", json={})).json()
     assert answer == listed
+
+
+async def test_signals_are_unchanged_only_in_wholesale_mode() -> None:
+    from adcp_stale_cache import collect_advisories
+    from adcp_stale_cache.feeds import answer_signals
+
+    async def rows() -> list[Any]:
+        return [{"signal_agent_segment_id": "s"}]
+
+    async with collect_advisories():
+        token = (await answer_signals({"discovery_mode": "wholesale"}, rows))[
+            "wholesale_feed_version"
+        ]
+        probe = {"discovery_mode": "wholesale", "if_wholesale_feed_version": token}
+        assert (await answer_signals(probe, rows))["unchanged"] is True
+        for mode in (None, "brief"):
+            answer = await answer_signals({**probe, "discovery_mode": mode}, rows)
+            assert "unchanged" not in answer and answer["signals"] == await rows()
