@@ -20,6 +20,11 @@ from .policy import SurfacePolicy, Upstream
 STALE_RESPONSE = "STALE_RESPONSE"
 SERVICE_UNAVAILABLE = "SERVICE_UNAVAILABLE"
 
+#: Tools whose answers have no ``errors[]`` and allow no extra member (AdCP 3.2's
+#: ``list_products``): no advisory is ever injected there (they tell staleness in
+#: ``incomplete[]``: see :mod:`~adcp_stale_cache.feeds`).
+NO_ERRORS_MEMBER = frozenset({"list_products"})
+
 Recovery = Literal["transient", "correctable", "terminal"]
 
 

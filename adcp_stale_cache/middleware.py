@@ -42,7 +42,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .advisory import failed_payload, service_unavailable
+from .advisory import NO_ERRORS_MEMBER, failed_payload, service_unavailable
 from .codecs import RpcEventStream, Untouched, inject_body, inject_json
 from .codecs.json import NO_CONTEXT, UNKNOWN, Delivery, Unmendable, delivery, dumps
 from .collector import STATE_KEY, AdvisoryCollector, _current
@@ -380,6 +380,9 @@ class _Response:
         """The advisories to deliver now (counted as delivered)."""
         errors = self.collector.errors()
         self.delivered = len(errors)
+        if errors and self.request.call(self.scope).tool in NO_ERRORS_MEMBER:
+            self._dropped("the tool's answers have no errors[] (tell it in incomplete[])")
+            return []
         return errors
 
     def _dropped(self, reason: str, count: int | None = None) -> None:

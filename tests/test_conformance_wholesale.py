@@ -1,13 +1,16 @@
 """The official storyboards of AdCP's own caching contract, run by the official runner
-(``npx @adcp/sdk``) against the example seller over MCP and over A2A:
-``wholesale_feed_products`` (bootstrap, matching probe, lone pricing token refused),
-``wholesale_feed_products_scope_isolation`` (a public token never short-circuits an account
-read) and ``version_negotiation`` (``adcp_version`` advertised and echoed).
+(``npx @adcp/sdk``) against the example seller (started once for the module) over MCP and
+over A2A: ``wholesale_feed_products`` and ``wholesale_feed_signals`` (bootstrap, matching
+probe, lone pricing token refused), their ``_scope_isolation`` twins (a public token never
+short-circuits an account read), ``version_negotiation`` (``adcp_version`` advertised and
+echoed), ``read_tool_idempotency`` (reads take an ``idempotency_key``) and the three
+feed-webhook registration storyboards.
 
 Runner 6.11.0 validates every answer against its bundled 3.0.6 schema, where
 ``get_products`` requires ``products[]``; the ``unchanged: true`` answer (AdCP 3.1) must omit
 them (the 3.2 schema: ``not: {required: [products]}``), so the runner's schema check fails
-on the spec's own shape, and it then skips the stateful step after it. The
+on the spec's own shape (``get_signals`` requires ``signals[]`` there the same way), and it
+then skips the stateful step after it. The
 ``version_negotiation`` storyboard says why that check is the runner's: buyers validate
 "against the echoed release's schema, not against their own pin". So this test holds the
 seller to every other validation, checks that one answer against the 3.2 schema the ``adcp``
@@ -21,7 +24,6 @@ are documented in ``docs/conformance.md``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,13 +31,12 @@ from typing import Any
 import pytest
 
 from .deployment import Deployment
+from .spec_schemas import spec_schema
 from .storyboards import failed_validations, run_storyboard, steps_of, storyboard
 
 pytestmark = pytest.mark.e2e
 
-SCHEMA_CHECK = "Response matches get-products-response.json schema"
 AFTER_THE_PROBE = "standalone_pricing_token_rejected"
-RUNNER_3_0_SCHEMA = ("unchanged_probe", SCHEMA_CHECK)
 RUNNER_A2A_FAILED_TASK = (AFTER_THE_PROBE, "Standalone if_pricing_version is rejected")
 
 
@@ -47,15 +48,6 @@ def seller() -> Iterator[Deployment]:
 
 def url_of(seller: Deployment, protocol: str) -> str:
     return f"{seller.url}/mcp" if protocol == "mcp" else seller.url
-
-
-def spec_schema(name: str) -> Any:
-    """A validator of the AdCP 3.2 schema ``name``, as the ``adcp`` package bundles it."""
-    jsonschema = pytest.importorskip("jsonschema")
-    adcp = pytest.importorskip("adcp", reason="the adcp package bundles the AdCP schemas")
-    bundled = Path(adcp.__file__).parent / "_schemas" / "3.2" / "bundled"
-    schema = json.loads((bundled / name).read_text())
-    return jsonschema.Draft7Validator(schema, format_checker=jsonschema.FormatChecker())
 
 
 def with_last_step_not_stateful(official: Path, into: Path) -> Path:
@@ -83,34 +75,45 @@ def error_of(response: dict[str, Any], protocol: str) -> dict[str, Any]:
     return error
 
 
+#: Each wholesale feed's storyboard: its bootstrap step, the rows it returns, its schema.
+FEEDS = {
+    "products": ("wholesale-feed-products.yaml", "bootstrap_products",
+                 "media-buy/get-products-response.json"),
+    "signals": ("wholesale-feed-signals.yaml", "bootstrap_signals",
+                "signals/get-signals-response.json"),
+}  # fmt: skip
+
+
 @pytest.mark.parametrize("protocol", ["mcp", "a2a"])
-def test_wholesale_feed_products(seller: Deployment, protocol: str, tmp_path: Path) -> None:
-    official = storyboard("wholesale-feed-products.yaml")
-    path = with_last_step_not_stateful(official, tmp_path / "wholesale-feed-products.yaml")
+@pytest.mark.parametrize("feed", list(FEEDS))
+def test_wholesale_feed(seller: Deployment, feed: str, protocol: str, tmp_path: Path) -> None:
+    name, bootstrap_step, schema = FEEDS[feed]
+    path = with_last_step_not_stateful(storyboard(name), tmp_path / name)
     steps = steps_of(run_storyboard(url_of(seller, protocol), protocol, path))
-    assert [s["step_id"] for s in steps] == ["bootstrap_products", "unchanged_probe",
-                                             AFTER_THE_PROBE]  # fmt: skip
+    assert [s["step_id"] for s in steps] == [bootstrap_step, "unchanged_probe", AFTER_THE_PROBE]
     assert not [s["step_id"] for s in steps if s.get("skipped")]
     failed = failed_validations(steps)
     runner_a2a = [RUNNER_A2A_FAILED_TASK] if protocol == "a2a" else []
-    assert [(step, check) for step, check, _ in failed] == [RUNNER_3_0_SCHEMA, *runner_a2a]
-    assert "products" in str(failed[0][2])  # what 3.0.6 requires and 3.1 forbids here
+    schema_check = ("unchanged_probe", f"Response matches {Path(schema).name} schema")
+    assert [(step, check) for step, check, _ in failed] == [schema_check, *runner_a2a]
+    assert feed in str(failed[0][2])  # what 3.0.6 requires and 3.1 forbids here
     bootstrap, probe, refused = steps
     assert bootstrap["passed"] and refused["passed"] is (protocol == "mcp")
     assert error_of(refused["response"], protocol)["code"] == "INVALID_REQUEST"
     # The probe's answer, against the release it echoes.
-    validator = spec_schema("media-buy/get-products-response.json")
+    validator = spec_schema(schema)
     answer = probe["response"]
     assert answer["adcp_version"] == "3.2" and answer["unchanged"] is True
-    assert "products" not in answer
+    assert feed not in answer
     assert [e.message for e in validator.iter_errors({**answer, "status": "completed"})] == []
     assert answer["wholesale_feed_version"] == bootstrap["response"]["wholesale_feed_version"]
     assert [v["passed"] for v in probe["validations"]].count(True) == len(probe["validations"]) - 1
 
 
 @pytest.mark.parametrize("protocol", ["mcp", "a2a"])
-def test_wholesale_feed_products_scope_isolation(seller: Deployment, protocol: str) -> None:
-    path = storyboard("wholesale-feed-products-scope-isolation.yaml")
+@pytest.mark.parametrize("feed", list(FEEDS))
+def test_wholesale_feed_scope_isolation(seller: Deployment, feed: str, protocol: str) -> None:
+    path = storyboard(f"wholesale-feed-{feed}-scope-isolation.yaml")
     result = run_storyboard(url_of(seller, protocol), protocol, path)
     steps = steps_of(result)
     assert len(steps) == 2 and not [s for s in steps if s.get("skipped")]
@@ -118,9 +121,8 @@ def test_wholesale_feed_products_scope_isolation(seller: Deployment, protocol: s
     public, overlay = (s["response"] for s in steps)
     assert (public["cache_scope"], overlay["cache_scope"]) == ("public", "account")
     assert overlay["wholesale_feed_version"] != public["wholesale_feed_version"]
-    assert {p["product_id"] for p in overlay["products"]}.isdisjoint(
-        p["product_id"] for p in public["products"]
-    )
+    row_id = "product_id" if feed == "products" else "signal_agent_segment_id"
+    assert {row[row_id] for row in overlay[feed]}.isdisjoint(row[row_id] for row in public[feed])
 
 
 @pytest.mark.parametrize("protocol", ["mcp", "a2a"])
@@ -133,3 +135,35 @@ def test_version_negotiation(seller: Deployment, protocol: str) -> None:
     assert not failed_validations(steps) and result["overall_passed"]
     [step] = steps
     assert len(step["validations"]) >= 7
+
+
+@pytest.mark.parametrize("protocol", ["mcp", "a2a"])
+def test_read_tool_idempotency(seller: Deployment, protocol: str) -> None:
+    result = run_storyboard(
+        url_of(seller, protocol), protocol, storyboard("read-tool-idempotency.yaml")
+    )
+    steps = steps_of(result)
+    assert not failed_validations(steps) and result["overall_passed"]
+    # Tools the example seller does not have, graded not applicable by the storyboard.
+    skipped = {s["step_id"]: s.get("skip_reason") for s in steps if s.get("skipped")}
+    assert skipped == {"list_accounts_with_idempotency_key": "missing_tool",
+                       "list_creatives_with_idempotency_key": "missing_tool"}  # fmt: skip
+    ran = [s["step_id"] for s in steps if not s.get("skipped")]
+    assert len(ran) == 4 and all(s["validations"] for s in steps if not s.get("skipped"))
+
+
+@pytest.mark.parametrize("protocol", ["mcp", "a2a"])
+@pytest.mark.parametrize("kind", ["product", "signal", "bulk"])
+def test_feed_webhook_registration_is_not_applicable_here(
+    seller: Deployment, kind: str, protocol: str
+) -> None:
+    """The example seller receives its sub-sellers' feed webhooks but emits none of its own
+    (no ``sync_accounts``, no ``wholesale_feed_webhooks`` declared): the runner grades these
+    storyboards not applicable, and says so (docs/conformance.md names it)."""
+    path = storyboard(f"wholesale-feed-{kind}-webhooks.yaml")
+    result = run_storyboard(url_of(seller, protocol), protocol, path)
+    steps = steps_of(result)
+    assert [(s["step_id"], s.get("skip_reason")) for s in steps] == [
+        ("missing_tool", "missing_tool")
+    ]
+    assert result["overall_passed"] and not failed_validations(steps)

@@ -23,6 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import TextContent
 
 from .deployment import Deployment
+from .spec_schemas import spec_schema
 
 pytestmark = pytest.mark.e2e
 
@@ -32,8 +33,9 @@ OVERLAY = {"brand": {"domain": "account-overlay.example"}, "operator": "pinnacle
 FILTERS = {"channels": ["display", "olv"], "format_kinds": ["image", "html5"]}
 REORDERED = {"format_kinds": ["html5", "image"], "channels": ["olv", "display"]}
 
-#: A call of get_products: the AdCP answer, and whether the transport said the task failed.
-Ask = Callable[[dict[str, Any]], Awaitable[tuple[dict[str, Any], bool]]]
+#: A call of a tool (get_products unless named): the AdCP answer, and whether the transport
+#: said the task failed.
+Ask = Callable[..., Awaitable[tuple[dict[str, Any], bool]]]
 
 
 @contextlib.asynccontextmanager
@@ -41,8 +43,10 @@ async def buyer(seller: str, transport: str) -> AsyncIterator[Ask]:
     async with httpx.AsyncClient(timeout=10) as http:
         if transport == "rest":
 
-            async def rest(params: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-                response = await http.post(f"{seller}/api/get_products", json=params)
+            async def rest(
+                params: dict[str, Any], tool: str = "get_products"
+            ) -> tuple[dict[str, Any], bool]:
+                response = await http.post(f"{seller}/api/{tool}", json=params)
                 assert response.status_code in (200, 400), response.text
                 return response.json(), response.status_code != 200
 
@@ -54,8 +58,10 @@ async def buyer(seller: str, transport: str) -> AsyncIterator[Ask]:
             ):
                 await session.initialize()
 
-                async def mcp(params: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-                    result = await session.call_tool("get_products", params)
+                async def mcp(
+                    params: dict[str, Any], tool: str = "get_products"
+                ) -> tuple[dict[str, Any], bool]:
+                    result = await session.call_tool(tool, params)
                     text = result.content[0]
                     assert isinstance(text, TextContent)  # the seller's tools answer JSON text
                     return result.structured_content or json.loads(text.text), result.is_error
@@ -63,9 +69,11 @@ async def buyer(seller: str, transport: str) -> AsyncIterator[Ask]:
                 yield mcp
         else:
 
-            async def a2a(params: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+            async def a2a(
+                params: dict[str, Any], tool: str = "get_products"
+            ) -> tuple[dict[str, Any], bool]:
                 message = {"messageId": str(uuid4()), "role": "ROLE_USER", "parts": [
-                    {"data": {"skill": "get_products", "parameters": params}}
+                    {"data": {"skill": tool, "parameters": params}}
                 ]}  # fmt: skip
                 body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
                         "params": {"message": message}}  # fmt: skip
@@ -78,6 +86,12 @@ async def buyer(seller: str, transport: str) -> AsyncIterator[Ask]:
                 return payload, state == "TASK_STATE_FAILED"
 
             yield a2a
+
+
+def list_products_errors(answer: dict[str, Any]) -> list[str]:
+    """What the official 3.2 ``list_products`` response schema finds wrong with ``answer``."""
+    validator = spec_schema("media-buy/list-products-response.json")
+    return [f"{list(e.path)}: {e.message}" for e in validator.iter_errors(answer)]
 
 
 def stale(answer: dict[str, Any]) -> list[dict[str, Any]]:
@@ -153,6 +167,16 @@ async def story(deployment: Deployment, transport: str) -> None:
         assert all("revision 1" in p["name"] for p in changed["products"])
         current = changed["wholesale_feed_version"]
         assert current != token
+        # 3.2's list_products reads the same feed: its own token, unchanged when it matches.
+        listing = {"account": ACCOUNT, "context": {"correlation_id": f"{transport}-list"}}
+        listed, _ = await ask(listing, "list_products")
+        assert listed["outcome"] == "listed" and listed["products"]
+        feed = listed["feed_version"]
+        assert feed != current and listed["context"] == listing["context"]
+        same, _ = await ask({**listing, "if_feed_version": feed}, "list_products")
+        assert (same["outcome"], same["feed_version"]) == ("unchanged", feed)
+        for answer in (listed, same):
+            assert list_products_errors(answer) == []
         # The inventory goes down, the entry past its target: the full cached feed, one
         # STALE_RESPONSE and the cached feed's token, never unchanged.
         deployment.inventory.kill()
@@ -165,6 +189,13 @@ async def story(deployment: Deployment, transport: str) -> None:
         assert advisory["field"] == "products"
         assert advisory["details"]["upstream"] == {"name": "inventory-service"}
         assert advisory["details"]["cache_age_seconds"] >= TARGET
+        # list_products on the same stale entry: listed, told in incomplete[], no errors[].
+        down_listed, failed = await ask({**listing, "if_feed_version": feed}, "list_products")
+        assert not failed and down_listed["outcome"] == "listed"
+        assert (down_listed["products"], down_listed["feed_version"]) == (listed["products"], feed)
+        assert [i["scope"] for i in down_listed["incomplete"]] == ["products"]
+        assert "errors" not in down_listed and list_products_errors(down_listed) == []
+        assert down_listed["context"] == listing["context"]
 
 
 # In process (the seller and its inventory service over httpx.ASGITransport): what a hostile

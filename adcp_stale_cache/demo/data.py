@@ -71,3 +71,32 @@ def products(count: int, principal: str | None = None, revision: int = 0) -> lis
             }
         )
     return items
+
+
+def signals(count: int, principal: str | None = None, revision: int = 0) -> list[dict[str, Any]]:
+    """``count`` audience signals (a signals agent's wholesale feed), varying as
+    :func:`products` do by ``principal`` and ``revision``."""
+    tag = hashlib.sha256(principal.encode()).hexdigest()[:8] if principal else "public"
+    edition = f", revision {revision}" if revision else ""
+    agent = "https://signals.acme-outdoor.example"
+    return [
+        {
+            "signal_id": {"source": "agent", "agent_url": agent, "id": f"{tag}_outdoor_{i}"},
+            "signal_agent_segment_id": f"{tag}-outdoor-{i}",
+            "name": f"Outdoor enthusiasts #{i} ({tag}{edition})",
+            "description": "People who bought outdoor gear in the last 90 days.",
+            "signal_type": "owned",
+            "data_provider": "Acme Outdoor",
+            "coverage_percentage": 12.5 + i,
+            "deployments": [{"type": "platform", "platform": "example-dsp", "is_live": False}],
+            "pricing_options": [
+                {
+                    "pricing_option_id": f"cpm-{tag}-{i}",
+                    "model": "cpm",
+                    "currency": "USD",
+                    "cpm": round(1.5 + i + revision / 4, 2),
+                }
+            ],
+        }
+        for i in range(count)
+    ]

@@ -1,4 +1,5 @@
-"""A mock internal inventory service: ``GET /products`` -> ``{"products": [...]}``.
+"""A mock internal inventory service: ``GET /products`` -> ``{"products": [...]}`` (and
+``GET /signals`` -> ``{"signals": [...]}``, a signals agent's feed, read the same way).
 
 A request with a bearer token gets that principal's own products, so that tenant isolation
 in the seller's cache shows end to end; ``?account=A`` gets account ``A``'s overlay (its own
@@ -12,6 +13,8 @@ a matching ``If-None-Match`` gets a ``304``; ``max_age`` adds ``Cache-Control: m
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import orjson
 from starlette.applications import Starlette
@@ -19,7 +22,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .data import products
+from .data import products, signals
+
+#: A feed's rows: ``(count, owner, revision)`` -> rows.
+Rows = Callable[[int, str | None, int], list[dict[str, Any]]]
 
 
 def create_inventory_app(
@@ -30,29 +36,34 @@ def create_inventory_app(
     answered = {"200": 0, "304": 0}
     revision = [0]
 
-    async def list_products(request: Request) -> Response:
-        auth = request.headers.get("authorization", "")
-        principal = auth[7:] if auth.lower().startswith("bearer ") else None
-        owner = request.query_params.get("account") or principal
-        try:
-            filters = orjson.loads(request.query_params.get("filters") or "{}")
-        except orjson.JSONDecodeError:
-            return JSONResponse({"detail": "filters is not JSON"}, status_code=400)
-        try:
-            rows = products(count, owner, revision[0]) if _matches(filters) else []
-        except TypeError:  # channels: 5, say: the caller's mistake, not this service's fault
-            return JSONResponse({"detail": "filters are not AdCP product_filters"}, 400)
-        if name:
-            rows = [{**row, "product_id": f"{name}-{row['product_id']}"} for row in rows]
-        body = orjson.dumps({"products": rows})
-        headers = {"ETag": f'"{hashlib.sha256(body).hexdigest()[:32]}"'}
-        if max_age is not None:
-            headers["Cache-Control"] = f"max-age={max_age}"
-        if headers["ETag"] in _etags(request.headers.get("if-none-match", "")):
-            answered["304"] += 1
-            return Response(status_code=304, headers=headers)
-        answered["200"] += 1
-        return Response(body, media_type="application/json", headers=headers)
+    def feed(member: str, rows_of: Rows) -> Callable[[Request], Awaitable[Response]]:
+        """The route answering ``{member: rows_of(count, owner, revision)}``."""
+
+        async def answer(request: Request) -> Response:
+            auth = request.headers.get("authorization", "")
+            principal = auth[7:] if auth.lower().startswith("bearer ") else None
+            owner = request.query_params.get("account") or principal
+            try:
+                filters = orjson.loads(request.query_params.get("filters") or "{}")
+            except orjson.JSONDecodeError:
+                return JSONResponse({"detail": "filters is not JSON"}, status_code=400)
+            try:
+                rows = rows_of(count, owner, revision[0]) if _matches(filters) else []
+            except TypeError:  # channels: 5, say: the caller's mistake, not this service's fault
+                return JSONResponse({"detail": "filters are not AdCP product_filters"}, 400)
+            if name and member == "products":
+                rows = [{**row, "product_id": f"{name}-{row['product_id']}"} for row in rows]
+            body = orjson.dumps({member: rows})
+            headers = {"ETag": f'"{hashlib.sha256(body).hexdigest()[:32]}"'}
+            if max_age is not None:
+                headers["Cache-Control"] = f"max-age={max_age}"
+            if headers["ETag"] in _etags(request.headers.get("if-none-match", "")):
+                answered["304"] += 1
+                return Response(status_code=304, headers=headers)
+            answered["200"] += 1
+            return Response(body, media_type="application/json", headers=headers)
+
+        return answer
 
     async def stats(request: Request) -> JSONResponse:
         return JSONResponse(answered)
@@ -66,7 +77,8 @@ def create_inventory_app(
 
     return Starlette(
         routes=[
-            Route("/products", list_products),
+            Route("/products", feed("products", products)),
+            Route("/signals", feed("signals", signals)),
             Route("/stats", stats),
             Route("/revision", publish, methods=["POST"]),
             Route("/health", health),

@@ -80,6 +80,52 @@ def create_mcp_app(
             "adcp_major_version": adcp_major_version,
         })  # fmt: skip
 
+    @server.tool(name="list_products", description="The wholesale product feed (AdCP 3.2).")
+    async def list_products(
+        criteria: Json | None = None,
+        fields: list[str] | None = None,
+        account: Json | None = None,
+        brand: Json | None = None,
+        max_results: int | None = None,
+        cursor: str | None = None,
+        if_feed_version: str | None = None,
+        if_pricing_version: str | None = None,
+        context: Json | None = None,
+        ext: Json | None = None,
+        idempotency_key: str | None = None,
+        adcp_version: str | None = None,
+        adcp_major_version: int | None = None,
+    ) -> Any:
+        return await run("list_products", {
+            "criteria": criteria, "fields": fields, "account": account, "brand": brand,
+            "max_results": max_results, "cursor": cursor, "if_feed_version": if_feed_version,
+            "if_pricing_version": if_pricing_version, "context": context,
+            "adcp_version": adcp_version, "adcp_major_version": adcp_major_version,
+        })  # fmt: skip
+
+    @server.tool(name="get_signals", description="Audience signals (the wholesale signals feed).")
+    async def get_signals(
+        discovery_mode: str | None = None,
+        signal_spec: str | None = None,
+        account: Json | None = None,
+        filters: Json | None = None,
+        max_results: int | None = None,
+        if_wholesale_feed_version: str | None = None,
+        if_pricing_version: str | None = None,
+        context: Json | None = None,
+        ext: Json | None = None,
+        idempotency_key: str | None = None,
+        adcp_version: str | None = None,
+        adcp_major_version: int | None = None,
+    ) -> Any:
+        return await run("get_signals", {
+            "discovery_mode": discovery_mode, "signal_spec": signal_spec, "account": account,
+            "filters": filters, "max_results": max_results,
+            "if_wholesale_feed_version": if_wholesale_feed_version,
+            "if_pricing_version": if_pricing_version, "context": context,
+            "adcp_version": adcp_version, "adcp_major_version": adcp_major_version,
+        })  # fmt: skip
+
     if "comply_test_controller" in names:
 
         @server.tool(name="comply_test_controller", description="Sandbox test controller.")

@@ -15,7 +15,7 @@ feed with AdCP's conditional fetch (:mod:`.feed`). Every answer echoes the reque
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from typing import Any
 from urllib.parse import urlsplit
@@ -48,7 +48,12 @@ from .sub_sellers import SUB_SELLERS, SubSellers, gather_items
 from .tool_failed import ToolFailed
 from .versions import SUPPORTED_VERSIONS, VersionUnsupported, served_version
 
-TOOLS = ("get_adcp_capabilities", "get_products", "list_creative_formats")
+TOOLS = ("get_adcp_capabilities", "get_products", "list_creative_formats", "list_products",
+         "get_signals")  # fmt: skip
+
+#: Tools whose answers' schema has no ``adcp_version`` member (3.2's ``list_products``
+#: allows no member it does not list): the release served is not echoed there.
+UNVERSIONED = frozenset({"list_products"})
 
 # What get_adcp_capabilities answers: valid for the AdCP 3.0, 3.1 and 3.2 schemas.
 CAPABILITIES: dict[str, Any] = {
@@ -57,7 +62,9 @@ CAPABILITIES: dict[str, Any] = {
         "supported_versions": list(SUPPORTED_VERSIONS),
         "idempotency": {"supported": False},
     },
-    "supported_protocols": ["media_buy"],
+    "supported_protocols": ["media_buy", "signals"],
+    # 3.2's compact product read (earlier releases ignore the member).
+    "media_buy": {"lifecycle_tools": ["list_products"]},
     # Conditional fetch of the wholesale feed, with an account overlay (feed.py).
     "wholesale_feed_versioning": {"supported": True, "cache_scope_account": True},
 }
@@ -90,9 +97,18 @@ def seller_surfaces(
     return Surfaces.of(
         surface("list_creative_formats", "formats", shared=True),  # public: one entry for all
         surface("get_products", "products", ("inventory-service",)),
+        # Its answers have no errors[]: told stale in incomplete[] (feeds.py).
+        surface("list_products", "products", ("inventory-service",)),
+        surface("get_signals", "signals", ("inventory-service",)),
         # The wholesale feed's public rate card: no tool of its own, one entry for all.
         SurfacePolicy(
             name=RATE_CARD, field="products", upstreams=("inventory-service",),
+            shared_across_callers=True, freshness_target_seconds=freshness_target,
+            max_stale_seconds=max_stale, upstream_timeout_seconds=upstream_timeout,
+        ),
+        # The signals feed's public layer: one entry for all.
+        SurfacePolicy(
+            name=SIGNALS_CARD, field="signals", upstreams=("inventory-service",),
             shared_across_callers=True, freshness_target_seconds=freshness_target,
             max_stale_seconds=max_stale, upstream_timeout_seconds=upstream_timeout,
         ),
@@ -106,6 +122,7 @@ def seller_surfaces(
 
 
 RATE_CARD = "wholesale_rate_card"
+SIGNALS_CARD = "wholesale_signals"
 
 
 class SellerTools:
@@ -142,7 +159,8 @@ class SellerTools:
         except ToolFailed as exc:
             exc.payload["adcp_version"] = version
             raise
-        answer["adcp_version"] = version
+        if name not in UNVERSIONED:
+            answer["adcp_version"] = version
         return answer
 
     async def get_adcp_capabilities(self, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -154,7 +172,7 @@ class SellerTools:
         feed for ``buying_mode: "wholesale"``)."""
         auth = _authorization.get()
         if params.get("buying_mode") == "wholesale":
-            return await self._wholesale(params, auth)
+            return await self._wholesale(params, self.feed.answer(params, auth))
         products: list[Any] = []
         errors: list[dict[str, Any]] = []
         try:
@@ -172,17 +190,32 @@ class SellerTools:
         scope = "account" if auth else "public"
         return _gathered(params, "products", products, errors, cache_scope=scope)
 
-    async def _wholesale(self, params: Mapping[str, Any], auth: str | None) -> dict[str, Any]:
+    async def list_products(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """3.2's compact read of the wholesale feed (``if_feed_version``, ``outcome``)."""
+        return await self._wholesale(params, self.feed.list_products(params, _authorization.get()))
+
+    async def get_signals(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """The signals feed (conditional in ``discovery_mode: "wholesale"``)."""
+        answering = self.feed.signals(params, _authorization.get())
+        return await self._wholesale(params, answering, field="signals")
+
+    async def _wholesale(
+        self,
+        params: Mapping[str, Any],
+        answering: Awaitable[dict[str, Any]],
+        field: str = "products",
+    ) -> dict[str, Any]:
         try:
-            answer = await self.feed.answer(params, auth)
+            answer = await answering
             if self.wholesale_answered is not None:
-                self.wholesale_answered("unchanged" if answer.get("unchanged") else "full")
+                unchanged = answer.get("unchanged") or answer.get("outcome") == "unchanged"
+                self.wholesale_answered("unchanged" if unchanged else "full")
             return _echo(answer, params)
         except InvalidConditionalRequest as exc:
             raise ToolFailed(_fatal([exc.error.to_dict()], params)) from exc
         except UpstreamUnavailable as exc:
             raise ToolFailed(
-                _fatal([service_unavailable(exc, field="products").to_dict()], params)
+                _fatal([service_unavailable(exc, field=field).to_dict()], params)
             ) from exc
 
     async def list_creative_formats(self, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -294,17 +327,22 @@ def create_seller_app(
                                  honor_cache_control=honor_cache_control,
                                  transport=inventory_transport)  # fmt: skip
     client = httpx.AsyncClient(base_url=inventory_url, transport=transport)
-    rate_card = httpx.AsyncClient(base_url=inventory_url, transport=CachingTransport(
-        cache, inventory, surface=RATE_CARD, validate=_has_products,
-        honor_cache_control=honor_cache_control, transport=inventory_transport,
-    ))  # fmt: skip
+
+    def inventory_client(surface: str) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=inventory_url, transport=CachingTransport(
+            cache, inventory, surface=surface, validate=_has_rows,
+            honor_cache_control=honor_cache_control, transport=inventory_transport,
+        ))  # fmt: skip
+
+    rate_card = inventory_client(RATE_CARD)
+    signals = (inventory_client(SIGNALS_CARD), inventory_client("get_signals"))
     agents = [Upstream(name=name, url=url) for name, url in creative_agents.items()]
     subs = SubSellers(cache, sub_sellers) if sub_sellers else None
     answers = Counter("adcp_example_wholesale_answers", "Wholesale answers given, by outcome",
                       ["outcome"], registry=registry)  # fmt: skip
     tools = SellerTools(
         cache, agents, client, test_controller=test_controller,
-        feed=WholesaleFeed(cache, rate_card, client),
+        feed=WholesaleFeed(cache, rate_card, client, signals),
         sub_sellers=subs,
         wholesale_answered=lambda outcome: answers.labels(outcome).inc(),
     )  # fmt: skip
@@ -320,7 +358,8 @@ def create_seller_app(
         async with mcp_app.router.lifespan_context(app):
             yield
         await client.aclose()
-        await rate_card.aclose()
+        for other in (rate_card, *signals):
+            await other.aclose()
 
     app = FastAPI(title="adcp-stale-cache example seller", lifespan=lifespan)
     app.state.cache = cache
@@ -468,9 +507,15 @@ def _has_formats(payload: dict[str, Any]) -> None:
 
 
 def _has_products(response: httpx.Response) -> None:
+    _has_rows(response, ("products",))
+
+
+def _has_rows(response: httpx.Response, members: tuple[str, ...] = ("products", "signals")) -> None:
+    """The inventory answered a feed: a list of products or of signals."""
     try:
-        ok = isinstance(response.json().get("products"), list)
+        body = response.json()
+        ok = any(isinstance(body.get(member), list) for member in members)
     except (ValueError, AttributeError):
         ok = False
     if not ok:
-        raise InvalidPayload("no products list")
+        raise InvalidPayload(f"no {' or '.join(members)} list")

@@ -43,6 +43,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ..advisory import NO_ERRORS_MEMBER
 from ..cache import UpstreamCache
 from ..codecs import Untouched, inject_payload
 from ..codecs.json import KEEP, NO_CONTEXT, Delivery, context_of, delivery
@@ -72,7 +73,7 @@ def skill_middleware(surfaces: Surfaces) -> SkillMiddleware:
             result = await call_next()
         # The SDK echoes the request's context only into an answer that has none.
         found = delivery(collector.errors(), lambda: context_of(params), collector.served_context)
-        return _carrying(result, found, f"skill={skill_name}")
+        return _carrying(result, found, f"skill={skill_name}", skill_name)
 
     return stale_advisories
 
@@ -96,9 +97,13 @@ def principal_partition(context: Any) -> str | None:
 _warned_anonymous = False
 
 
-def _carrying(result: Any, found: Delivery, where: str) -> Any:
+def _carrying(result: Any, found: Delivery, where: str, tool: str) -> Any:
     """``result`` with ``found`` delivered (its advisories, its context mended), as a dict
-    when it is a model; ``result`` itself when there is nothing to deliver."""
+    when it is a model; ``result`` itself when there is nothing to deliver. A tool whose
+    answers have no ``errors[]`` gets no advisories (:data:`NO_ERRORS_MEMBER`)."""
+    if found and tool in NO_ERRORS_MEMBER:
+        logger.warning("advisories_not_delivered %s reason=no errors[] in its answers", where)
+        found = Delivery([], found.context)
     if not found and found.context is KEEP:
         return result
     payload = (
@@ -140,9 +145,8 @@ def with_advisories(surfaces: Surfaces, tool: str | None = None) -> Callable[[Ha
             # A context in doubt goes: the SDK echoes the request's own into an answer that
             # has none (and a kept idempotent answer then holds none to replay).
             context = NO_CONTEXT if collector.served_context else KEEP
-            return _carrying(
-                result, Delivery(collector.errors(), context), f"tool={method.__name__}"
-            )
+            found = Delivery(collector.errors(), context)
+            return _carrying(result, found, f"tool={method.__name__}", tool or method.__name__)
 
         return answer
 
