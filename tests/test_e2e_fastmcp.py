@@ -34,18 +34,12 @@ if importlib.util.find_spec("fastmcp") is None or version("fastmcp").split(".")[
         "fastmcp 3.x or 4.x: CI runs it in its fastmcp environments", allow_module_level=True
     )
 
-import httpx
 from mcp import ClientSession
-
-try:  # mcp 2.x, under fastmcp 4 and adcp 9.x
-    from mcp.client.streamable_http import streamable_http_client
-except ImportError:  # mcp 1.x, under fastmcp 3.2 and adcp 6.6 (the reference seller's pins)
-    streamable_http_client = None  # type: ignore[assignment]
-    from mcp.client.streamable_http import streamablehttp_client
 
 from adcp_stale_cache import SurfacePolicy, Surfaces
 
 from .fastmcp_agent import agents
+from .fastmcp_run import session_at
 
 pytestmark = pytest.mark.e2e
 
@@ -81,22 +75,13 @@ def load_example() -> Any:
 async def call(url: str, principal: str, calls: int) -> list[tuple[dict[str, Any], float]]:
     """``calls`` concurrent tools/call on one stateful session of ``principal``, each with
     its own time to answer."""
-    headers = {"authorization": f"Bearer {principal}"}
 
     async def timed(session: ClientSession) -> tuple[Any, float]:
         started = time.monotonic()
         result = await session.call_tool("list_creative_formats", {})
         return result, time.monotonic() - started
 
-    async with contextlib.AsyncExitStack() as stack:
-        if streamable_http_client is None:
-            transport = streamablehttp_client(url, headers=headers)
-        else:
-            http = await stack.enter_async_context(httpx.AsyncClient(headers=headers))
-            transport = streamable_http_client(url, http_client=http)
-        read, write, *_ = await stack.enter_async_context(transport)
-        session = await stack.enter_async_context(ClientSession(read, write))
-        await session.initialize()
+    async with session_at(url, principal) as session:
         results = await asyncio.gather(*(timed(session) for _ in range(calls)))
     answers = []
     for result, took in results:
