@@ -5,55 +5,25 @@ Started, killed, frozen and restarted on its port by the tests."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
-import signal
-import subprocess
 import sys
-import tempfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from adcp_stale_cache.demo.processes import free_port, wait_for_port
+from adcp_stale_cache.demo.processes import App, free_port
 
 
-class Platform:
-    """The platform's process: ``url`` stays the same across restarts."""
+class Platform(App):
+    """The platform's process: its URL stays the same across restarts."""
 
     def __init__(self) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = tempfile.TemporaryFile()  # noqa: SIM115  (closed by stop)
-        self.process: subprocess.Popen[bytes] | None = None
+        super().__init__("decisioning-platform", free_port(), quiet=True)
+        self.command = (sys.executable, __file__, "--port", str(self.port))
 
     def start(self) -> Platform:
-        self.process = subprocess.Popen(
-            [sys.executable, __file__, "--port", str(self.port)],
-            stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        wait_for_port(self.port, 60, process=self.process)
+        super().start()
+        self.wait(60)
         return self
-
-    def kill(self) -> None:
-        assert self.process is not None
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.process.pid, signal.SIGCONT)
-        self.process.kill()
-        self.process.wait(timeout=10)
-
-    def freeze(self) -> None:
-        assert self.process is not None
-        os.kill(self.process.pid, signal.SIGSTOP)
-
-    def thaw(self) -> None:
-        assert self.process is not None
-        os.kill(self.process.pid, signal.SIGCONT)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.kill()
-        self.log.close()
 
 
 class Segments(BaseHTTPRequestHandler):

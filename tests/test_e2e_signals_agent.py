@@ -51,8 +51,8 @@ def running_agent() -> Iterator[tuple[str, Platform, Platform, Any]]:
         "SIGNALS_BUDGET_SECONDS": str(BUDGET),
     }  # fmt: skip
     with contextlib.ExitStack() as stack:
-        stack.callback(platform.stop)
-        stack.callback(taxonomy.stop)
+        stack.callback(platform.kill)
+        stack.callback(taxonomy.kill)
         platform.start()
         taxonomy.start()
         log = stack.enter_context(tempfile.TemporaryFile())
