@@ -43,7 +43,6 @@ class _LazyMessage(Exception):
         return str(self.detail)  # type: ignore[attr-defined]
 
 
-@OPEN
 def test_review31_classify_survives_an_exception_whose_str_raises() -> None:
     """REVIEW 31 defect: failures._text guards a raising ``__str__``, but the transport
     rules (``"connection refused" in str(e)``, ``_is_dns``, the TLS rule) call ``str(e)``
@@ -55,7 +54,6 @@ def test_review31_classify_survives_an_exception_whose_str_raises() -> None:
 
 
 @pytest.mark.timeout(30)
-@OPEN
 async def test_review31_fetch_reraises_the_sellers_own_exception_whose_str_raises() -> None:
     """REVIEW 31 defect (same root as above), as a seller meets it through fetch."""
     cache = UpstreamCache(surfaces=Surfaces.of(PRODUCTS))
@@ -547,7 +545,6 @@ async def test_review31_an_advisory_dropped_at_delivery_counts_as_lost() -> None
 
 
 @pytest.mark.timeout(30)
-@OPEN
 async def test_review31_a_stdlib_urllib_4xx_is_not_an_outage() -> None:
     """REVIEW 31 defect: "failures of any client mean something", and a 4xx is the caller's
     problem, not an outage (failures._explicit, for requests' HTTPError, also an OSError).
