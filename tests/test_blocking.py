@@ -282,6 +282,50 @@ def test_cached_on_a_plain_function_is_a_blocking_wrapper(agents: tuple[Agent, A
     assert [e["code"] for e in advisories.errors()] == ["STALE_RESPONSE"]
 
 
+class _AsyncCallable:
+    """An upstream client object whose ``__call__`` is async."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def __call__(self, country: str) -> dict[str, Any]:
+        self.calls.append(country)
+        return {"products": [country]}
+
+
+def _marked(calls: list[str]) -> Any:
+    """A plain function marked async (it returns an awaitable), on Pythons that mark."""
+
+    async def answer(country: str) -> dict[str, Any]:
+        return {"products": [country]}
+
+    def products(country: str) -> Any:
+        calls.append(country)
+        return answer(country)
+
+    return inspect.markcoroutinefunction(products)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("shape", ["async __call__", "markcoroutinefunction"])
+async def test_cached_decides_async_by_what_the_function_is(shape: str) -> None:
+    """An object with an async ``__call__`` and a marked function are async: cached, awaited,
+    never sent to a lane thread (whose answer would be an uncached coroutine)."""
+    if shape == "markcoroutinefunction" and not hasattr(inspect, "markcoroutinefunction"):
+        pytest.skip("inspect.markcoroutinefunction needs Python 3.12")
+    fresh = PRODUCTS.model_copy(update={"freshness_target_seconds": 60})
+    cache = UpstreamCache(surfaces=Surfaces.of(fresh))
+    client = _AsyncCallable()
+    fn = client if shape == "async __call__" else _marked(client.calls)
+    with pytest.raises(TypeError, match="needs key="):
+        cache.cached(Upstream(name="agent"))(_AsyncCallable())  # one per tenant, say
+    products = cache.cached(Upstream(name="agent"), surface=fresh, key=str)(fn)
+    assert inspect.iscoroutinefunction(products)
+    assert await products("US") == {"products": ["US"]}
+    assert await products("US") == {"products": ["US"]}
+    assert client.calls == ["US"]
+
+
 def test_a_blocking_call_that_fetches_carries_its_advisory_to_the_request(
     agents: tuple[Agent, Agent],
 ) -> None:

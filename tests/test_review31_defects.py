@@ -155,7 +155,6 @@ def _logged(fn: Any) -> Any:
 
 
 @pytest.mark.timeout(30)
-@OPEN
 async def test_review31_cached_still_serves_a_function_returning_an_awaitable() -> None:
     """REVIEW 31 defect (a regression): before issue 31, ``@cache.cached`` wrapped any
     function as async and awaited what it returned. It now picks ``fetch_blocking`` for
