@@ -291,7 +291,6 @@ async def test_review31_partition_from_call_is_not_fixed_before_the_body_is_read
 
 
 @pytest.mark.timeout(30)
-@OPEN
 async def test_review31_agents_differing_only_in_query_or_userinfo_do_not_share_entries() -> None:
     """REVIEW 31 defect (security; pre-dates issue 31, now reached with the AnyUrl/httpx.URL
     sellers hold): Upstream(url=) strips userinfo, query and path parameters so that no
