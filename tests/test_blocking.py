@@ -34,6 +34,7 @@ from adcp_stale_cache import (
     collect_advisories,
     use_collector,
 )
+from adcp_stale_cache.breaker import BreakerPolicy
 from adcp_stale_cache.call_loop import CALLS
 
 from .servers import serve
@@ -437,3 +438,48 @@ def test_a_thread_that_cannot_start_frees_its_place(monkeypatch: pytest.MonkeyPa
         with pytest.raises(RuntimeError, match="can't start new thread"):
             cache.fetch_blocking(upstream, "b", lambda: {"n": 2})
     assert cache.fetch_blocking(upstream, "c", lambda: {"n": 3}) == {"n": 3}
+
+
+@pytest.mark.timeout(60)
+def test_the_breakers_probe_gets_a_thread_when_stuck_calls_hold_them_all() -> None:
+    """Probes abandoned during a freeze hold every thread a lane may run (twice its share);
+    the next probe still runs, so a recovered upstream is asked within cooldown + deadline
+    (review 31: it waited in the lane's queue until the stuck calls returned)."""
+    cooldown, deadline = 0.2, 0.2
+    surface = PRODUCTS.model_copy(update={"upstream_timeout_seconds": deadline})
+    cache = UpstreamCache(
+        surfaces=Surfaces.of(surface), blocking_threads=1,
+        breaker=BreakerPolicy(failure_threshold=1, cooldown_seconds=cooldown),
+    )  # fmt: skip
+    upstream = Upstream(name="stuck")
+    frozen, released, asked = threading.Event(), threading.Event(), threading.Event()
+
+    def call() -> dict[str, Any]:
+        if frozen.is_set():
+            released.wait(10)  # a client whose own timeout is long
+            raise TimeoutError("read timed out")
+        asked.set()
+        return {"products": ["p"]}
+
+    def request() -> None:
+        with collect_advisories(surface):
+            cache.fetch_blocking(upstream, "k", call, surface=surface)
+
+    try:
+        request()
+        frozen.set()
+        asked.clear()
+        for _ in range(3):  # the first call, then two probes: each holds its thread
+            request()
+            time.sleep(cooldown + 0.05)
+        lane = cache.lanes.of(upstream)
+        assert lane.running == lane.stranded == 2  # the lane's bound: twice its one thread
+        frozen.clear()
+        recovered = time.monotonic()
+        while not asked.is_set() and time.monotonic() < recovered + cooldown + deadline + 1.0:
+            request()
+            time.sleep(0.05)
+        assert asked.is_set(), "the recovered upstream was never asked"
+        assert time.monotonic() - recovered < cooldown + deadline + 0.3
+    finally:
+        released.set()

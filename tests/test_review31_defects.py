@@ -398,7 +398,6 @@ async def test_review31_a_request_joining_a_longer_flight_keeps_its_budget() -> 
 
 
 @pytest.mark.timeout(60)
-@OPEN
 def test_review31_fetch_blocking_asks_a_recovered_upstream_within_cooldown_and_deadline() -> None:
     """REVIEW 31 defect (docs claim): docs/guide.md says a recovered upstream is called again
     within the breaker's cooldown and one deadline, "whatever the runtime". Through
