@@ -17,7 +17,6 @@ The control plane steers it through :mod:`~adcp_stale_cache.steering`'s seam onl
 from __future__ import annotations
 
 import functools
-import inspect
 import sys
 import time
 import warnings
@@ -35,6 +34,7 @@ from .attributes import Moved, Shared
 from .blocking import DEFAULT_BLOCKING_THREADS, Lanes, wait_for
 from .breaker import DEFAULT_BREAKER, BreakerPolicy
 from .call_loop import CALLS
+from .callables import awaited, is_async
 from .collector import current_collector
 from .directives import Directives
 from .failures import FailureTypes, FailureTypesLike, classify, failure_types_of
@@ -354,7 +354,7 @@ def _decorator(
         if key is None and not hasattr(fn, "__qualname__"):
             # Two instances of one class (two tenants' clients) must not share keys.
             raise TypeError(f"cached() of a {type(fn).__qualname__} object needs key=")
-        if not _is_async(fn):
+        if not is_async(fn):
 
             @functools.wraps(fn)
             def blocking(*args: Any, **kwargs: Any) -> Any:
@@ -369,12 +369,7 @@ def _decorator(
         @functools.wraps(fn)
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
             k, call_tags = keyed(fn, args, kwargs)
-
-            async def call() -> Any:
-                # A seller's plain wrapper of an async function may also answer at once.
-                answer = fn(*args, **kwargs)
-                return await answer if inspect.isawaitable(answer) else answer
-
+            call = functools.partial(awaited, fn, *args, **kwargs)
             return await cache.fetch(
                 upstream, k, call, surface=surface, codec=codec, tags=call_tags
             )
@@ -382,18 +377,6 @@ def _decorator(
         return wrapper
 
     return decorate
-
-
-def _is_async(fn: Callable[..., Any]) -> bool:
-    """Whether ``fn`` is async by what it is, not by what one call returns: a coroutine
-    function (marked with ``inspect.markcoroutinefunction`` too), one behind decorators that
-    keep ``__wrapped__`` (``functools.wraps``), or an object whose ``__call__`` is one."""
-    unwrapped = inspect.unwrap(fn)
-    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(unwrapped):
-        return True
-    if isinstance(unwrapped, type) or inspect.isroutine(unwrapped):
-        return False
-    return inspect.iscoroutinefunction(inspect.unwrap(type(unwrapped).__call__))
 
 
 def _taking_a_count(refresh: Callable[[], Awaitable[Any]]) -> RememberedRefresh:
