@@ -117,7 +117,9 @@ class Lane:
         return call
 
     def _submit(self, call: Callable[[], T]) -> _Work[T]:
-        work = _Work(call, contextvars.copy_context(), concurrent.futures.Future(), _probing.get())
+        context = contextvars.copy_context()
+        context.run(_probing.set, False)  # what the call fetches itself is no probe
+        work = _Work(call, context, concurrent.futures.Future(), _probing.get())
         with self._lock:
             # Calls waiting go first where abandoned ones made room (their own callers have
             # left by their deadlines: none is started here after it).

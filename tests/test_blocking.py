@@ -483,3 +483,15 @@ def test_the_breakers_probe_gets_a_thread_when_stuck_calls_hold_them_all() -> No
         assert time.monotonic() - recovered < cooldown + deadline + 0.3
     finally:
         released.set()
+
+
+@pytest.mark.timeout(30)
+async def test_what_a_probes_blocking_call_fetches_itself_is_no_probe() -> None:
+    """A probe's call runs unbounded by its lane; the upstreams it calls in turn are not
+    probed: their calls keep their own lanes' bounds."""
+    lane = blocking.Lane(1, "t")
+
+    async def refresh() -> bool:
+        return await lane.calling(blocking._probing.get)()
+
+    assert await blocking.as_probe(refresh)() is False
