@@ -9,8 +9,9 @@ running (fastmcp 2.x runs sync tools on the server's loop, where ``asyncio.run``
 The blocking call itself runs in its upstream's :class:`Lane`: at most ``threads`` calls at
 once, each in a daemon thread. A frozen upstream then holds its own lane's threads and no
 others (``asyncio.to_thread`` shares one executor between every upstream). A call abandoned
-at its deadline keeps its thread until it returns; one still waiting for a thread at its
-deadline never runs.
+at its deadline keeps its thread until it returns (no longer counted, up to ``threads``
+such threads more); one still waiting for a thread at its deadline never runs. The
+breaker's probe always gets a thread (:func:`as_probe`).
 """
 
 from __future__ import annotations
@@ -37,13 +38,35 @@ P = ParamSpec("P")
 DEFAULT_BLOCKING_THREADS = 8
 
 
-@dataclass(frozen=True, slots=True, eq=False)  # one call is itself only (a queue's remove)
+#: Set while a breaker's probe runs (see :func:`as_probe`): its lane gives it a thread.
+_probing: contextvars.ContextVar[bool] = contextvars.ContextVar("probing", default=False)
+
+
+def as_probe(refresh: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+    """``refresh`` run as a breaker's probe: a blocking call it makes gets a thread of its
+    lane at once, even when calls abandoned against a frozen upstream hold every one, so a
+    recovered upstream is asked within the breaker's cooldown and one deadline."""
+
+    @functools.wraps(refresh)
+    async def probe(*args: P.args, **kwargs: P.kwargs) -> T:
+        marked = _probing.set(True)  # the flight's own task: its calls only
+        try:
+            return await refresh(*args, **kwargs)
+        finally:
+            _probing.reset(marked)
+
+    return probe
+
+
+@dataclass(slots=True, eq=False)  # one call is itself only (a queue's remove)
 class _Work(Generic[T]):
     """One blocking call, to run in the context it was submitted from."""
 
     call: Callable[[], T]
     context: contextvars.Context
     future: concurrent.futures.Future[T]
+    probe: bool
+    abandoned: bool = False  # its caller left at its deadline while it ran
 
     def run(self) -> None:
         if not self.future.set_running_or_notify_cancel():
@@ -57,7 +80,13 @@ class _Work(Generic[T]):
 
 
 class Lane:
-    """At most ``threads`` blocking calls at once, the others waiting in order.
+    """At most ``threads`` blocking calls at once that a caller waits for, the others
+    waiting in order.
+
+    A call abandoned at its deadline keeps its thread until it returns, but no longer counts:
+    a recovered upstream is not left unasked behind calls a frozen one holds. At most
+    ``threads`` such threads more run (a frozen upstream holds no more than twice its
+    share), and the breaker's probe (one at a time) always gets a thread.
 
     Not a ``ThreadPoolExecutor``: that one joins its threads when the interpreter exits (one
     stuck on a frozen upstream would hold the exit) and keeps idle threads for good. A lane's
@@ -67,42 +96,84 @@ class Lane:
     def __init__(self, threads: int, name: str) -> None:
         self.threads, self.name = threads, name
         self.running = 0  # threads serving this lane
+        self.stranded = 0  # of them, those running a call its caller abandoned
         self._waiting: collections.deque[_Work[Any]] = collections.deque()
         self._lock = threading.Lock()
 
     def submit(self, call: Callable[[], T]) -> concurrent.futures.Future[T]:
         """Run ``call()`` in this lane, in a copy of the current context."""
-        work = _Work(call, contextvars.copy_context(), concurrent.futures.Future())
+        return self._submit(call).future
+
+    def calling(self, fn: Callable[P, T]) -> Callable[P, Awaitable[T]]:
+        """``fn`` as an async function that runs it in this lane (cancelling it there
+        cancels the call if it still waits for a thread, and frees its place if it runs)."""
+
+        def call(*args: P.args, **kwargs: P.kwargs) -> Awaitable[T]:
+            work = self._submit(functools.partial(fn, *args, **kwargs))
+            waited = asyncio.wrap_future(work.future)
+            waited.add_done_callback(functools.partial(self._abandoned, work))
+            return waited
+
+        return call
+
+    def _submit(self, call: Callable[[], T]) -> _Work[T]:
+        context = contextvars.copy_context()
+        context.run(_probing.set, False)  # what the call fetches itself is no probe
+        work = _Work(call, context, concurrent.futures.Future(), _probing.get())
         with self._lock:
-            if self.running >= self.threads:
+            # Calls waiting go first where abandoned ones made room (their own callers have
+            # left by their deadlines: none is started here after it).
+            starting = self._take_waiting()
+            now = work.probe or (not self._waiting and self._has_room())
+            self.running += now
+        for waiting in starting:
+            self._start(waiting, again=True)
+        if now:
+            self._start(work, again=False)
+        else:
+            with self._lock:
                 self._waiting.append(work)
-                work.future.add_done_callback(functools.partial(self._forget, work))
-                return work.future
+            work.future.add_done_callback(functools.partial(self._forget, work))
+        return work
+
+    def _has_room(self) -> bool:
+        return self.running - self.stranded < self.threads and self.running < 2 * self.threads
+
+    def _take_waiting(self) -> list[_Work[Any]]:
+        taken = []
+        while self._waiting and self._has_room():
+            taken.append(self._waiting.popleft())
             self.running += 1
+        return taken
+
+    def _start(self, work: _Work[Any], *, again: bool) -> None:
         try:
             threading.Thread(target=self._serve, args=(work,), name=self.name, daemon=True).start()
         except BaseException:  # no thread to be had (a container's pids.max): none runs
             with self._lock:
                 self.running -= 1
-            raise
-        return work.future
-
-    def calling(self, fn: Callable[P, T]) -> Callable[P, Awaitable[T]]:
-        """``fn`` as an async function that runs it in this lane (cancelling it there
-        cancels the call if it still waits for a thread)."""
-
-        def call(*args: P.args, **kwargs: P.kwargs) -> Awaitable[T]:
-            return asyncio.wrap_future(self.submit(functools.partial(fn, *args, **kwargs)))
-
-        return call
+                if again:  # it waits on, for a thread to free up
+                    self._waiting.appendleft(work)
+            if not again:
+                raise
 
     def _serve(self, work: _Work[Any] | None) -> None:
         while work is not None:
             work.run()
             with self._lock:
-                work = self._waiting.popleft() if self._waiting else None
+                self.stranded -= work.abandoned
+                # A thread a probe or a stranded call added ends once the lane is full again.
+                full = self.running - self.stranded > self.threads
+                work = self._waiting.popleft() if self._waiting and not full else None
                 if work is None:
                     self.running -= 1
+
+    def _abandoned(self, work: _Work[Any], waited: asyncio.Future[Any]) -> None:
+        if waited.cancelled():
+            with self._lock:
+                if work.future.running() and not work.abandoned:  # (not if it returned)
+                    work.abandoned = True
+                    self.stranded += 1
 
     def _forget(self, work: _Work[Any], future: concurrent.futures.Future[Any]) -> None:
         # A call abandoned while waiting leaves the queue now: a lane frozen for an hour

@@ -128,10 +128,14 @@ class Breaker:
 def breaker_keys(upstream: Upstream) -> tuple[BreakerKey, BreakerKey]:
     """The keys of the breakers a call to ``upstream`` answers to: the upstream's, then its
     credentials' (the same key when it has no credentials of its own)."""
-    host: BreakerKey = (upstream.name, upstream.url, None)
+    host: BreakerKey = (upstream.name, upstream.key_url, None)
     if upstream.credentials is None:
         return host, host
-    return host, (upstream.name, upstream.url, digest([upstream.credentials.get_secret_value()]))
+    return host, (
+        upstream.name,
+        upstream.key_url,
+        digest([upstream.credentials.get_secret_value()]),
+    )
 
 
 def about_credentials(failure: Failure) -> bool:

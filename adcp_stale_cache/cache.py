@@ -17,7 +17,6 @@ The control plane steers it through :mod:`~adcp_stale_cache.steering`'s seam onl
 from __future__ import annotations
 
 import functools
-import inspect
 import sys
 import time
 import warnings
@@ -35,6 +34,7 @@ from .attributes import Moved, Shared
 from .blocking import DEFAULT_BLOCKING_THREADS, Lanes, wait_for
 from .breaker import DEFAULT_BREAKER, BreakerPolicy
 from .call_loop import CALLS
+from .callables import awaited, is_async
 from .collector import current_collector
 from .directives import Directives
 from .failures import FailureTypes, FailureTypesLike, classify, failure_types_of
@@ -57,7 +57,10 @@ P = ParamSpec("P")
 
 class Decorator(Protocol):
     """What :meth:`UpstreamCache.cached` returns: an async function stays async, a plain
-    one gets a blocking wrapper (through :meth:`UpstreamCache.fetch_blocking`)."""
+    one gets a blocking wrapper (through :meth:`UpstreamCache.fetch_blocking`). Async is
+    what the function is: a coroutine function, also behind ``functools.wraps`` decorators
+    or marked with ``inspect.markcoroutinefunction``, or an object with an async
+    ``__call__``."""
 
     @overload
     def __call__(self, fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]: ...
@@ -267,8 +270,8 @@ class UpstreamCache:
         """Decorator form of :meth:`fetch`; the key defaults to the function and its arguments.
 
         ``tags`` are attached to every entry (see :mod:`adcp_stale_cache.control`), or come
-        from the call's arguments when given as a function of them. A plain (not async)
-        function is fetched with :meth:`fetch_blocking`, and stays a plain function."""
+        from the call's arguments when given as a function of them. A plain (not async, see
+        :class:`Decorator`) function goes through :meth:`fetch_blocking`, and stays plain."""
         return _decorator(self, upstream, surface, key, codec, tags)
 
     # The control plane's seam (see steering).
@@ -348,7 +351,10 @@ def _decorator(
         return k, tags(*args, **kwargs) if callable(tags) else tags
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        if not inspect.iscoroutinefunction(fn):
+        if key is None and not hasattr(fn, "__qualname__"):
+            # Two instances of one class (two tenants' clients) must not share keys.
+            raise TypeError(f"cached() of a {type(fn).__qualname__} object needs key=")
+        if not is_async(fn):
 
             @functools.wraps(fn)
             def blocking(*args: Any, **kwargs: Any) -> Any:
@@ -363,7 +369,7 @@ def _decorator(
         @functools.wraps(fn)
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
             k, call_tags = keyed(fn, args, kwargs)
-            call = functools.partial(fn, *args, **kwargs)
+            call = functools.partial(awaited, fn, *args, **kwargs)
             return await cache.fetch(
                 upstream, k, call, surface=surface, codec=codec, tags=call_tags
             )

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextvars
 import functools
-import inspect
 import math
 import sys
 import time
@@ -22,6 +21,7 @@ from typing import Any, ParamSpec, TypeVar
 from pydantic import BaseModel
 
 from .advisory import AdcpError
+from .callables import awaited, is_async
 from .codecs.json import Untouched, dumps_text
 from .policy import SurfacePolicy
 
@@ -277,12 +277,12 @@ class Collecting:
     def __call__(self, fn: Callable[P, R]) -> Callable[P, R]:
         """Decorate ``fn`` (sync or async): each call gets a collector of its own."""
         surface, partition, request = self._surface, self._partition, self._request
-        if inspect.iscoroutinefunction(fn):
+        if is_async(fn):
 
             @functools.wraps(fn)
             async def run_async(*args: Any, **kwargs: Any) -> Any:
                 async with Collecting(surface, partition, request):
-                    return await fn(*args, **kwargs)
+                    return await awaited(fn, *args, **kwargs)
 
             return run_async  # type: ignore[return-value]
 

@@ -15,15 +15,16 @@ identifier:
 ``UPSTREAM_ERROR``     any other exception (counts as an outage only if the policy says so)
 =====================  =====================================================
 
-The exceptions of the HTTP clients (httpx, requests, urllib3, aiohttp) are recognised by
-their classes' modules, never imported. Messages are fixed templates: raw exception text can
-carry hostnames, URLs with tokens or file paths, so it is logged by the seller, never sent to
-a buyer.
+The exceptions of the HTTP clients (httpx, requests, urllib3, aiohttp, the stdlib's urllib)
+are recognised by their classes' modules, never imported. Messages are fixed templates: raw
+exception text can carry hostnames, URLs with tokens or file paths, so it is logged by the
+seller, never sent to a buyer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import email.message
 import logging
 import math
 import re
@@ -47,7 +48,7 @@ def is_adcp_code(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and _ADCP_CODE.fullmatch(value) is not None
 
 
-def retry_after_of(headers: Mapping[str, str]) -> float | None:
+def retry_after_of(headers: Mapping[str, str] | email.message.Message) -> float | None:
     """An HTTP answer's ``Retry-After`` hint in seconds, or None. RFC 9110 delay-seconds are
     digits only (``inf``, ``1e999`` and ``-1`` are not hints); an HTTP date is not worth
     parsing for a hint."""
@@ -311,8 +312,11 @@ def _explicit(exc: BaseException) -> Failure | None:
     return _status_failure(*stated) or (UNKNOWN_FAILURE if 400 <= stated[0] < 500 else None)
 
 
-# The HTTP clients whose exceptions are read by their classes' modules (none is imported).
-_HTTP_CLIENTS = frozenset({"aiohttp", "httpcore", "httpx", "httpx2", "requests", "urllib3"})
+# The HTTP clients whose exceptions are read by their classes' modules (none is imported;
+# ``urllib`` is the stdlib's, whose HTTPError states ``status`` and ``headers``).
+_HTTP_CLIENTS = frozenset(
+    {"aiohttp", "httpcore", "httpx", "httpx2", "requests", "urllib", "urllib3"}
+)
 
 # Exceptions raised bare, with no meaning of their own: their text may be read for a status.
 # A seller's own subclass is never read (its message is its own; see http_status_failure).
@@ -354,8 +358,13 @@ def _stated_status(exc: BaseException) -> tuple[int, float | None] | None:
         status = _attribute(holder, name)
         if isinstance(status, int) and not isinstance(status, bool) and 100 <= status <= 599:
             headers = _attribute(exc, "headers") or _attribute(response, "headers")
-            return status, (retry_after_of(headers) if isinstance(headers, Mapping) else None)
+            return status, (retry_after_of(headers) if _is_headers(headers) else None)
     return None
+
+
+def _is_headers(value: object) -> TypeGuard[Mapping[str, str] | email.message.Message]:
+    # The stdlib's http.client.HTTPMessage (urllib's) is no Mapping, but reads like one.
+    return isinstance(value, (Mapping, email.message.Message))
 
 
 def _status_of_text(exc: BaseException) -> tuple[int, float | None] | None:
@@ -412,7 +421,7 @@ def _names(exc: BaseException) -> set[str]:
 
 
 def _is_dns(exc: BaseException) -> bool:
-    text = str(exc).lower()
+    text = _text(exc).lower()
     return (
         isinstance(exc, socket.gaierror)
         or "name or service not known" in text
@@ -432,7 +441,7 @@ _CLIENT_CONNECTION_ERRORS = frozenset(
 
 _TRANSPORT_RULES = (
     (
-        lambda e: isinstance(e, ConnectionRefusedError) or "connection refused" in str(e).lower(),
+        lambda e: isinstance(e, ConnectionRefusedError) or "connection refused" in _text(e).lower(),
         Failure(FailureKind.CONNECTION, "CONNECTION_REFUSED", "Upstream refused the connection"),
     ),
     (
@@ -443,8 +452,8 @@ _TRANSPORT_RULES = (
         lambda e: (
             isinstance(e, ssl.SSLError)
             or "SSLError" in _names(e)
-            or "[ssl" in str(e).lower()
-            or "certificate verify failed" in str(e).lower()
+            or "[ssl" in _text(e).lower()
+            or "certificate verify failed" in _text(e).lower()
             or "aiohttp.ServerFingerprintMismatch" in _client_classes(e)
         ),
         Failure(FailureKind.CONNECTION, "TLS_ERROR", "TLS handshake with upstream failed"),

@@ -25,6 +25,7 @@ from typing import Any, Generic, TypeVar
 
 from .admission import Admitted, Breakers
 from .advisory import AdcpError
+from .blocking import as_probe
 from .breaker import Breaker
 from .call_loop import CallLoop
 from .collector import AdvisoryCollector, _flight, current_collector
@@ -192,6 +193,8 @@ class Flights:
         if self.memory is not None:
             remembered = as_made(found.collector, refresh)
             self.memory.remember(found.store_key, found.labels, remembered, weight)
+        if admitted.probe is not None:  # its blocking call never waits behind stuck ones
+            refresh = as_probe(refresh)
         try:
             epoch = await flight_count(self.store)  # the tier's recent reading: no round trip
         except BaseException:  # cancelled before the flight could release the probe

@@ -9,10 +9,21 @@ from __future__ import annotations
 
 import enum
 import functools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
+
+from .keys import digest
 
 if TYPE_CHECKING:
     import httpx
@@ -128,7 +139,8 @@ class Upstream(BaseModel):
     buyers may know (a creative agent), leave it out for an internal service. It takes a
     ``str``, a pydantic ``AnyUrl``/``HttpUrl``, an ``httpx.URL``: anything whose ``str()`` is
     an absolute http(s) URL. Userinfo, path parameters (``;jsessionid=...``), query and
-    fragment are stripped so that a credential in a URL never reaches a buyer.
+    fragment are stripped so that a credential in a URL never reaches a buyer; what is
+    stripped (but the fragment) still tells upstreams apart, as a digest (:attr:`key_url`).
 
     ``credentials`` are what the seller calls the upstream with when they are not the same
     for every caller (a tenant's token for a private creative agent): they join every cache
@@ -170,25 +182,55 @@ class Upstream(BaseModel):
             credentials: SecretStr | str | None = None,
         ) -> None: ...
 
+    # A digest of what the public URL leaves out and the upstream still gets (userinfo, path
+    # parameters, query): agents told apart only there are two upstreams, not one.
+    _hidden_url_digest: str | None = PrivateAttr(default=None)
+
     @property
     def identity(self) -> tuple[str, str | None]:
         """What tells two upstreams apart: the name and the URL. Two tenants' agents both
         named "DCO Agent" at two URLs have two breakers, two sets of keys, two advisories."""
-        return (self.name, self.url)
+        return (self.name, self.key_url)
+
+    @property
+    def key_url(self) -> str | None:
+        """The URL as keys and breakers know it: the public one, and a digest of the userinfo
+        or query it leaves out (``#<digest>``, never in clear): two agents at one public URL
+        told apart only there (``?tenant=``) never share an entry or a breaker."""
+        if self._hidden_url_digest is None:
+            return self.url
+        return f"{self.url}#{self._hidden_url_digest}"
 
     @field_validator("url", mode="before")
     @classmethod
     def _public_url(cls, value: object) -> str | None:
-        if value is None:
-            return None
-        # The URL types sellers hold (pydantic's, httpx's) are not str, but their str() is.
-        parts = urlsplit(value if isinstance(value, str) else str(value))
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            given = "" if isinstance(value, str) else f" (got {type(value).__name__})"
-            raise ValueError(f"must be an absolute http(s) URL{given}")
-        netloc = parts.netloc.rpartition("@")[2]  # drop user:password@
-        path = "/".join(segment.split(";")[0] for segment in parts.path.split("/"))
-        return urlunsplit((parts.scheme, netloc, path, "", ""))
+        return None if value is None else _split_url(value)[0]
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _digest_hidden_url(
+        cls, data: Any, handler: ModelWrapValidatorHandler[Upstream]
+    ) -> Upstream:
+        upstream = handler(data)
+        given = data.get("url") if isinstance(data, dict) else None
+        hidden = _split_url(given)[1] if given is not None else ()
+        if any(hidden):  # a new upstream (an Upstream validated again keeps its own)
+            upstream._hidden_url_digest = digest(hidden)
+        return upstream
+
+
+def _split_url(value: object) -> tuple[str, tuple[str, str, str]]:
+    """A URL's public form, and what that leaves out but the upstream gets: userinfo, the
+    path with its parameters (``;jsessionid=...``), the query. (The fragment is never sent.)"""
+    # The URL types sellers hold (pydantic's, httpx's) are not str, but their str() is.
+    parts = urlsplit(value if isinstance(value, str) else str(value))
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        given = "" if isinstance(value, str) else f" (got {type(value).__name__})"
+        raise ValueError(f"must be an absolute http(s) URL{given}")
+    userinfo, _, netloc = parts.netloc.rpartition("@")
+    path = "/".join(segment.split(";")[0] for segment in parts.path.split("/"))
+    hidden = (userinfo, parts.path if path != parts.path else "", parts.query)
+    return urlunsplit((parts.scheme, netloc, path, "", "")), hidden
 
 
 class Surfaces(BaseModel):

@@ -24,6 +24,9 @@ from adcp_stale_cache.integrations.fastmcp import AdvisoryMiddleware
 
 PLATFORM_URL = os.environ.get("DECISIONING_PLATFORM_URL", "http://127.0.0.1:9100")
 TAXONOMY_URL = os.environ.get("TAXONOMY_URL", "http://127.0.0.1:9101")
+# The client's own timeout matches the cache's deadline: a call abandoned at the deadline
+# would otherwise hold its lane thread until the client gave up (blocking.Lane).
+TIMEOUT_SECONDS = float(os.environ.get("SIGNALS_TIMEOUT_SECONDS", "5"))
 SURFACES = Surfaces.of(
     *(
         SurfacePolicy(
@@ -31,7 +34,7 @@ SURFACES = Surfaces.of(
             field=field,
             freshness_target_seconds=int(os.environ.get("SIGNALS_FRESHNESS_SECONDS", "60")),
             max_stale_seconds=3600,
-            upstream_timeout_seconds=float(os.environ.get("SIGNALS_TIMEOUT_SECONDS", "5")),
+            upstream_timeout_seconds=TIMEOUT_SECONDS,
             request_budget_seconds=float(os.environ.get("SIGNALS_BUDGET_SECONDS", "4")),
         )
         for name, field in (("get_signals", "signals"), ("get_taxonomy", "categories"))
@@ -55,7 +58,7 @@ server.add_middleware(AdvisoryMiddleware(cache=CACHE, partition_from_call=princi
 def post(url: str, body: dict[str, Any]) -> dict[str, Any]:
     """The agent's own client, as it was: a bare ``Exception`` on a bad status (the cache
     reads the status in its text: an outage, served stale)."""
-    response = requests.post(url, json=body, timeout=30)
+    response = requests.post(url, json=body, timeout=TIMEOUT_SECONDS)
     if response.status_code != 200:
         raise Exception(f"Failed to fetch segments: {response.status_code} {response.reason}")
     answer: dict[str, Any] = response.json()

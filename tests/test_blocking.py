@@ -34,6 +34,7 @@ from adcp_stale_cache import (
     collect_advisories,
     use_collector,
 )
+from adcp_stale_cache.breaker import BreakerPolicy
 from adcp_stale_cache.call_loop import CALLS
 
 from .servers import serve
@@ -282,6 +283,50 @@ def test_cached_on_a_plain_function_is_a_blocking_wrapper(agents: tuple[Agent, A
     assert [e["code"] for e in advisories.errors()] == ["STALE_RESPONSE"]
 
 
+class _AsyncCallable:
+    """An upstream client object whose ``__call__`` is async."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def __call__(self, country: str) -> dict[str, Any]:
+        self.calls.append(country)
+        return {"products": [country]}
+
+
+def _marked(calls: list[str]) -> Any:
+    """A plain function marked async (it returns an awaitable), on Pythons that mark."""
+
+    async def answer(country: str) -> dict[str, Any]:
+        return {"products": [country]}
+
+    def products(country: str) -> Any:
+        calls.append(country)
+        return answer(country)
+
+    return inspect.markcoroutinefunction(products)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("shape", ["async __call__", "markcoroutinefunction"])
+async def test_cached_decides_async_by_what_the_function_is(shape: str) -> None:
+    """An object with an async ``__call__`` and a marked function are async: cached, awaited,
+    never sent to a lane thread (whose answer would be an uncached coroutine)."""
+    if shape == "markcoroutinefunction" and not hasattr(inspect, "markcoroutinefunction"):
+        pytest.skip("inspect.markcoroutinefunction needs Python 3.12")
+    fresh = PRODUCTS.model_copy(update={"freshness_target_seconds": 60})
+    cache = UpstreamCache(surfaces=Surfaces.of(fresh))
+    client = _AsyncCallable()
+    fn = client if shape == "async __call__" else _marked(client.calls)
+    with pytest.raises(TypeError, match="needs key="):
+        cache.cached(Upstream(name="agent"))(_AsyncCallable())  # one per tenant, say
+    products = cache.cached(Upstream(name="agent"), surface=fresh, key=str)(fn)
+    assert inspect.iscoroutinefunction(products)
+    assert await products("US") == {"products": ["US"]}
+    assert await products("US") == {"products": ["US"]}
+    assert client.calls == ["US"]
+
+
 def test_a_blocking_call_that_fetches_carries_its_advisory_to_the_request(
     agents: tuple[Agent, Agent],
 ) -> None:
@@ -393,3 +438,60 @@ def test_a_thread_that_cannot_start_frees_its_place(monkeypatch: pytest.MonkeyPa
         with pytest.raises(RuntimeError, match="can't start new thread"):
             cache.fetch_blocking(upstream, "b", lambda: {"n": 2})
     assert cache.fetch_blocking(upstream, "c", lambda: {"n": 3}) == {"n": 3}
+
+
+@pytest.mark.timeout(60)
+def test_the_breakers_probe_gets_a_thread_when_stuck_calls_hold_them_all() -> None:
+    """Probes abandoned during a freeze hold every thread a lane may run (twice its share);
+    the next probe still runs, so a recovered upstream is asked within cooldown + deadline
+    (review 31: it waited in the lane's queue until the stuck calls returned)."""
+    cooldown, deadline = 0.2, 0.2
+    surface = PRODUCTS.model_copy(update={"upstream_timeout_seconds": deadline})
+    cache = UpstreamCache(
+        surfaces=Surfaces.of(surface), blocking_threads=1,
+        breaker=BreakerPolicy(failure_threshold=1, cooldown_seconds=cooldown),
+    )  # fmt: skip
+    upstream = Upstream(name="stuck")
+    frozen, released, asked = threading.Event(), threading.Event(), threading.Event()
+
+    def call() -> dict[str, Any]:
+        if frozen.is_set():
+            released.wait(10)  # a client whose own timeout is long
+            raise TimeoutError("read timed out")
+        asked.set()
+        return {"products": ["p"]}
+
+    def request() -> None:
+        with collect_advisories(surface):
+            cache.fetch_blocking(upstream, "k", call, surface=surface)
+
+    try:
+        request()
+        frozen.set()
+        asked.clear()
+        for _ in range(3):  # the first call, then two probes: each holds its thread
+            request()
+            time.sleep(cooldown + 0.05)
+        lane = cache.lanes.of(upstream)
+        assert lane.running == lane.stranded == 2  # the lane's bound: twice its one thread
+        frozen.clear()
+        recovered = time.monotonic()
+        while not asked.is_set() and time.monotonic() < recovered + cooldown + deadline + 1.0:
+            request()
+            time.sleep(0.05)
+        assert asked.is_set(), "the recovered upstream was never asked"
+        assert time.monotonic() - recovered < cooldown + deadline + 0.3
+    finally:
+        released.set()
+
+
+@pytest.mark.timeout(30)
+async def test_what_a_probes_blocking_call_fetches_itself_is_no_probe() -> None:
+    """A probe's call runs unbounded by its lane; the upstreams it calls in turn are not
+    probed: their calls keep their own lanes' bounds."""
+    lane = blocking.Lane(1, "t")
+
+    async def refresh() -> bool:
+        return await lane.calling(blocking._probing.get)()
+
+    assert await blocking.as_probe(refresh)() is False

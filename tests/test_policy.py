@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from pydantic import AnyUrl, HttpUrl, ValidationError
+from pydantic import AnyUrl, HttpUrl, TypeAdapter, ValidationError
 
 from adcp_stale_cache import SurfacePolicy, Surfaces, Upstream
 
@@ -65,7 +65,23 @@ def test_upstream_url_never_carries_credentials() -> None:
 def test_upstream_url_takes_the_url_types_sellers_hold(held: object) -> None:
     up = Upstream(name="agent", url=held)  # type: ignore[arg-type]
     assert up.url == "https://agent.example:8443/mcp"
-    assert up.identity == Upstream(name="agent", url="https://agent.example:8443/mcp").identity
+    public = Upstream(name="agent", url="https://agent.example:8443/mcp")
+    assert up.identity != public.identity  # what was stripped tells them apart...
+    assert up != public
+    assert up.key_url is not None and up.key_url.startswith(f"{public.url}#")
+    shown = f"{up!r} {up} {up.model_dump()} {up.model_dump_json()} {up.identity}"
+    assert "s3cret" not in shown and "abc" not in shown and "jsessionid" not in shown  # ...hashed
+
+
+def test_upstream_key_url_is_the_url_unless_something_was_stripped() -> None:
+    plain = Upstream(name="agent", url="https://agent.example/mcp")
+    assert plain.key_url == plain.url  # store keys of such upstreams are as they were
+    assert Upstream(name="agent", url="https://agent.example/mcp#top") == plain  # never sent
+    tenant_a = Upstream(name="agent", url="https://agent.example/mcp?tenant=a")
+    assert Upstream.model_validate(tenant_a).identity == tenant_a.identity
+    assert tenant_a.model_copy(update={"timeout_seconds": 3.0}).identity == tenant_a.identity
+    held = {"agent": {"name": "agent", "url": "https://agent.example/mcp?tenant=a"}}
+    assert TypeAdapter(dict[str, Upstream]).validate_python(held)["agent"] == tenant_a
 
 
 @pytest.mark.parametrize(

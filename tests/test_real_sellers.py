@@ -590,6 +590,31 @@ async def test_collect_advisories_decorates_functions() -> None:
     assert current_collector() is None
 
 
+async def test_collect_advisories_decorates_an_async_function_behind_a_plain_decorator() -> None:
+    """A seller's own ``functools.wraps`` decorator around an async handler: the collector
+    is open while the handler runs, not closed when its coroutine is returned (review 31)."""
+    import functools
+
+    from adcp_stale_cache import current_collector
+
+    def logged(fn: Any) -> Any:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    seen: list[Any] = []
+
+    @collect_advisories()
+    @logged
+    async def handler() -> None:
+        seen.append(current_collector())
+
+    await handler()
+    assert seen != [None] and len(seen) == 1
+
+
 def test_bad_credentials_never_reach_an_error_message() -> None:
     from pydantic import ValidationError
 

@@ -43,7 +43,6 @@ class _LazyMessage(Exception):
         return str(self.detail)  # type: ignore[attr-defined]
 
 
-@OPEN
 def test_review31_classify_survives_an_exception_whose_str_raises() -> None:
     """REVIEW 31 defect: failures._text guards a raising ``__str__``, but the transport
     rules (``"connection refused" in str(e)``, ``_is_dns``, the TLS rule) call ``str(e)``
@@ -55,7 +54,6 @@ def test_review31_classify_survives_an_exception_whose_str_raises() -> None:
 
 
 @pytest.mark.timeout(30)
-@OPEN
 async def test_review31_fetch_reraises_the_sellers_own_exception_whose_str_raises() -> None:
     """REVIEW 31 defect (same root as above), as a seller meets it through fetch."""
     cache = UpstreamCache(surfaces=Surfaces.of(PRODUCTS))
@@ -156,7 +154,6 @@ def _logged(fn: Any) -> Any:
 
 
 @pytest.mark.timeout(30)
-@OPEN
 async def test_review31_cached_still_serves_a_function_returning_an_awaitable() -> None:
     """REVIEW 31 defect (a regression): before issue 31, ``@cache.cached`` wrapped any
     function as async and awaited what it returned. It now picks ``fetch_blocking`` for
@@ -292,7 +289,6 @@ async def test_review31_partition_from_call_is_not_fixed_before_the_body_is_read
 
 
 @pytest.mark.timeout(30)
-@OPEN
 async def test_review31_agents_differing_only_in_query_or_userinfo_do_not_share_entries() -> None:
     """REVIEW 31 defect (security; pre-dates issue 31, now reached with the AnyUrl/httpx.URL
     sellers hold): Upstream(url=) strips userinfo, query and path parameters so that no
@@ -399,7 +395,6 @@ async def test_review31_a_request_joining_a_longer_flight_keeps_its_budget() -> 
 
 
 @pytest.mark.timeout(60)
-@OPEN
 def test_review31_fetch_blocking_asks_a_recovered_upstream_within_cooldown_and_deadline() -> None:
     """REVIEW 31 defect (docs claim): docs/guide.md says a recovered upstream is called again
     within the breaker's cooldown and one deadline, "whatever the runtime". Through
@@ -544,7 +539,6 @@ async def test_review31_an_advisory_dropped_at_delivery_counts_as_lost() -> None
 
 
 @pytest.mark.timeout(30)
-@OPEN
 async def test_review31_a_stdlib_urllib_4xx_is_not_an_outage() -> None:
     """REVIEW 31 defect: "failures of any client mean something", and a 4xx is the caller's
     problem, not an outage (failures._explicit, for requests' HTTPError, also an OSError).

@@ -133,3 +133,27 @@ async def test_shared_breakers_follow_the_same_key(clock: FakeClock) -> None:
     with collect_advisories(), pytest.raises(UpstreamUnavailable):
         await other.fetch(TENANT_A, "k", agent_a, surface=POLICY)
     assert (agent_b.calls, agent_a.calls) == (1, 0)
+
+
+async def test_agents_told_apart_by_query_or_userinfo_have_their_own_breakers(
+    clock: FakeClock,
+) -> None:
+    """Two agents at one public URL, told apart by what it strips (``?tenant=``, userinfo):
+    one down is not the other down, here or through shared breakers, whose names carry a
+    digest of what was stripped, never the secret (review 31)."""
+    published: dict[str, str] = {}
+    one = cache_of(clock, SharingStore(clock, published), share=True)
+    other = cache_of(clock, SharingStore(clock, published), share=True)
+    for url_a, url_b in (
+        (f"{AGENT}?tenant=a&api_key=key-of-a", f"{AGENT}?tenant=b&api_key=key-of-b"),
+        ("https://a:secret-a@agent.example/mcp", "https://b:secret-b@agent.example/mcp"),
+    ):
+        agent_a, agent_b = (Upstream(name="agent", url=url) for url in (url_a, url_b))
+        await fail_twice(one, agent_a, Agent(fails=ConnectionRefusedError()))
+        assert one.breaker_open(agent_a) and not one.breaker_open(agent_b)
+        assert not any("secret" in name or "key-of" in name for name in published)
+        for cache in (one, other):
+            healthy = Agent()
+            with collect_advisories():
+                assert await cache.fetch(agent_b, "k", healthy, surface=POLICY) is not None
+            assert healthy.calls == 1
