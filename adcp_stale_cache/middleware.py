@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -87,9 +88,15 @@ class StaleAdvisoryMiddleware:
         }
 
     def _partition(self, request: RequestPeek, scope: Scope) -> str | None:
-        """The caller partition, built only when a per-caller key is (the call is read by
-        then: the app has read its body)."""
+        """The caller partition, built only when a per-caller key is (with
+        ``partition_from_call``, the body was read ahead: its call is known)."""
         if self.partition_from_call is not None:
+            if request.unreadable():  # no principal can be told: this request's alone
+                logger.info(
+                    "partition_private: the request's call could not be read (too large, "
+                    "a batch, not a JSON object): its entries are its own"
+                )
+                return f"private:{uuid.uuid4().hex}"
             return self.partition_from_call(request.call(scope))
         assert self.partition is not None
         if not self._warned_unread_credential and self.partition is caller_partition:
@@ -177,6 +184,8 @@ class StaleAdvisoryMiddleware:
         if self.partition is not None or self.partition_from_call is not None:
             collector.partition_from(functools.partial(self._partition, request, scope))
         if request.peeking:
+            if self.partition_from_call is not None:  # the hook sees the call, however early
+                await request.read_ahead()
             receive = request.receive
             collector.request_field = request.field
         response = _Response(collector, scope, request, send, self.stale_headers, self._replaced)

@@ -244,7 +244,6 @@ def test_review31_breaker_closes_when_each_request_closes_its_own_loop() -> None
 
 
 @pytest.mark.timeout(30)
-@OPEN
 async def test_review31_partition_from_call_is_not_fixed_before_the_body_is_read() -> None:
     """REVIEW 31 defect (security): StaleAdvisoryMiddleware(partition_from_call=) computes
     the partition once, at the request's first fetch, assuming "the app has read its body"
