@@ -29,7 +29,8 @@ class ToolCall:
     """A request as the ``partition_from_call`` hook sees it: its ASGI ``scope``, its
     ``tool`` (MCP tool, A2A skill, or the plain route's surface; None: unknown) and its
     ``arguments`` (MCP ``params.arguments``, the A2A DataPart's ``parameters``, a plain JSON
-    body; None when they could not be read: no body, too large, a batch, not an object)."""
+    body; None when there are none: a body whose call cannot be read is never shown to the
+    hook, see :meth:`RequestPeek.unreadable`)."""
 
     scope: Scope
     tool: str | None
