@@ -28,15 +28,17 @@ untouched, with a log line saying why. A stale plain-HTTP answer also gets ``Age
 9211 ``Cache-Status`` (``fwd=stale``, negative ``ttl``) for HTTP tooling
 (``stale_headers=False`` turns them off).
 
-An ``UpstreamUnavailable`` the app lets out (nothing cached, upstream down) is answered as the
-fatal AdCP ``SERVICE_UNAVAILABLE`` (503 JSON, or an MCP ``isError`` result), and at start-up
-(ASGI lifespan) a surface whose ``paths`` no route serves is logged (see routes).
+An ``UpstreamUnavailable`` the app lets out (nothing cached, upstream down), alone or as every
+leaf of an exception group (a task group's fan-out), is answered as the fatal AdCP
+``SERVICE_UNAVAILABLE`` (503 JSON, or an MCP ``isError`` result), and at start-up (ASGI
+lifespan) a surface whose ``paths`` no route serves is logged (see routes).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import sys
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -52,6 +54,9 @@ from .keys import CREDENTIAL_HEADERS, caller_partition
 from .peek import MAX_PEEK_BYTES, RequestPeek, ToolCall
 from .policy import SurfacePolicy, Surfaces
 from .routes import routes_of, unserved
+
+if sys.version_info < (3, 11):  # anyio raises the backport's groups there
+    from exceptiongroup import BaseExceptionGroup  # type: ignore[import-not-found,unused-ignore]
 
 logger = logging.getLogger("adcp_stale_cache.middleware")
 
@@ -192,10 +197,11 @@ class StaleAdvisoryMiddleware:
         token = _current.set(collector)
         try:
             await self.app(scope, receive, response.send)
-        except UpstreamUnavailable as exc:
-            if response.mode != "undecided":  # the app had answered: too late to say it
+        except Exception as exc:
+            unavailable = upstream_unavailable(exc)
+            if unavailable is None or response.mode != "undecided":  # (answered: too late)
                 raise
-            await _unavailable(exc, collector, request, send)
+            await _unavailable(unavailable, collector, request, send)
         finally:
             _current.reset(token)
         if collector.served_context and response.mode == "pass" and not response.in_doubt:
@@ -208,6 +214,17 @@ class StaleAdvisoryMiddleware:
                 "response's first message can be delivered",
                 len(collector) - response.delivered,
             )
+
+
+def upstream_unavailable(error: BaseException) -> UpstreamUnavailable | None:
+    """The :class:`UpstreamUnavailable` an app let out: ``error`` itself, or the first of an
+    exception group (a ``TaskGroup`` or anyio fan-out) every leaf of which is one; else None."""
+    if isinstance(error, UpstreamUnavailable):
+        return error
+    if isinstance(error, BaseExceptionGroup):
+        leaves = [upstream_unavailable(leaf) for leaf in error.exceptions]
+        return leaves[0] if all(leaves) else None
+    return None
 
 
 async def _unavailable(

@@ -326,7 +326,6 @@ async def test_review31_agents_differing_only_in_query_or_userinfo_do_not_share_
 
 
 @pytest.mark.timeout(30)
-@OPEN
 async def test_review31_a_cold_outage_in_a_task_group_fan_out_is_service_unavailable() -> None:
     """REVIEW 31 defect: the cold-outage answer (middleware.__call__: ``except
     UpstreamUnavailable``) misses the same exception raised from a fan-out in an
