@@ -43,6 +43,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .advisory import failed_payload, service_unavailable
@@ -85,12 +86,17 @@ class StaleAdvisoryMiddleware:
         #: Answers whose ``context`` was another request's, given their own request's.
         self.contexts_replaced = 0
         self._warned_unread_credential = False
-        # Route path -> surface, trailing slashes ignored (Surfaces.for_path, precomputed).
-        self._by_path = {
-            path.rstrip("/") or "/": policy
+        # Route path -> surface, trailing slashes ignored (Surfaces.for_path, precomputed);
+        # paths written as routes are (``/api/{tenant}/get_products``) match as routes do.
+        declared = [
+            (path.rstrip("/") or "/", policy)
             for policy in self.surfaces.policies
             for path in policy.paths
-        }
+        ]
+        self._by_path = {path: policy for path, policy in declared if "{" not in path}
+        self._templated = [
+            (compile_path(path)[0], policy) for path, policy in declared if "{" in path
+        ]
 
     def _partition(self, request: RequestPeek, scope: Scope) -> str | None:
         """The caller partition, built only when a per-caller key is (with
@@ -168,6 +174,9 @@ class StaleAdvisoryMiddleware:
         surface = self._by_path.get(path)
         if surface is None and path.endswith("/"):
             surface = self._by_path.get(path.rstrip("/") or "/")
+        for template, policy in self._templated if surface is None else ():
+            if template.match(path.rstrip("/") or "/"):
+                return policy
         return surface
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

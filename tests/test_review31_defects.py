@@ -590,7 +590,6 @@ async def test_review31_a_stdlib_urllib_4xx_is_not_an_outage() -> None:
 
 
 @pytest.mark.timeout(30)
-@OPEN
 def test_review31_a_templated_surface_path_is_matched_or_reported(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
