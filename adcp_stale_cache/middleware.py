@@ -28,18 +28,22 @@ untouched, with a log line saying why. A stale plain-HTTP answer also gets ``Age
 9211 ``Cache-Status`` (``fwd=stale``, negative ``ttl``) for HTTP tooling
 (``stale_headers=False`` turns them off).
 
-An ``UpstreamUnavailable`` the app lets out (nothing cached, upstream down) is answered as the
-fatal AdCP ``SERVICE_UNAVAILABLE`` (503 JSON, or an MCP ``isError`` result), and at start-up
-(ASGI lifespan) a surface whose ``paths`` no route serves is logged (see routes).
+An ``UpstreamUnavailable`` the app lets out (nothing cached, upstream down), alone or as every
+leaf of an exception group (a task group's fan-out), is answered as the fatal AdCP
+``SERVICE_UNAVAILABLE`` (503 JSON, or an MCP ``isError`` result), and at start-up (ASGI
+lifespan) a surface whose ``paths`` no route serves is logged (see routes).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import sys
+import uuid
 from collections.abc import Callable
 from typing import Any
 
+from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .advisory import NO_ERRORS_MEMBER, failed_payload, service_unavailable
@@ -51,6 +55,9 @@ from .keys import CREDENTIAL_HEADERS, caller_partition
 from .peek import MAX_PEEK_BYTES, RequestPeek, ToolCall
 from .policy import SurfacePolicy, Surfaces
 from .routes import routes_of, unserved
+
+if sys.version_info < (3, 11):  # anyio raises the backport's groups there
+    from exceptiongroup import BaseExceptionGroup  # type: ignore[import-not-found,unused-ignore]
 
 logger = logging.getLogger("adcp_stale_cache.middleware")
 
@@ -79,17 +86,28 @@ class StaleAdvisoryMiddleware:
         #: Answers whose ``context`` was another request's, given their own request's.
         self.contexts_replaced = 0
         self._warned_unread_credential = False
-        # Route path -> surface, trailing slashes ignored (Surfaces.for_path, precomputed).
-        self._by_path = {
-            path.rstrip("/") or "/": policy
+        # Route path -> surface, trailing slashes ignored (Surfaces.for_path, precomputed);
+        # paths written as routes are (``/api/{tenant}/get_products``) match as routes do.
+        declared = [
+            (path.rstrip("/") or "/", policy)
             for policy in self.surfaces.policies
             for path in policy.paths
-        }
+        ]
+        self._by_path = {path: policy for path, policy in declared if "{" not in path}
+        self._templated = [
+            (compile_path(path)[0], policy) for path, policy in declared if "{" in path
+        ]
 
     def _partition(self, request: RequestPeek, scope: Scope) -> str | None:
-        """The caller partition, built only when a per-caller key is (the call is read by
-        then: the app has read its body)."""
+        """The caller partition, built only when a per-caller key is (with
+        ``partition_from_call``, the body was read ahead: its call is known)."""
         if self.partition_from_call is not None:
+            if request.unreadable():  # no principal can be told: this request's alone
+                logger.info(
+                    "partition_private: the request's call could not be read (too large, "
+                    "a batch, not a JSON object): its entries are its own"
+                )
+                return f"private:{uuid.uuid4().hex}"
             return self.partition_from_call(request.call(scope))
         assert self.partition is not None
         if not self._warned_unread_credential and self.partition is caller_partition:
@@ -156,6 +174,9 @@ class StaleAdvisoryMiddleware:
         surface = self._by_path.get(path)
         if surface is None and path.endswith("/"):
             surface = self._by_path.get(path.rstrip("/") or "/")
+        for template, policy in self._templated if surface is None else ():
+            if template.match(path.rstrip("/") or "/"):
+                return policy
         return surface
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -177,16 +198,19 @@ class StaleAdvisoryMiddleware:
         if self.partition is not None or self.partition_from_call is not None:
             collector.partition_from(functools.partial(self._partition, request, scope))
         if request.peeking:
+            if self.partition_from_call is not None:  # the hook sees the call, however early
+                await request.read_ahead()
             receive = request.receive
             collector.request_field = request.field
         response = _Response(collector, scope, request, send, self.stale_headers, self._replaced)
         token = _current.set(collector)
         try:
             await self.app(scope, receive, response.send)
-        except UpstreamUnavailable as exc:
-            if response.mode != "undecided":  # the app had answered: too late to say it
+        except Exception as exc:
+            unavailable = upstream_unavailable(exc)
+            if unavailable is None or response.mode != "undecided":  # (answered: too late)
                 raise
-            await _unavailable(exc, collector, request, send)
+            await _unavailable(unavailable, collector, request, send)
         finally:
             _current.reset(token)
         if collector.served_context and response.mode == "pass" and not response.in_doubt:
@@ -199,6 +223,17 @@ class StaleAdvisoryMiddleware:
                 "response's first message can be delivered",
                 len(collector) - response.delivered,
             )
+
+
+def upstream_unavailable(error: BaseException) -> UpstreamUnavailable | None:
+    """The :class:`UpstreamUnavailable` an app let out: ``error`` itself, or the first of an
+    exception group (a ``TaskGroup`` or anyio fan-out) every leaf of which is one; else None."""
+    if isinstance(error, UpstreamUnavailable):
+        return error
+    if isinstance(error, BaseExceptionGroup):
+        leaves = [upstream_unavailable(leaf) for leaf in error.exceptions]
+        return leaves[0] if all(leaves) else None
+    return None
 
 
 async def _unavailable(

@@ -8,6 +8,7 @@ declared plain JSON (the tool name says the request's surface).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +29,8 @@ class ToolCall:
     """A request as the ``partition_from_call`` hook sees it: its ASGI ``scope``, its
     ``tool`` (MCP tool, A2A skill, or the plain route's surface; None: unknown) and its
     ``arguments`` (MCP ``params.arguments``, the A2A DataPart's ``parameters``, a plain JSON
-    body; None when they could not be read: no body, too large, a batch, not an object)."""
+    body; None when there are none: a body whose call cannot be read is never shown to the
+    hook, see :meth:`RequestPeek.unreadable`)."""
 
     scope: Scope
     tool: str | None
@@ -41,8 +43,8 @@ class RequestPeek:
     parsed only when asked (for its ``context`` or a field)."""
 
     __slots__ = (
-        "_body", "_chunks", "_parsed", "_receive", "_size", "calls", "collector", "declared",
-        "limit", "oversized", "peeking", "surfaces",
+        "_ahead", "_body", "_chunks", "_parsed", "_receive", "_size", "calls", "collector",
+        "declared", "limit", "oversized", "peeking", "surfaces",
     )  # fmt: skip
 
     def __init__(
@@ -67,8 +69,33 @@ class RequestPeek:
         self.peeking = scope.get("method") == "POST"
         self._chunks: list[bytes] = []
         self._size = 0
+        self._ahead: deque[Message] = deque()  # read before the app asked: replayed to it
 
     async def receive(self) -> Message:
+        """The app's ``receive``: what was read ahead first, then the request as it comes."""
+        if self._ahead:
+            return self._ahead.popleft()
+        return await self._read()
+
+    async def read_ahead(self) -> None:
+        """Read the body (up to ``limit``) before the app runs, kept for it: its call is
+        then known at the request's first fetch, whenever the app reads its body."""
+        while self.peeking:
+            message = await self._read()
+            self._ahead.append(message)
+            if message["type"] != "http.request":
+                return
+
+    def unreadable(self) -> bool:
+        """Whether the body holds a call that could not be read: too large, a batch, or
+        not a JSON object (an empty body is no call, not an unreadable one)."""
+        if self.oversized or len(self.calls) > 1:
+            return True
+        if self.calls or not self._body or not self._body.strip():
+            return False
+        return not isinstance(self._request(), dict)
+
+    async def _read(self) -> Message:
         message = await self._receive()
         if self.peeking and message["type"] == "http.request":
             body = message.get("body", b"")

@@ -63,7 +63,12 @@ def unserved(
     missing: list[SurfacePolicy] = []
     unknown: list[SurfacePolicy] = []
     for policy in surfaces.policies:
-        found = {serves(routes, path) for path in policy.paths}
+        # Requests match a path with or without its trailing slash (middleware._surface_at).
+        found = {
+            serves(routes, either)
+            for path in policy.paths
+            for either in {path, path.rstrip("/") or "/"}
+        }
         if not found or Served.YES in found:
             continue
         (unknown if Served.UNKNOWN in found else missing).append(policy)

@@ -239,7 +239,6 @@ def test_review31_breaker_closes_when_each_request_closes_its_own_loop() -> None
 
 
 @pytest.mark.timeout(30)
-@OPEN
 async def test_review31_partition_from_call_is_not_fixed_before_the_body_is_read() -> None:
     """REVIEW 31 defect (security): StaleAdvisoryMiddleware(partition_from_call=) computes
     the partition once, at the request's first fetch, assuming "the app has read its body"
@@ -321,7 +320,6 @@ async def test_review31_agents_differing_only_in_query_or_userinfo_do_not_share_
 
 
 @pytest.mark.timeout(30)
-@OPEN
 async def test_review31_a_cold_outage_in_a_task_group_fan_out_is_service_unavailable() -> None:
     """REVIEW 31 defect: the cold-outage answer (middleware.__call__: ``except
     UpstreamUnavailable``) misses the same exception raised from a fan-out in an
@@ -451,39 +449,48 @@ def test_review31_fetch_blocking_asks_a_recovered_upstream_within_cooldown_and_d
     )
 
 
-@OPEN
 @pytest.mark.parametrize(
-    "parts",
+    ("parts", "skill", "sdk_runs"),
     [
         # ``input`` only: the adcp SDK server hands the skill ``parameters`` or {}, never ``input``
-        [{"data": {"skill": "get_signals", "input": {"principal_id": "victim"}}}],
-        # a DataPart and a TextPart: the SDK takes the DataPart (DataParts first)
-        [
-            {"text": '{"skill": "get_signals", "parameters": {"principal_id": "victim"}}'},
-            {"data": {"skill": "get_signals", "parameters": {"principal_id": "caller"}}},
-        ],
+        (
+            [{"data": {"skill": "get_signals", "input": {"principal_id": "victim"}}}],
+            "get_signals",
+            {},
+        ),
+        # a DataPart and a TextPart, each an invocation: the installed SDK (adcp 9.2,
+        # a2a_server._default_parse_request) scans both alike and fails closed on two
+        (
+            [
+                {"text": '{"skill": "get_signals", "parameters": {"principal_id": "victim"}}'},
+                {"data": {"skill": "get_signals", "parameters": {"principal_id": "caller"}}},
+            ],
+            None,
+            {},
+        ),
+        # parameters that are not an object: the SDK hands the skill {}
+        ([{"data": {"skill": "get_signals", "parameters": ["victim"]}}], "get_signals", {}),
     ],
-    ids=["input-not-parameters", "text-and-data-parts"],
+    ids=["input-not-parameters", "text-and-data-parts", "parameters-not-an-object"],
 )
-def test_review31_a2a_partition_reads_the_arguments_the_skill_gets(parts: list[Any]) -> None:
+def test_review31_a2a_partition_reads_the_arguments_the_skill_gets(
+    parts: list[Any], skill: str | None, sdk_runs: dict[str, Any]
+) -> None:
     """REVIEW 31 defect (security, differential parsing): ToolCall.arguments for A2A are
     documented as "the A2A DataPart's parameters", what the skill runs with, and
-    partition_from_call keys the caller's entries by them. codecs.jsonrpc.a2a_call reads
+    partition_from_call keys the caller's entries by them. codecs.jsonrpc.a2a_call read
     them differently from the adcp SDK server it claims to follow (adcp/server/a2a_server.py
-    ``_default_parse_request``): it falls back to ``input`` (the SDK hands the skill {}),
-    and with a DataPart and a TextPart it sees two invocations (None), where the SDK runs
-    the DataPart. The hook then names a principal other than the one the skill serves (or
-    none): a caller can steer which partition its answer is read from and stored in."""
+    ``_default_parse_request``): it fell back to ``input`` (the SDK hands the skill {}).
+    The hook then names a principal other than the one the skill serves (or none): a
+    caller can steer which partition its answer is read from and stored in. (The review's
+    second case expected the DataPart to win over a TextPart; the installed SDK runs
+    neither: both are invocations, and two fail closed, as a2a_call reads them.)"""
     from adcp_stale_cache.codecs import parse_calls
 
     body = {"jsonrpc": "2.0", "id": 1, "method": "message/send",
             "params": {"message": {"role": "user", "messageId": "m", "parts": parts}}}  # fmt: skip
     [call] = parse_calls(json.dumps(body).encode())
-    sdk_runs = next(
-        (p["data"].get("parameters", {}) for p in parts if "data" in p and "skill" in p["data"]),
-        {},
-    )
-    assert call.surface == "get_signals"
+    assert call.surface == skill
     assert (call.arguments or {}) == sdk_runs
 
 
@@ -574,7 +581,6 @@ async def test_review31_a_stdlib_urllib_4xx_is_not_an_outage() -> None:
 
 
 @pytest.mark.timeout(30)
-@OPEN
 def test_review31_a_templated_surface_path_is_matched_or_reported(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -62,9 +62,10 @@ def parse_calls(body: bytes) -> list[RpcCall]:
 
 
 def a2a_call(message: Any) -> tuple[str | None, Any]:
-    """The AdCP skill an A2A message invokes and its arguments (``parameters``, or
-    ``input``), as the ``adcp`` SDK server reads it: one invocation, in a DataPart or as a
-    TextPart's JSON (``{"skill": ..., "parameters": ...}``); none, or several: (None, None)."""
+    """The AdCP skill an A2A message invokes and the arguments the skill gets, as the
+    ``adcp`` SDK server reads them (``a2a_server._default_parse_request``): one invocation,
+    in a DataPart or as a TextPart's JSON (``{"skill": ..., "parameters": ...}``), with its
+    ``parameters`` ({} when absent or not an object); none, or several: (None, None)."""
     parts = message.get("parts") if isinstance(message, dict) else None
     found: list[tuple[str, Any]] = []
     for part in parts if isinstance(parts, list) else []:
@@ -76,8 +77,9 @@ def a2a_call(message: Any) -> tuple[str | None, Any]:
                 data = loads(part["text"])
             except Untouched:
                 continue
-        if isinstance(data, dict) and isinstance(data.get("skill"), str):
-            found.append((str(data["skill"]), data.get("parameters", data.get("input"))))
+        if isinstance(data, dict) and data.get("skill"):
+            parameters = data.get("parameters")
+            found.append((str(data["skill"]), parameters if isinstance(parameters, dict) else {}))
     return found[0] if len(found) == 1 else (None, None)
 
 
