@@ -35,7 +35,14 @@ SECTIONS: tuple[tuple[str, str, str, type[BaseModel], frozenset[str]], ...] = (
         SurfacePolicy,
         frozenset({"name"}),
     ),
-    ("Upstreams", "[upstreams.NAME]", "UPSTREAMS__NAME__", Upstream, frozenset({"name"})),
+    # url_digest is derived from url, never set by hand.
+    (
+        "Upstreams",
+        "[upstreams.NAME]",
+        "UPSTREAMS__NAME__",
+        Upstream,
+        frozenset({"name", "url_digest"}),
+    ),
 )
 
 INTRO = f"""# Configuration reference

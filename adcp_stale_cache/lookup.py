@@ -134,7 +134,9 @@ class Lookups:
     def store_key(self, upstream: Upstream, key: object, partition: str | None = None) -> str:
         """The store key of ``key`` for ``upstream`` (and the caller partition, if any; and
         the upstream's own credentials, when it has some: never shared across them)."""
-        parts: tuple[object, ...] = (upstream.key_url, partition, key)
+        parts: tuple[object, ...] = (upstream.url, partition, key)
+        if upstream.url_digest is not None:  # what the public URL leaves out tells it apart
+            parts = (*parts, ("url", upstream.url_digest))
         if upstream.credentials is not None:
             parts = (*parts, ("credentials", upstream.credentials.get_secret_value()))
         return cache_key(self.keyspace, upstream.name, parts)

@@ -16,8 +16,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ModelWrapValidatorHandler,
-    PrivateAttr,
     SecretStr,
     field_validator,
     model_validator,
@@ -183,8 +181,16 @@ class Upstream(BaseModel):
         ) -> None: ...
 
     # A digest of what the public URL leaves out and the upstream still gets (userinfo, path
-    # parameters, query): agents told apart only there are two upstreams, not one.
-    _hidden_url_digest: str | None = PrivateAttr(default=None)
+    # parameters, query): agents told apart only there are two upstreams, not one. A field
+    # (set from ``url``, never dumped) so that a hit reads it as cheaply as ``url``.
+    url_digest: str | None = Field(
+        default=None,
+        exclude=True,
+        repr=False,
+        description=(
+            "Set from url: a digest of the userinfo, path parameters and query it leaves out."
+        ),
+    )
 
     @property
     def identity(self) -> tuple[str, str | None]:
@@ -197,26 +203,22 @@ class Upstream(BaseModel):
         """The URL as keys and breakers know it: the public one, and a digest of the userinfo
         or query it leaves out (``#<digest>``, never in clear): two agents at one public URL
         told apart only there (``?tenant=``) never share an entry or a breaker."""
-        if self._hidden_url_digest is None:
-            return self.url
-        return f"{self.url}#{self._hidden_url_digest}"
+        return self.url if self.url_digest is None else f"{self.url}#{self.url_digest}"
 
     @field_validator("url", mode="before")
     @classmethod
     def _public_url(cls, value: object) -> str | None:
         return None if value is None else _split_url(value)[0]
 
-    @model_validator(mode="wrap")
+    @model_validator(mode="before")
     @classmethod
-    def _digest_hidden_url(
-        cls, data: Any, handler: ModelWrapValidatorHandler[Upstream]
-    ) -> Upstream:
-        upstream = handler(data)
+    def _digest_hidden_url(cls, data: Any) -> Any:
         given = data.get("url") if isinstance(data, dict) else None
-        hidden = _split_url(given)[1] if given is not None else ()
-        if any(hidden):  # a new upstream (an Upstream validated again keeps its own)
-            upstream._hidden_url_digest = digest(hidden)
-        return upstream
+        try:
+            hidden = _split_url(given)[1] if given is not None else ()
+        except ValueError:  # the url field's own check says so, naming the field
+            return data
+        return {**data, "url_digest": digest(hidden)} if any(hidden) else data
 
 
 def _split_url(value: object) -> tuple[str, tuple[str, str, str]]:
