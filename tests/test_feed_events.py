@@ -84,6 +84,8 @@ def test_a_feed_change_is_sent_signed_to_active_subscribers_only(
 
         read_feeds()  # what the feed is: nothing to tell yet
         read_feeds()  # unchanged: nothing to tell
+        ctv = {"buying_mode": "wholesale", "filters": {"channels": ["ctv"]}}
+        assert seller.post("get_products", json=ctv)[0].json()["products"] == []  # not the feed
         with pytest.raises(queue.Empty):
             received.get(timeout=0.5)
         httpx.post(f"{seller.inventory.url}/revision", timeout=5)  # every price changes

@@ -184,7 +184,9 @@ class SellerTools:
         feed for ``buying_mode: "wholesale"``)."""
         auth = _authorization.get()
         if params.get("buying_mode") == "wholesale":
-            return await self._wholesale(params, self.feed.answer(params, auth), "products")
+            # Only the whole feed is watched: a filtered answer's rows are not the feed's.
+            watched = None if params.get("filters") else "products"
+            return await self._wholesale(params, self.feed.answer(params, auth), watched)
         products: list[Any] = []
         errors: list[dict[str, Any]] = []
         try:
