@@ -13,6 +13,14 @@ from typing import Any
 from ._version import __version__
 
 
+def _signing_key(value: str) -> tuple[str, str]:
+    """``KID=PATH``: a key id and the PEM private key file at ``PATH``."""
+    kid, sep, path = value.partition("=")
+    if not sep or not kid or not Path(path).is_file():
+        raise argparse.ArgumentTypeError(f"expected KID=PATH of a PEM file, got {value!r}")
+    return kid, path
+
+
 def _named_jwks(value: str) -> tuple[str, dict[str, Any]]:
     """``NAME=PATH``: a sub-seller's name and the JWKS in the file at ``PATH``."""
     name, sep, path = value.partition("=")
@@ -75,6 +83,11 @@ def _parser() -> argparse.ArgumentParser:
         "--webhook-jwks", type=_named_jwks, action="append", default=[], metavar="NAME=PATH",
         help="a sub-seller's webhook-signing keys (a JWKS file): receive its signed feed "
         "events at /webhooks/NAME",
+    )  # fmt: skip
+    seller.add_argument(
+        "--webhook-signing-key", type=_signing_key, metavar="KID=PATH",
+        help="this seller's webhook-signing private key (PEM): buyers register feed webhooks "
+        "with sync_accounts and get signed events when the public feed changes (one worker)",
     )  # fmt: skip
     seller.add_argument("--freshness-target", type=int, default=60, metavar="S")
     seller.add_argument("--max-stale", type=int, default=3600, metavar="S")
@@ -289,6 +302,7 @@ def _serve(args: argparse.Namespace) -> int:
             "inventory_url": args.inventory_service,
             "sub_sellers": dict(args.sub_seller),
             "webhook_jwks": dict(args.webhook_jwks),
+            "webhook_signing_key": args.webhook_signing_key,
             "freshness_target": args.freshness_target,
             "max_stale": args.max_stale,
             "upstream_timeout": args.upstream_timeout,
@@ -301,6 +315,8 @@ def _serve(args: argparse.Namespace) -> int:
             "admin_token": args.admin_token,
             "honor_cache_control": args.honor_cache_control,
         }
+        if args.workers > 1 and args.webhook_signing_key:  # subscribers live in one process
+            raise SystemExit("--webhook-signing-key needs one worker")
         if args.workers > 1:
             # Each worker process builds the app from the same options (uvicorn imports it).
             os.environ[SELLER_OPTIONS] = json.dumps(options)
@@ -323,10 +339,19 @@ def seller_from_environment() -> Any:
     return seller_app(**json.loads(os.environ[SELLER_OPTIONS]))
 
 
-def seller_app(*, redis_url: str | None, cache_file: str | None, **options: Any) -> Any:
-    """The example seller, its store built from ``redis_url`` and ``cache_file``."""
+def seller_app(
+    *, redis_url: str | None, cache_file: str | None,
+    webhook_signing_key: Sequence[str] | None = None, **options: Any,
+) -> Any:  # fmt: skip
+    """The example seller, its store built from ``redis_url`` and ``cache_file``, its
+    webhook signer from ``webhook_signing_key`` (``(kid, PEM path)``)."""
     from .demo.seller import create_seller_app
 
+    if webhook_signing_key:
+        from .demo.feed_events import Signer
+
+        kid, path = webhook_signing_key
+        options["webhook_signer"] = Signer.from_pem(kid, Path(path).read_bytes())
     return create_seller_app(store=_store(redis_url, cache_file), **options)
 
 

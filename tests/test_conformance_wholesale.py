@@ -4,7 +4,7 @@ over A2A: ``wholesale_feed_products`` and ``wholesale_feed_signals`` (bootstrap,
 probe, lone pricing token refused), their ``_scope_isolation`` twins (a public token never
 short-circuits an account read), ``version_negotiation`` (``adcp_version`` advertised and
 echoed), ``read_tool_idempotency`` (reads take an ``idempotency_key``) and the three
-feed-webhook registration storyboards.
+feed-webhook registration storyboards (``sync_accounts`` keeps ``notification_configs[]``).
 
 Runner 6.11.0 validates every answer against its bundled 3.0.6 schema, where
 ``get_products`` requires ``products[]``; the ``unchanged: true`` answer (AdCP 3.1) must omit
@@ -41,8 +41,13 @@ RUNNER_A2A_FAILED_TASK = (AFTER_THE_PROBE, "Standalone if_pricing_version is rej
 
 
 @pytest.fixture(scope="module")
-def seller() -> Iterator[Deployment]:
-    with Deployment("--freshness-target", "60", "--upstream-timeout", "2", agents="a") as d:
+def seller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    signing = pytest.importorskip("adcp.signing", reason="the adcp-server extra signs webhooks")
+    pem, _ = signing.generate_signing_keypair(kid="seller-wh", purpose="webhook-signing")
+    key = tmp_path_factory.mktemp("seller") / "webhook-key.pem"
+    key.write_bytes(pem)
+    flags = ("--freshness-target", "60", "--upstream-timeout", "2")
+    with Deployment(*flags, f"--webhook-signing-key=seller-wh={key}", agents="a") as d:
         yield d
 
 
@@ -152,18 +157,37 @@ def test_read_tool_idempotency(seller: Deployment, protocol: str) -> None:
     assert len(ran) == 4 and all(s["validations"] for s in steps if not s.get("skipped"))
 
 
+def without_capability_predicate(official: Path, into: Path) -> tuple[Path, dict[str, str]]:
+    """The official storyboard without its ``requires_capability`` (written to ``into``),
+    and that predicate. Runner 6.11.0 evaluates only ``equals``: it reads a ``contains``
+    predicate as ``=== undefined`` and skips every agent that declares the capability."""
+    yaml = pytest.importorskip("yaml")
+    story = yaml.safe_load(official.read_text())
+    predicate: dict[str, str] = story.pop("requires_capability")
+    into.write_text(yaml.safe_dump(story))
+    return into, predicate
+
+
 @pytest.mark.parametrize("protocol", ["mcp", "a2a"])
 @pytest.mark.parametrize("kind", ["product", "signal", "bulk"])
-def test_feed_webhook_registration_is_not_applicable_here(
-    seller: Deployment, kind: str, protocol: str
+def test_feed_webhook_registration(
+    seller: Deployment, kind: str, protocol: str, tmp_path: Path
 ) -> None:
-    """The example seller receives its sub-sellers' feed webhooks but emits none of its own
-    (no ``sync_accounts``, no ``wholesale_feed_webhooks`` declared): the runner grades these
-    storyboards not applicable, and says so (docs/conformance.md names it)."""
-    path = storyboard(f"wholesale-feed-{kind}-webhooks.yaml")
+    """The example seller emits its feed's webhooks (tests/test_feed_events.py), declares
+    them, and keeps ``sync_accounts``' subscribers: each registration storyboard runs, its
+    capability predicate checked here (the runner cannot)."""
+    name = f"wholesale-feed-{kind}-webhooks.yaml"
+    path, predicate = without_capability_predicate(storyboard(name), tmp_path / name)
+    capabilities = seller.post("get_adcp_capabilities", json={})[0].json()
+    declared = capabilities
+    for member in predicate["path"].split("."):
+        declared = declared[member]
+    assert predicate["contains"] in declared
     result = run_storyboard(url_of(seller, protocol), protocol, path)
     steps = steps_of(result)
-    assert [(s["step_id"], s.get("skip_reason")) for s in steps] == [
-        ("missing_tool", "missing_tool")
-    ]
-    assert result["overall_passed"] and not failed_validations(steps)
+    assert len(steps) == 1 and not steps[0].get("skipped")
+    assert not failed_validations(steps) and result["overall_passed"]
+    [step] = steps
+    assert len(step["validations"]) >= 5  # the storyboard's, and the runner's own
+    [account] = step["response"]["accounts"]
+    assert account["notification_configs"][0]["active"] is False

@@ -126,6 +126,22 @@ def create_mcp_app(
             "adcp_version": adcp_version, "adcp_major_version": adcp_major_version,
         })  # fmt: skip
 
+    if "sync_accounts" in names:
+
+        @server.tool(name="sync_accounts", description="Register accounts' feed webhooks.")
+        async def sync_accounts(
+            accounts: list[Json],
+            context: Json | None = None,
+            ext: Json | None = None,
+            idempotency_key: str | None = None,
+            adcp_version: str | None = None,
+            adcp_major_version: int | None = None,
+        ) -> Any:
+            return await run("sync_accounts", {
+                "accounts": accounts, "context": context, "adcp_version": adcp_version,
+                "adcp_major_version": adcp_major_version,
+            })  # fmt: skip
+
     if "comply_test_controller" in names:
 
         @server.tool(name="comply_test_controller", description="Sandbox test controller.")

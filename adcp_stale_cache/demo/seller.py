@@ -44,6 +44,7 @@ from ..integrations.mcp_client import call_mcp_tool
 from ..metrics import PrometheusMetrics
 from ..stores import MemoryStore, Store
 from .feed import WholesaleFeed
+from .feed_events import EVENT_TYPES, FeedEvents, Signer, Subscriptions
 from .sub_sellers import SUB_SELLERS, SubSellers, gather_items
 from .tool_failed import ToolFailed
 from .versions import SUPPORTED_VERSIONS, VersionUnsupported, served_version
@@ -138,6 +139,7 @@ class SellerTools:
         feed: WholesaleFeed | None = None,
         sub_sellers: SubSellers | None = None,
         wholesale_answered: Callable[[str], None] | None = None,
+        feed_events: FeedEvents | None = None,
     ) -> None:
         self.cache = cache
         self.agents = agents
@@ -146,6 +148,7 @@ class SellerTools:
         self.feed = feed or WholesaleFeed(cache, inventory, inventory)
         self.sub_sellers = sub_sellers
         self.wholesale_answered = wholesale_answered  # counts "full" and "unchanged" answers
+        self.feed_events = feed_events
 
     async def call(self, name: str, params: Mapping[str, Any]) -> dict[str, Any]:
         """The tool ``name``'s answer to ``params``, with the release served echoed (raises
@@ -164,15 +167,26 @@ class SellerTools:
         return answer
 
     async def get_adcp_capabilities(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        """Declare media buying."""
-        return _echo({**CAPABILITIES, "sandbox": self.test_controller}, params)
+        """Declare media buying (and the feed webhooks, only where they are emitted)."""
+        answer = {**CAPABILITIES, "sandbox": self.test_controller}
+        if self.feed_events is not None:
+            answer["wholesale_feed_webhooks"] = {"supported": True,
+                                                 "event_types": list(EVENT_TYPES)}  # fmt: skip
+        return _echo(answer, params)
+
+    async def sync_accounts(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Keep each account's feed-webhook subscribers (``notification_configs[]``)."""
+        assert self.feed_events is not None, "sync_accounts is served with feed events only"
+        return _echo(self.feed_events.subscriptions.sync(params), params)
 
     async def get_products(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """Products from the inventory service, for the calling principal (the wholesale
         feed for ``buying_mode: "wholesale"``)."""
         auth = _authorization.get()
         if params.get("buying_mode") == "wholesale":
-            return await self._wholesale(params, self.feed.answer(params, auth))
+            # Only the whole feed is watched: a filtered answer's rows are not the feed's.
+            watched = None if params.get("filters") else "products"
+            return await self._wholesale(params, self.feed.answer(params, auth), watched)
         products: list[Any] = []
         errors: list[dict[str, Any]] = []
         try:
@@ -197,16 +211,22 @@ class SellerTools:
     async def get_signals(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """The signals feed (conditional in ``discovery_mode: "wholesale"``)."""
         answering = self.feed.signals(params, _authorization.get())
-        return await self._wholesale(params, answering, field="signals")
+        watched = "signals" if params.get("discovery_mode") == "wholesale" else None
+        return await self._wholesale(params, answering, watched, field="signals")
 
     async def _wholesale(
         self,
         params: Mapping[str, Any],
         answering: Awaitable[dict[str, Any]],
+        watched: str | None = None,
         field: str = "products",
     ) -> dict[str, Any]:
+        """The answer, counted; a full answer of the ``watched`` feed (its rows unfiltered by
+        ``fields``) is shown to the feed events."""
         try:
             answer = await answering
+            if watched is not None and self.feed_events is not None:
+                self.feed_events.observe(watched, answer)
             if self.wholesale_answered is not None:
                 unchanged = answer.get("unchanged") or answer.get("outcome") == "unchanged"
                 self.wholesale_answered("unchanged" if unchanged else "full")
@@ -295,6 +315,7 @@ def create_seller_app(
     inventory_transport: httpx.AsyncBaseTransport | None = None,
     sub_sellers: Mapping[str, str] | None = None,
     webhook_jwks: Mapping[str, Mapping[str, Any]] | None = None,
+    webhook_signer: Signer | None = None,
 ) -> FastAPI:
     """The seller app; ``creative_agents`` maps each agent's name to its MCP URL.
 
@@ -308,7 +329,9 @@ def create_seller_app(
     sellers' names to their MCP URLs: ``get_products`` sells their public wholesale feeds too
     (:mod:`.sub_sellers`); with ``webhook_jwks`` (per sub-seller name, its public keys as a
     JWKS), their signed feed webhooks are received at ``/webhooks/<name>``
-    (:mod:`~adcp_stale_cache.integrations.feed_webhooks`).
+    (:mod:`~adcp_stale_cache.integrations.feed_webhooks`). With ``webhook_signer``, buyers
+    register feed webhooks with ``sync_accounts`` and receive signed events when the public
+    feed changes (:mod:`.feed_events`).
     """
     sub_sellers = dict(sub_sellers or {})
     surfaces = seller_surfaces(freshness_target, max_stale, upstream_timeout, tuple(sub_sellers))
@@ -340,13 +363,16 @@ def create_seller_app(
     subs = SubSellers(cache, sub_sellers) if sub_sellers else None
     answers = Counter("adcp_example_wholesale_answers", "Wholesale answers given, by outcome",
                       ["outcome"], registry=registry)  # fmt: skip
+    events = FeedEvents(Subscriptions(), webhook_signer) if webhook_signer else None
     tools = SellerTools(
         cache, agents, client, test_controller=test_controller,
         feed=WholesaleFeed(cache, rate_card, client, signals),
         sub_sellers=subs,
         wholesale_answered=lambda outcome: answers.labels(outcome).inc(),
+        feed_events=events,
     )  # fmt: skip
-    names = (*TOOLS, "comply_test_controller") if test_controller else TOOLS
+    names = (*TOOLS, *(("sync_accounts",) if events else ()),
+             *(("comply_test_controller",) if test_controller else ()))  # fmt: skip
 
     from .a2a_app import FatalSkillError, create_a2a_routes
     from .mcp_app import create_mcp_app
@@ -360,6 +386,8 @@ def create_seller_app(
         await client.aclose()
         for other in (rate_card, *signals):
             await other.aclose()
+        if events is not None:
+            await events.aclose()
 
     app = FastAPI(title="adcp-stale-cache example seller", lifespan=lifespan)
     app.state.cache = cache
