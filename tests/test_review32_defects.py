@@ -119,3 +119,37 @@ def test_unpinned_shape_holds_only_defaults_every_release_states() -> None:
 
     assert timezone("3.1") != timezone("3.2")  # 3.1 states no default: the member stays
     assert timezone(None) == timezone("3.1")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review 32: list_products' selection drops the cursor: page 2 asked with page "
+    "1's feed_version is answered unchanged, with no products and no next_cursor",
+)
+def test_list_products_next_page_is_never_unchanged() -> None:
+    from adcp_stale_cache import Upstream, UpstreamCache
+
+    cache = UpstreamCache()
+    inventory = Upstream(name="inventory")
+    feed = [{"product_id": f"p{n}", "name": f"P{n}"} for n in range(4)]
+
+    async def load() -> list[Any]:
+        return feed
+
+    async def answer(asked: dict[str, Any]) -> dict[str, Any]:
+        start = 2 if asked.get("cursor") == "page_2" else 0
+
+        async def rows() -> list[Any]:  # one cached feed, paged
+            return list(await cache.fetch(inventory, "all", load))[start : start + 2]
+
+        async with collect_advisories(request=asked):
+            return await answer_list_products(asked, rows, cache=cache)
+
+    async def run() -> dict[str, Any]:
+        first = await answer({"brand": {"domain": "a.example"}, "max_results": 2})
+        token = first["feed_version"]
+        return await answer({"brand": {"domain": "a.example"}, "max_results": 2,
+                             "cursor": "page_2", "if_feed_version": token})  # fmt: skip
+
+    second = asyncio.run(asyncio.wait_for(run(), timeout=10))
+    assert second["outcome"] == "listed"
