@@ -8,8 +8,8 @@ wholesale feed is (:func:`~adcp_stale_cache.conditional.answer_wholesale`):
 
 Each maps its request onto the wholesale one (tokens, account, context) and its selection
 into the token's keyspace, so a token of one tool or one selection never matches another.
-The selection keys the token with only its object keys sorted: two spellings of one
-selection whose arrays differ in order get two tokens (a full answer, never a wrong one).
+The selection keys the token in its canonical form by the tool's request schema (sets in
+any order, defaults spelled or not, alike); its page, page size and cursor included.
 
 ``list_products`` answers have no ``errors[]`` and allow no extra member, so a
 ``STALE_RESPONSE`` cannot ride there: a stale answer is told in ``incomplete[]`` (``scope:
@@ -28,16 +28,16 @@ from typing import Any
 from .advisory import STALE_RESPONSE, AdcpError
 from .collector import current_collector
 from .conditional import InvalidConditionalRequest, answer_wholesale, invalid_request
-from .wholesale import Scope, canonical
+from .wholesale import Scope, canonical, release_of
 
 Compose = Callable[[], Awaitable[list[Any]]]
 
-#: Request members that say how to call or which page, never which selection.
+#: Request members that say how to call, never what is answered. (A page, its size and its
+#: cursor select: a token of one page never answers another ``unchanged``.)
 _NOT_THE_SELECTION = frozenset({
     "context", "ext", "account", "idempotency_key", "adcp_version", "adcp_major_version",
     "context_id", "governance_context", "push_notification_config", "if_feed_version",
-    "if_wholesale_feed_version", "if_pricing_version", "discovery_mode", "cursor",
-    "pagination",
+    "if_wholesale_feed_version", "if_pricing_version", "discovery_mode",
 })  # fmt: skip
 
 
@@ -116,9 +116,9 @@ async def _wholesale(
     """``answer_wholesale`` of the wholesale request ``request`` maps to: its tokens,
     account and context, its selection in the token's keyspace."""
     asked = {k: v for k, v in selection.items() if k not in _NOT_THE_SELECTION}
-    try:
-        canonical(asked)  # refused past its nesting bound, as get_products' filters are
-        keyed = json.dumps(asked, sort_keys=True, separators=(",", ":"))
+    try:  # by the tool's request schema: sets in any order, defaults spelled or not, alike
+        form = canonical(asked, tool, release_of(request))
+        keyed = json.dumps(form, sort_keys=True, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise InvalidConditionalRequest(invalid_request(f"{tool} request: {exc}")) from exc
     wholesale: dict[str, Any] = {"buying_mode": mode, **tokens}

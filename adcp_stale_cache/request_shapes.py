@@ -243,8 +243,6 @@ SHAPES: dict[str, dict[str, dict[str, Any]]] = {
                     "accepted_resolution_methods": {"@set": True},
                     "accepted_subject_types": {"@set": True},
                     "excluded_methodologies": {"@set": True},
-                    "independent_attestation_required": {"@default": False},
-                    "methodology_documentation_required": {"@default": False},
                 },
                 "audio_distribution_types": {"@set": True},
                 "channels": {"@set": True},
@@ -306,7 +304,6 @@ SHAPES: dict[str, dict[str, dict[str, Any]]] = {
                     }
                 },
                 "required_metrics": {"@set": True},
-                "signal_targeting": {"@items": {"targeting_mode": {"@default": "include"}}},
                 "social_placement_surfaces": {"@set": True},
                 "sponsored_placement_types": {"@set": True},
                 "video_placement_types": {"@set": True},
@@ -377,19 +374,15 @@ SHAPES: dict[str, dict[str, dict[str, Any]]] = {
                 "negative_keywords": {"supported_match_types": {"@set": True}},
             },
             "targeting_overlay": {
-                "age_restriction": {"verification_required": {"@default": False}},
                 "browser": {"@set": True},
                 "browser_exclude": {"@set": True},
                 "collection_selection": {"collections": {"@set": True}},
-                "daypart_targets": {"@items": {"timezone": {"@default": "inventory_local"}}},
                 "demographics": {
                     "age": {
                         "accepted_bases": {"@set": True},
                         "accepted_verification_methods": {"@set": True},
                     }
                 },
-                "keyword_targets": {"@items": {"match_type": {"@default": "broad"}}},
-                "negative_keywords": {"@items": {"match_type": {"@default": "broad"}}},
                 "placement_selection": {"placement_refs": {"@set": True}},
             },
         },

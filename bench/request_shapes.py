@@ -174,9 +174,11 @@ def _node(tree: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
     return node
 
 
-def agreed(trees: list[dict[str, Any]]) -> dict[str, Any]:
+def agreed(trees: list[dict[str, Any]], releases: int | None = None) -> dict[str, Any]:
     """What every release agrees on: a set where each release that has the array calls it
-    one, a default where each gives the same one."""
+    one, a default where every one of the ``releases`` gives the same one (a member some
+    release lacks has no default there: an unpinned request keeps it)."""
+    releases = len(trees) if releases is None else releases
     out: dict[str, Any] = {}
     for key in sorted({key for tree in trees for key in tree}):
         having = [tree[key] for tree in trees if key in tree]
@@ -184,10 +186,10 @@ def agreed(trees: list[dict[str, Any]]) -> dict[str, Any]:
             out[key] = all(having)
         elif key == "@default":
             texts = {json.dumps(v, sort_keys=True) for v in having}
-            if len(having) == len(trees) and len(texts) == 1:
+            if len(having) == releases and len(texts) == 1:
                 out[key] = having[0]
         else:
-            sub = agreed(having)
+            sub = agreed(having, releases)
             if sub:
                 out[key] = sub
     return out

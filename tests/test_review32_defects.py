@@ -26,11 +26,6 @@ def _list(request: dict[str, Any]) -> dict[str, Any]:
     return asyncio.run(asyncio.wait_for(run(), timeout=10))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 32: list_products keys its selection raw (json.dumps), not by the "
-    "schema's canonical form: max_results at its default 25 and omitted get two tokens",
-)
 def test_list_products_default_max_results_shares_the_feed_token() -> None:
     brand = {"domain": "acme.example"}
     omitted = _list({"brand": brand})
@@ -39,11 +34,6 @@ def test_list_products_default_max_results_shares_the_feed_token() -> None:
     assert spelled["feed_version"] == omitted["feed_version"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 32: list_products' selection sorts no set arrays: one filter's "
-    "channels in another order get another token",
-)
 def test_list_products_channel_order_shares_the_feed_token() -> None:
     def request(channels: list[str]) -> dict[str, Any]:
         return {"brand": {"domain": "a.example"},
@@ -65,12 +55,6 @@ def test_integral_float_default_is_the_default() -> None:
     assert as_int == as_float
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 32: get_signals' selection drops all of pagination (get_products' "
-    "scope drops only the cursor): a 1-signal page's token answers a 10-signal read "
-    "unchanged",
-)
 def test_signals_page_size_is_part_of_the_feed_token() -> None:
     from adcp_stale_cache import Upstream, UpstreamCache
     from adcp_stale_cache.feeds import answer_signals
@@ -104,11 +88,6 @@ def test_signals_page_size_is_part_of_the_feed_token() -> None:
     assert "unchanged" not in ten and len(ten["signals"]) == 10
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 32: the unpinned ('any') shape takes 3.2-only defaults that 3.0 and "
-    "3.1 never state, though shape() says it is what every release agrees on",
-)
 def test_unpinned_shape_holds_only_defaults_every_release_states() -> None:
     def timezone(release: str | None) -> Any:
         return canonical(
@@ -121,11 +100,6 @@ def test_unpinned_shape_holds_only_defaults_every_release_states() -> None:
     assert timezone(None) == timezone("3.1")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 32: list_products' selection drops the cursor: page 2 asked with page "
-    "1's feed_version is answered unchanged, with no products and no next_cursor",
-)
 def test_list_products_next_page_is_never_unchanged() -> None:
     from adcp_stale_cache import Upstream, UpstreamCache
 
