@@ -127,6 +127,8 @@ def _canonical(value: Any, node: Mapping[str, Any], depth: int) -> Any:
             return items  # a sequence: every array the schema does not call a set
         unique = {_json(item): item for item in items}  # a set: order and repeats mean nothing
         return [unique[key] for key in sorted(unique)]
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)  # JSON Schema's 50.0 is the integer 50
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     raise TypeError(f"{type(value).__name__} is not a request value")

@@ -1,11 +1,9 @@
-"""Reproductions of review 32's defects in issue 32's work (xfail until fixed)."""
+"""Reproductions of review 32's defects in issue 32's work, each fixed since."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
-
-import pytest
 
 from adcp_stale_cache import collect_advisories
 from adcp_stale_cache.feeds import answer_list_products
@@ -44,11 +42,6 @@ def test_list_products_channel_order_shares_the_feed_token() -> None:
     assert first["feed_version"] == second["feed_version"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 32: canonical compares defaults by their JSON text: 50.0 (an integer "
-    "to JSON Schema) is not dropped as pagination.max_results' default 50",
-)
 def test_integral_float_default_is_the_default() -> None:
     as_int = canonical({"pagination": {"max_results": 50}}, "get_products", "3.1")
     as_float = canonical({"pagination": {"max_results": 50.0}}, "get_products", "3.1")
