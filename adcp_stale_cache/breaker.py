@@ -140,5 +140,16 @@ def breaker_keys(upstream: Upstream) -> tuple[BreakerKey, BreakerKey]:
 
 def about_credentials(failure: Failure) -> bool:
     """Whether ``failure`` is about the credentials the call was made with (a rate limit,
-    HTTP 429 or AdCP ``RATE_LIMITED``) rather than about the upstream, down for everyone."""
-    return failure.kind is FailureKind.RATE_LIMITED or failure.code == "RATE_LIMITED"
+    HTTP 429 or AdCP ``RATE_LIMITED``; an AdCP code about the caller's authentication,
+    account, agent, scope or budget) rather than about the upstream, down for everyone."""
+    if failure.kind is FailureKind.RATE_LIMITED:
+        return True
+    return failure.code in _ABOUT_THE_CALLER or failure.code.startswith(_CALLER_PREFIXES)
+
+
+#: AdCP error codes that speak of who calls, not of the upstream.
+_ABOUT_THE_CALLER = frozenset({
+    "RATE_LIMITED", "AUTHORIZATION_REQUIRED", "AGENT_SUSPENDED", "AGENT_BLOCKED",
+    "PERMISSION_DENIED", "SCOPE_INSUFFICIENT", "READ_ONLY_SCOPE", "CREDENTIAL_IN_ARGS",
+})  # fmt: skip
+_CALLER_PREFIXES = ("AUTH_", "ACCOUNT_", "BUDGET_", "BILLING_")

@@ -1,6 +1,6 @@
 """Review 32b: reproductions of defects in the parts of issue 32's work the first review did
-not reach (per-tenant breakers, the adcp SDK integration, the conformance kit). Each is
-marked xfail(strict=True): it fails now, and XPASSes (failing the suite) once fixed."""
+not reach (per-tenant breakers, the adcp SDK integration, the conformance kit), each
+fixed since."""
 
 from __future__ import annotations
 
@@ -50,11 +50,6 @@ class Agent:
         return {"products": [self.calls]}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 32b: an AdCP error about the caller's own credentials or account "
-    "(AUTH_INVALID, ACCOUNT_SUSPENDED...) opens the upstream's breaker for every tenant",
-)
 @pytest.mark.parametrize("code", ["AUTH_INVALID", "ACCOUNT_SUSPENDED", "AGENT_SUSPENDED"])
 async def test_one_tenants_revoked_credentials_never_hold_another_back(
     clock: FakeClock, code: str
@@ -74,11 +69,6 @@ async def test_one_tenants_revoked_credentials_never_hold_another_back(
 # --- the adcp SDK integration ----------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 32b: with_advisories alone opens its collector with no partition (it "
-    "never reads the ToolContext): a per-caller surface serves caller A's entry to caller B",
-)
 async def test_with_advisories_alone_keeps_callers_apart() -> None:
     from types import SimpleNamespace
 
@@ -147,11 +137,6 @@ def a2a_seller(
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 32b: the kit's capabilities rule tests 'adcp_error' in the payload, so a "
-    "good seller whose framework writes the unset member as null fails",
-)
 async def test_the_kit_passes_a_seller_whose_capabilities_hold_a_null_adcp_error() -> None:
     pytest.importorskip("jsonschema", reason="the check extra is needed")
     from adcp_stale_cache.conformance import check_seller, rules
@@ -182,11 +167,6 @@ def stale_response(age: float) -> dict[str, Any]:
     }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 32b: the kit reads cache_age_seconds as a whole number only when it is a "
-    "Python int, so 120.0 (schema-valid: JSON Schema's integer; an A2A stack's double) fails",
-)
 async def test_the_kit_passes_a_seller_stating_its_age_as_an_integral_double() -> None:
     pytest.importorskip("jsonschema", reason="the check extra is needed")
     from adcp_stale_cache.conformance import check_seller

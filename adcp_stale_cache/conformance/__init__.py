@@ -136,8 +136,10 @@ async def _run(
 
     capabilities = await wire.call("get_adcp_capabilities", call_args("capabilities"))
     payload = capabilities.payload or {}
-    results.append(Result("capabilities", capabilities.transport_ok and "adcp_error" not in
-                          payload and bool(payload), capabilities.transport))  # fmt: skip
+    # An unset adcp_error written as null (fastmcp writes unset fields) is no error.
+    no_error = payload.get("adcp_error") is None
+    results.append(Result("capabilities", capabilities.transport_ok and no_error and bool(payload),
+                          capabilities.transport))  # fmt: skip
     results += caching.versions(payload)
     wholesale, overlays = caching.declared(payload) if "get_products" in tools else (False, False)
     # A tool whose response has no errors member (3.2's list_products) must never carry one.

@@ -313,7 +313,10 @@ def _credential_keys(value: Any) -> list[str]:
 
 
 def _whole(value: Any) -> bool:
-    """A whole number of seconds (JSON's true is no age)."""
+    """A whole number of seconds, as JSON Schema's integer reads it (120.0 is 120; JSON's
+    true is no age): an A2A stack may encode every number as a double."""
+    if isinstance(value, float):
+        return value.is_integer()
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -132,8 +132,11 @@ def with_advisories(surfaces: Surfaces, tool: str | None = None) -> Callable[[Ha
         @functools.wraps(method)
         async def answer(*args: Any, **kwargs: Any) -> Any:
             outer = current_collector()  # the request's (ASGI middleware), or the skill's
-            if outer is None:  # the method's params are the request: its pin keys
-                opened = collect_advisories(surface, None, _params(args, kwargs))
+            if outer is None:  # the method's params are the request, its context the caller
+                partition = principal_partition(_argument(args, kwargs, "context", 2))
+                opened = collect_advisories(
+                    surface, partition, _argument(args, kwargs, "params", 1)
+                )
             else:
                 opened = collect_advisories(surface or outer.surface, outer.partition)
                 opened.collector.budget = outer.budget  # one request, one budget
@@ -153,12 +156,12 @@ def with_advisories(surfaces: Surfaces, tool: str | None = None) -> Callable[[Ha
     return decorate
 
 
-def _params(args: tuple[Any, ...], kwargs: dict[str, Any]) -> object:
-    """The request an ``ADCPHandler`` method ``(self, params, context)`` answers: its
-    ``params`` (:data:`UNREAD` when it takes none)."""
-    if "params" in kwargs:
-        return kwargs["params"]
-    return args[1] if len(args) > 1 else UNREAD
+def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], name: str, at: int) -> Any:
+    """An ``ADCPHandler`` method's ``(self, params, context)`` argument ``name``, at ``at``
+    (:data:`UNREAD` when it takes none)."""
+    if name in kwargs:
+        return kwargs[name]
+    return args[at] if len(args) > at else UNREAD
 
 
 def stale_cache_test_controller(cache: UpstreamCache) -> Any:
