@@ -80,8 +80,15 @@ async def fail_twice(cache: UpstreamCache, upstream: Upstream, agent: Agent) -> 
 
 @pytest.mark.parametrize(
     "limit",
-    [UpstreamHTTPError(429, retry_after=60), UpstreamError("RATE_LIMITED")],
-    ids=["HTTP 429", "AdCP RATE_LIMITED"],
+    [
+        UpstreamHTTPError(429, retry_after=60),
+        UpstreamError("RATE_LIMITED"),
+        # About the caller too (review 32b: one revoked token held every tenant back).
+        UpstreamError("AUTH_INVALID"),
+        UpstreamError("ACCOUNT_SUSPENDED"),
+        UpstreamError("AGENT_SUSPENDED"),
+    ],
+    ids=["HTTP 429", "AdCP RATE_LIMITED", "AUTH_INVALID", "ACCOUNT_SUSPENDED", "AGENT_SUSPENDED"],
 )
 async def test_one_tenants_rate_limit_never_holds_another_back(
     clock: FakeClock, limit: BaseException
