@@ -55,6 +55,7 @@ from .keys import CREDENTIAL_HEADERS, caller_partition
 from .peek import MAX_PEEK_BYTES, RequestPeek, ToolCall
 from .policy import SurfacePolicy, Surfaces
 from .routes import routes_of, unserved
+from .tool_names import report_untooled, served_names, tool_space
 
 if sys.version_info < (3, 11):  # anyio raises the backport's groups there
     from exceptiongroup import BaseExceptionGroup  # type: ignore[import-not-found,unused-ignore]
@@ -127,38 +128,48 @@ class StaleAdvisoryMiddleware:
                 )
         return self.partition(scope)
 
-    async def _starting(self, scope: Scope, receive: Receive) -> Message:
-        """The app's lifespan messages: at start-up, report surfaces it cannot serve."""
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            self.report_routes(scope.get("app", self.app))
-        return message
+    async def _started(self, scope: Scope, send: Send, message: Message) -> None:
+        """The app's lifespan messages: once it has started, report surfaces it cannot
+        serve (before the server takes a request: it waits for this message)."""
+        if message["type"] == "lifespan.startup.complete":
+            await self.report_unserved(scope.get("app", self.app))
+        await send(message)
 
-    def report_routes(self, app: object) -> None:
-        """Say which surfaces' ``paths`` no route serves: one WARNING each (an INFO for
-        paths below a mounted app whose routes cannot be read, or when neither the wrapped
-        app nor ``app``, the one lifespan names, is a Starlette app). Run at start-up."""
+    async def report_unserved(self, app: object) -> None:
+        """Say which surfaces no request can select: one WARNING each whose ``paths`` no
+        route serves, or, when the app serves fastmcp tools, whose name no tool has either
+        (see tool_names). An INFO where it cannot be told: paths below a mounted app whose
+        routes cannot be read, neither the wrapped app nor ``app`` (the one lifespan names)
+        a Starlette app, a name another part of the app may serve. Run at start-up."""
         routes = routes_of(self.app)  # the wrapped router, else the app that added us
+        root = self.app if routes is not None else app
         routes = routes_of(app) if routes is None else routes
         missing, unknown = (
             unserved(routes, self.surfaces) if routes is not None else ([], self.surfaces.policies)
         )
+        space = tool_space(root, self.surfaces)
+        names = await served_names(space)
+        tooled = names or frozenset()  # a surface named after a served tool is served
         for policy in missing:
-            logger.warning(
-                "surface_unserved surface=%s paths=%s: the app serves no route there "
-                "(paths are matched without the app's root_path): its requests would fall "
-                "to the default policy",
-                policy.name,
-                list(policy.paths),
-            )
+            if policy.name not in tooled:
+                logger.warning(
+                    "surface_unserved surface=%s paths=%s: the app serves no route there "
+                    "(paths are matched without the app's root_path): its requests would "
+                    "fall to the default policy",
+                    policy.name,
+                    list(policy.paths),
+                )
         for policy in unknown:
-            if policy.paths:
+            if policy.paths and policy.name not in tooled:
                 logger.info(
                     "surface_routes_unknown surface=%s paths=%s: the app's routes there "
                     "cannot be read (not a Starlette app or router)",
                     policy.name,
                     list(policy.paths),
                 )
+        if names is not None:
+            untold = [policy for policy in self.surfaces.policies if not policy.paths]
+            report_untooled(untold, names, complete=not space.opaque)
 
     def _replaced(self) -> None:
         if not self.contexts_replaced:
@@ -182,7 +193,7 @@ class StaleAdvisoryMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             if scope["type"] == "lifespan":
-                receive = functools.partial(self._starting, scope, receive)
+                send = functools.partial(self._started, scope, send)
             await self.app(scope, receive, send)
             return
         surface = self._surface_at(route_path(scope))

@@ -10,7 +10,7 @@ in processes of its own, configured by the environment::
     ADCP_TEST_SIGNALS_URL=... python tests/fastmcp_signals_agent.py      # server.run(): stdio
 
 ``ADCP_TEST_ADVISORIES=0`` leaves :class:`AdvisoryMiddleware` out (the agent as issue 31
-found it).
+found it); ``ADCP_TEST_MISSPELT=1`` declares a surface no tool is named after.
 """
 
 # No "from __future__ import annotations": fastmcp 2.10 cannot read a tool's string annotations.
@@ -34,11 +34,16 @@ SURFACES = Surfaces.of(
 
 
 def build_server(
-    signals_url: str, *, advisories: bool = True, metrics: CacheMetrics | None = None
+    signals_url: str,
+    *,
+    advisories: bool = True,
+    metrics: CacheMetrics | None = None,
+    surfaces: Surfaces = SURFACES,
 ) -> FastMCP:
     """The agent: ``get_signals`` answers ``{"signals": [...], "context": ...}`` from the
-    signals service at ``signals_url``, cached (its entries per caller: the default)."""
-    cache = UpstreamCache(surfaces=SURFACES, metrics=metrics)
+    signals service at ``signals_url``, cached (its entries per caller: the default).
+    ``surfaces`` must name ``get_signals``."""
+    cache = UpstreamCache(surfaces=surfaces, metrics=metrics)
     service = Upstream(name="signals-service", url=signals_url)
     server = FastMCP("signals-agent")
     if advisories:
@@ -63,10 +68,14 @@ def build_server(
     return server
 
 
+#: ``ADCP_TEST_MISSPELT=1`` adds a surface named after no tool (``get_signal``).
+MISSPELT = Surfaces.of(*SURFACES.policies, SurfacePolicy(name="get_signal"))
+
 if "ADCP_TEST_SIGNALS_URL" in os.environ:  # started by fastmcp run, or as a script
     server = build_server(
         os.environ["ADCP_TEST_SIGNALS_URL"],
         advisories=os.environ.get("ADCP_TEST_ADVISORIES", "1") == "1",
+        surfaces=MISSPELT if os.environ.get("ADCP_TEST_MISSPELT") == "1" else SURFACES,
     )
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import importlib.util
 import json
+import logging
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -29,13 +30,14 @@ if importlib.util.find_spec("fastmcp") is None:
         allow_module_level=True,
     )
 
+from fastmcp import Client
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 
-from adcp_stale_cache import StaleAdvisoryMiddleware
+from adcp_stale_cache import StaleAdvisoryMiddleware, SurfacePolicy, Surfaces
 from adcp_stale_cache.demo.processes import free_port
 from adcp_stale_cache.integrations.fastmcp import AdvisoryMiddleware
 from adcp_stale_cache.metrics import CacheMetrics
@@ -115,6 +117,7 @@ def test_fastmcp_run_cli(advisories: bool, assert_valid_advisory: Any) -> None:
             answer = asyncio.run(stale())
         said = log.read().decode(errors="replace")
     lost = [line for line in said.splitlines() if "advisory_lost" in line]
+    assert "surface_unserved" not in said  # its one surface is its one tool's
     if advisories:
         assert_one_advisory(answer, assert_valid_advisory)
         assert not lost
@@ -206,3 +209,122 @@ def test_http_app_without_any_middleware_counts_the_advisory_lost(
 def test_surfaces_are_given_once() -> None:
     with pytest.raises(TypeError, match="not both"):
         AdvisoryMiddleware(surfaces=SURFACES, cache=object())  # type: ignore[arg-type]
+
+
+# Issue 31, "first use is quiet and clear": a surface named by tool alone whose name no tool
+# has is said when the app starts (the ASGI middleware's lifespan) or, for a server started on
+# its own, at its first message; one named after a served tool, or whose paths a route
+# serves, is not. ``get_signal`` is the misspelt one.
+TOOL_SURFACES = Surfaces.of(
+    SurfacePolicy(name="get_signals", paths=("/api/get_signals",)),  # no route: its tool serves
+    SurfacePolicy(name="get_signal"),
+    SurfacePolicy(name="list_products", paths=("/api/list_products",)),
+)
+MISSPELT = (
+    "surface_unserved surface=get_signal tools=['get_signal']: no tool the app serves has "
+    "that name (it serves: get_signals): no request selects it, only fetches naming it "
+    "(surface=)"
+)
+
+
+def said(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """What the library logged at WARNING and above."""
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno >= logging.WARNING and r.name.startswith("adcp_stale_cache")
+    ]
+
+
+def test_a_tool_no_server_serves_is_said_at_start_up(caplog: pytest.LogCaptureFixture) -> None:
+    """``StaleAdvisoryMiddleware`` around ``http_app()`` on uvicorn: the WARNING is out once
+    uvicorn has started, before any request, and names only the misspelt surface."""
+    surfaces = Surfaces.of(*TOOL_SURFACES.policies[:2])
+    server = build_server("http://127.0.0.1:9/signals", advisories=False, surfaces=surfaces)
+    app = StaleAdvisoryMiddleware(server.http_app(path="/mcp"), surfaces=surfaces)
+    with caplog.at_level(logging.DEBUG, logger="adcp_stale_cache"), serve(app):
+        assert said(caplog) == [MISSPELT]  # started, and no request made
+
+
+async def plain_route(request: Any) -> JSONResponse:
+    return JSONResponse({"products": []})
+
+
+def test_a_surface_served_another_way_is_not_said(caplog: pytest.LogCaptureFixture) -> None:
+    """One app serving a plain route and fastmcp's ``http_app()`` mounted: a surface whose
+    path a route serves, or named after a served tool, is not said; with a POST route no
+    surface declares (A2A JSON-RPC, say: it dispatches by a name that cannot be read), the
+    misspelt one is an INFO, not a WARNING."""
+    server = build_server("http://127.0.0.1:9/signals", advisories=False, surfaces=TOOL_SURFACES)
+
+    def seller(*more: Route) -> Starlette:
+        mcp_app = server.http_app(path="/mcp")  # a session manager runs once: one per app
+        products = Route("/api/list_products", plain_route, methods=["POST"])
+        routes = [products, Mount("/agent", app=mcp_app), *more]
+        return Starlette(routes=routes, lifespan=mcp_app.lifespan)
+
+    without_misspelt = Surfaces.of(TOOL_SURFACES.policies[0], TOOL_SURFACES.policies[2])
+    a2a = Route("/", plain_route, methods=["POST"])  # where A2A JSON-RPC is served
+    with caplog.at_level(logging.INFO, logger="adcp_stale_cache"):
+        with serve(StaleAdvisoryMiddleware(seller(), surfaces=without_misspelt)):
+            assert said(caplog) == []
+        with serve(StaleAdvisoryMiddleware(seller(a2a), surfaces=TOOL_SURFACES)):
+            assert said(caplog) == []
+    assert "surface_tools_unknown surface=get_signal:" in caplog.text
+
+
+def test_a_server_started_alone_says_it_at_its_first_message(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``AdvisoryMiddleware`` on a server no ASGI middleware wraps (here fastmcp's in-memory
+    client; ``fastmcp run`` and stdio alike): said once, at the first message, before any
+    call; a surface with paths is the ASGI middleware's to check, not this one's."""
+    server = build_server("http://127.0.0.1:9/signals", surfaces=TOOL_SURFACES)
+
+    async def list_twice() -> None:
+        async with Client(server) as client:
+            await asyncio.wait_for(client.list_tools(), 20)
+            await asyncio.wait_for(client.list_tools(), 20)
+
+    with caplog.at_level(logging.WARNING, logger="adcp_stale_cache"):
+        asyncio.run(list_twice())
+    assert said(caplog) == [MISSPELT]
+
+
+def test_fastmcp_run_says_it_at_the_first_listing() -> None:
+    """Started by the ``fastmcp run`` CLI with a misspelt surface: nothing said at start (no
+    lifespan of ours runs), the WARNING at the client's first listing, before any call."""
+    port = free_port()
+    env = {"ADCP_TEST_SIGNALS_URL": "http://127.0.0.1:9/signals", "ADCP_TEST_MISSPELT": "1"}
+    with tempfile.TemporaryFile() as log:
+        with fastmcp_run(f"{AGENT}:server", port, env, log):
+            log.seek(0)
+            assert b"surface_unserved" not in log.read()  # listening, and not said yet
+
+            async def listing() -> None:
+                async with session_at(f"http://127.0.0.1:{port}/mcp") as session:
+                    await asyncio.wait_for(session.list_tools(), 20)
+
+            asyncio.run(listing())
+        log.seek(0)
+        lines = log.read().decode(errors="replace").splitlines()
+    # (Python's last-resort handler: WARNING and above, the message alone.)
+    assert [line for line in lines if "surface_unserved" in line] == [MISSPELT]
+
+
+def test_under_the_asgi_middleware_it_is_said_once(caplog: pytest.LogCaptureFixture) -> None:
+    """``AdvisoryMiddleware`` inside ``StaleAdvisoryMiddleware``: the start-up WARNING, and
+    not a second one at the first message."""
+    server = build_server("http://127.0.0.1:9/signals", surfaces=TOOL_SURFACES)
+    app = StaleAdvisoryMiddleware(server.http_app(path="/mcp"), surfaces=TOOL_SURFACES)
+    with caplog.at_level(logging.WARNING, logger="adcp_stale_cache"), serve(app) as agent:
+        [unrouted, misspelt] = said(caplog)
+        assert unrouted.startswith("surface_unserved surface=list_products paths=")
+        assert misspelt == MISSPELT
+
+        async def listing() -> None:
+            async with session_at(f"{agent}/mcp") as session:
+                await asyncio.wait_for(session.list_tools(), 20)
+
+        asyncio.run(listing())
+        assert len(said(caplog)) == 2

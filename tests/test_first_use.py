@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from fastapi import FastAPI
@@ -27,6 +28,7 @@ from adcp_stale_cache import (
     Surfaces,
     Upstream,
     UpstreamUnavailable,
+    tool_names,
 )
 from adcp_stale_cache.demo.processes import App, free_port
 from adcp_stale_cache.failures import Failure
@@ -183,3 +185,49 @@ def test_paths_below_an_opaque_app_are_unknown_not_unserved(
         starts(app)
     assert warnings(caplog) == []
     assert "surface_routes_unknown surface=get_products" in caplog.text
+
+
+class Listing:
+    """Stands for a fastmcp server on the app's state (``app.state.fastmcp_server``): its
+    listing answers ``tools``, raises ``error``, or never answers (``hang``)."""
+
+    def __init__(self, *tools: str, error: Exception | None = None, hang: bool = False) -> None:
+        self.tools, self.error, self.hang = tools, error, hang
+
+    async def list_tools(self, *, run_middleware: bool = True) -> list[Any]:
+        if self.hang:
+            await anyio.sleep_forever()
+        if self.error is not None:
+            raise self.error
+        return [SimpleNamespace(name=tool) for tool in self.tools]
+
+
+def serving(server: object, surfaces: Surfaces) -> Any:
+    app = Starlette(routes=[Route("/mcp", opaque)])
+    app.state.fastmcp_server = server
+    return StaleAdvisoryMiddleware(app, surfaces=surfaces)
+
+
+BY_TOOL = Surfaces.of(SurfacePolicy(name="get_signals"), SurfacePolicy(name="get_signal"))
+
+
+def test_tool_names_are_read_at_start_up(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="adcp_stale_cache"):
+        starts(serving(Listing("get_signals"), BY_TOOL))
+    [warning] = warnings(caplog)
+    assert warning.startswith("surface_unserved surface=get_signal tools=['get_signal']: ")
+
+
+@pytest.mark.parametrize(
+    "listing", [Listing(error=RuntimeError("no listing")), Listing(hang=True), object()],
+    ids=["raises", "hangs", "no_listing"],
+)  # fmt: skip
+@pytest.mark.timeout(30)
+def test_an_unreadable_listing_never_fails_start_up(
+    listing: object, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tool_names, "LISTING_TIMEOUT_SECONDS", 0.2)
+    with caplog.at_level(logging.DEBUG, logger="adcp_stale_cache"):
+        starts(serving(listing, BY_TOOL))
+    assert warnings(caplog) == []
+    assert "tool_listing_unread" in caplog.text

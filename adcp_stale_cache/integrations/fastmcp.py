@@ -16,6 +16,10 @@ When a request collector is open already (``StaleAdvisoryMiddleware`` around
 ``server.http_app()``, a parent server's ``AdvisoryMiddleware``), that one delivers and this
 one stands down: one advisory per upstream, never two, keyed by the outer one's partition.
 
+A server started on its own has no ASGI lifespan to check its surfaces at: at its first
+message (a client's first listing or call) this middleware logs a ``surface_unserved`` WARNING
+per surface without ``paths`` that no tool of the server is named after (see tool_names).
+
 Works on fastmcp 2.10+ (``mcp`` 1.12+), 3.x and 4.x (``mcp`` 2.x). Needs the ``fastmcp`` extra.
 """
 
@@ -39,6 +43,7 @@ from ..collector import AdvisoryCollector, current_collector, use_collector
 from ..keys import caller_partition
 from ..peek import ToolCall
 from ..policy import Surfaces
+from ..tool_names import report_untooled, tool_names
 
 if TYPE_CHECKING:  # fastmcp ships no type information mypy could check a subclass against
     Middleware = object
@@ -87,6 +92,28 @@ class AdvisoryMiddleware(Middleware):
         self.partition, self.partition_from_call = partition, partition_from_call
         #: Answers whose ``context`` was another request's (a cached value's), mended.
         self.contexts_replaced = 0
+        self._checked = False
+
+    async def on_message(self, context: Any, call_next: Callable[[Any], Awaitable[Any]]) -> Any:
+        """At the server's first message (its first listing or call, before any answer),
+        check its tools (see :meth:`check_tools`)."""
+        if not self._checked:
+            self._checked = True
+            # Under StaleAdvisoryMiddleware (a collector is open), that one checked the
+            # whole app at start-up, which may serve the name another way (A2A, a route).
+            if current_collector() is None and context.fastmcp_context is not None:
+                await self.check_tools(context.fastmcp_context.fastmcp)
+        return await call_next(context)
+
+    async def check_tools(self, server: object) -> None:
+        """Say which surfaces named by tool alone (no ``paths``) no tool of ``server`` (a
+        fastmcp server) is named after: one WARNING each. Run at the server's first message;
+        await it in the server's lifespan to hear it at start. An unreadable listing is
+        skipped (DEBUG)."""
+        names = await tool_names(server)
+        if names is not None:
+            untold = [policy for policy in self.surfaces.policies if not policy.paths]
+            report_untooled(untold, names, complete=True)
 
     async def on_call_tool(self, context: Any, call_next: Callable[[Any], Awaitable[Any]]) -> Any:
         """Run the tool with a collector of its own, and add what it recorded to its result."""
