@@ -12,6 +12,7 @@ start-up: a listing that raises or outlasts ``LISTING_TIMEOUT_SECONDS`` is skipp
 
 from __future__ import annotations
 
+import difflib
 import logging
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -122,25 +123,30 @@ async def served_names(space: ToolSpace) -> frozenset[str] | None:
 def report_untooled(
     surfaces: Sequence[SurfacePolicy], names: frozenset[str], *, complete: bool
 ) -> None:
-    """Say which of ``surfaces`` (named by tool alone) no tool of ``names`` is named after:
-    one WARNING each when nothing else could serve the name (``complete``), else an INFO."""
+    """Say which of ``surfaces`` (named by tool alone) no tool of ``names`` is named after.
+
+    A WARNING when a served name is close to it (a misspelt tool: no request will select it);
+    otherwise an INFO, since a surface only named in code (``surface=``) has no tool either.
+    """
     served = ", ".join(sorted(names)) or "none"
     for policy in surfaces:
         if policy.name in names:
             continue
-        if complete:
+        close = difflib.get_close_matches(policy.name, names, n=1)
+        if complete and close:
             logger.warning(
                 "surface_unserved surface=%s tools=%s: no tool the app serves has that name "
-                "(it serves: %s): no request selects it, only fetches naming it (surface=)",
+                "(did you mean %s? it serves: %s): no request selects it",
                 policy.name,
                 [policy.name],
+                close[0],
                 served,
             )
         else:
             logger.info(
                 "surface_tools_unknown surface=%s: no tool the app serves has that name (it "
-                "serves: %s), but another part of it may serve the name (A2A, a route that "
-                "cannot be read)",
+                "serves: %s): only fetches naming it (surface=) select it, unless another "
+                "part of the app serves the name (A2A, a route that cannot be read)",
                 policy.name,
                 served,
             )

@@ -222,8 +222,7 @@ TOOL_SURFACES = Surfaces.of(
 )
 MISSPELT = (
     "surface_unserved surface=get_signal tools=['get_signal']: no tool the app serves has "
-    "that name (it serves: get_signals): no request selects it, only fetches naming it "
-    "(surface=)"
+    "that name (did you mean get_signals? it serves: get_signals): no request selects it"
 )
 
 
@@ -271,6 +270,17 @@ def test_a_surface_served_another_way_is_not_said(caplog: pytest.LogCaptureFixtu
         with serve(StaleAdvisoryMiddleware(seller(a2a), surfaces=TOOL_SURFACES)):
             assert said(caplog) == []
     assert "surface_tools_unknown surface=get_signal:" in caplog.text
+
+
+def test_a_surface_named_only_in_code_is_an_info(caplog: pytest.LogCaptureFixture) -> None:
+    """A surface no tool is named after and no served name is close to (``rate_card``, only
+    ever fetched with ``surface=``) is an INFO at start-up: a quick start stays quiet."""
+    surfaces = Surfaces.of(TOOL_SURFACES.policies[0], SurfacePolicy(name="rate_card"))
+    server = build_server("http://127.0.0.1:9/signals", advisories=False, surfaces=surfaces)
+    app = StaleAdvisoryMiddleware(server.http_app(path="/mcp"), surfaces=surfaces)
+    with caplog.at_level(logging.DEBUG, logger="adcp_stale_cache"), serve(app):
+        assert said(caplog) == []
+    assert "surface_tools_unknown surface=rate_card:" in caplog.text
 
 
 def test_a_server_started_alone_says_it_at_its_first_message(
