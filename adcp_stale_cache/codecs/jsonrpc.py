@@ -98,7 +98,7 @@ def inject_response(message: Any, call: RpcCall, errors: list[dict[str, Any]]) -
     if not same_id(message, call):
         raise Untouched("not the answer to the tool call")
     if present(message, "error"):
-        raise Untouched("JSON-RPC error reply")
+        raise Untouched("JSON-RPC error reply", "rpc_error")
     if call.protocol == "mcp":
         mcp.inject_tool_result(message.get("result"), errors)
     else:
