@@ -97,7 +97,7 @@ async def stale_answer(
     options = {} if max_peek_bytes is None else {"max_peek_bytes": max_peek_bytes}
     app = StaleAdvisoryMiddleware(app, surfaces=cache.surfaces, **options)
     path = "/api/get_products"
-    if isinstance(body, dict) and body.get("method") == "tools/call":
+    if isinstance(body, list) or (isinstance(body, dict) and body.get("method") == "tools/call"):
         path = "/mcp"
     elif isinstance(body, dict) and "method" in body:
         path = "/a2a"
@@ -174,6 +174,15 @@ async def mcp_json(cache: UpstreamCache, fetch: Callable[[], Awaitable[Any]]) ->
     return mcp_result(
         {"structuredContent": payload, "content": [{"type": "text", "text": json.dumps(payload)}]}
     )
+
+
+BATCHED = {**tool_call(), "id": 8}
+
+
+async def batch(cache: UpstreamCache, fetch: Callable[[], Awaitable[Any]]) -> Response:
+    result = {"structuredContent": await fetch()}
+    answers = [{"jsonrpc": "2.0", "id": id, "result": result} for id in (7, 8)]
+    return JSONResponse(answers)
 
 
 async def a2a_failed(cache: UpstreamCache, fetch: Callable[[], Awaitable[Any]]) -> Response:
@@ -263,32 +272,28 @@ async def test_an_advisory_the_answer_carries_counts_as_delivered(
 @pytest.mark.parametrize(
     ("answer", "body", "reason", "headers", "max_peek_bytes"),
     [
-        (text_answer, None, "not_json", None, None),
-        (failed_status, None, "error_status", None, None),
-        (failed_task, None, "failed_task", None, None),
-        (compressed, None, "compressed", None, None),
-        (is_error, tool_call(), "is_error", None, None),
-        (not_json_tool, tool_call(), "not_json", None, None),
-        (rpc_error, tool_call(), "rpc_error", None, None),
-        (mcp_json, tool_call(pad="x" * 4096), "too_large", None, 1024),
-        (a2a_failed, A2A_SEND, "failed_task", None, None),
-        (sse_without_answer, tool_call(), "after_start", SSE, None),
-        (fetch_while_streaming, None, "after_start", None, None),
-        (raises, None, "error_status", None, None),  # Starlette answers it: a 500
-    ],
-    ids=[
-        "not_json",
-        "error_status",
-        "adcp_error",
-        "compressed",
-        "is_error",
-        "tool_text",
-        "rpc_error",
-        "too_large",
-        "a2a_failed_task",
-        "sse_no_answer",
-        "after_start",
-        "app_raised",
+        pytest.param(text_answer, None, "not_json", None, None, id="not_json"),
+        pytest.param(failed_status, None, "error_status", None, None, id="error_status"),
+        pytest.param(failed_task, None, "failed_task", None, None, id="adcp_error"),
+        pytest.param(compressed, None, "compressed", None, None, id="compressed"),
+        pytest.param(is_error, tool_call(), "is_error", None, None, id="is_error"),
+        pytest.param(not_json_tool, tool_call(), "not_json", None, None, id="tool_text"),
+        pytest.param(rpc_error, tool_call(), "rpc_error", None, None, id="rpc_error"),
+        pytest.param(
+            mcp_json,
+            tool_call("list_products"),
+            "no_errors_member",
+            None,
+            None,
+            id="no_errors_member",
+        ),
+        pytest.param(batch, [tool_call(), BATCHED], "batch", None, None, id="batch"),
+        pytest.param(mcp_json, tool_call(pad="x" * 4096), "too_large", None, 1024, id="too_large"),
+        pytest.param(a2a_failed, A2A_SEND, "failed_task", None, None, id="a2a_failed_task"),
+        pytest.param(sse_without_answer, tool_call(), "after_start", SSE, None, id="sse_no_answer"),
+        pytest.param(fetch_while_streaming, None, "after_start", None, None, id="after_start"),
+        # Starlette answers an app that raised: a 500
+        pytest.param(raises, None, "error_status", None, None, id="app_raised"),
     ],
 )
 async def test_an_advisory_the_answer_drops_counts_as_lost(

@@ -256,7 +256,7 @@ def test_an_advisory_the_tool_answer_drops_counts_as_lost(
     server.add_middleware(AdvisoryMiddleware(cache=cache))
 
     # No annotations: fastmcp 2.10 cannot read string ones (this module's future import).
-    async def get_signals():  # type: ignore[no-untyped-def]
+    async def get_signals():
         signals = await cache.fetch(upstream, "all", load, surface="get_signals")
         if not state["up"] and answer == "raises":
             raise ValueError("the decisioning platform failed after the signals were read")
