@@ -24,9 +24,9 @@ the cache served the request a value holding a ``context`` (another buyer's, cac
 upstream's answer), an answer whose ``context`` is not the request's gets the request's
 instead (none, when the request had none), counted in ``contexts_replaced`` and logged once;
 a null ``context`` is none, never another's. Anything that cannot carry advisories goes out
-untouched, with a log line saying why. A stale plain-HTTP answer also gets ``Age`` and RFC
-9211 ``Cache-Status`` (``fwd=stale``, negative ``ttl``) for HTTP tooling
-(``stale_headers=False`` turns them off).
+untouched, each of its advisories counted as lost (``advisory_lost``, with why). A stale
+plain-HTTP answer also gets ``Age`` and RFC 9211 ``Cache-Status`` (``fwd=stale``, negative
+``ttl``) for HTTP tooling (``stale_headers=False`` turns them off).
 
 An ``UpstreamUnavailable`` the app lets out (nothing cached, upstream down), alone or as every
 leaf of an exception group (a task group's fan-out), is answered as the fatal AdCP
@@ -315,7 +315,7 @@ class _Response:
                 await self._send(message)
         elif message["type"] != "http.response.body" or self.mode == "pass":
             if self.mode == "buffer":  # http.response.pathsend, say: the start goes first
-                self._dropped(Untouched(f"{message['type']} body", "not_json"))
+                self._dropped(Untouched(f"{message['type']} body", "file_body"))
                 self.mode = "pass"
                 await self._send(self.start)
             await self._send(message)

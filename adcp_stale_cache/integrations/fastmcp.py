@@ -10,7 +10,8 @@ in-memory client), so add this one to the server::
 Each tool call gets a collector of its own (its surface is the tool's name); the advisories
 its fetches recorded go into the tool result's ``errors[]``, in ``structured_content`` and in
 a text block holding the same JSON, as the ASGI middleware writes them on the wire. The
-result stays a success, and a failed one (``isError``) is left alone.
+result stays a success, and a failed one (``isError``) is left alone: its advisories, as any
+the result cannot carry, count as lost (``advisory_lost``).
 
 When a request collector is open already (``StaleAdvisoryMiddleware`` around
 ``server.http_app()``, a parent server's ``AdvisoryMiddleware``), that one delivers and this
