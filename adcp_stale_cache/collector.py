@@ -123,8 +123,9 @@ class AdvisoryCollector:
         if parent is None:
             collector = cls(counted_at_delivery=True)
         else:
-            collector = cls(parent.surface, None, lambda: parent.partition,
-                            counted_at_delivery=True)  # fmt: skip
+            collector = cls(
+                parent.surface, None, lambda: parent.partition, counted_at_delivery=True
+            )
             collector.budget = parent.budget
             collector.request_field = parent.request_field
         collector.nested = True

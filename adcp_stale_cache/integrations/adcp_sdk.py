@@ -138,8 +138,8 @@ def with_advisories(surfaces: Surfaces, tool: str | None = None) -> Callable[[Ha
                 params = _argument(args, kwargs, "params", 1)
                 opened = Collecting(surface, partition, params, counted_at_delivery=True)
             else:
-                opened = Collecting(surface or outer.surface, outer.partition,
-                                    counted_at_delivery=True)  # fmt: skip
+                named = surface or outer.surface
+                opened = Collecting(named, outer.partition, counted_at_delivery=True)
                 opened.collector.budget = outer.budget  # one request, one budget
                 opened.collector.request_field = outer.request_field
             with opened as collector:
