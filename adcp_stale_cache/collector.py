@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import logging
 import math
 import sys
 import time
@@ -24,6 +25,8 @@ from .advisory import AdcpError
 from .callables import awaited, is_async
 from .codecs.json import Untouched, dumps_text
 from .policy import SurfacePolicy
+
+logger = logging.getLogger("adcp_stale_cache")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,12 +63,22 @@ class Budget:
         return now - self.started_at
 
 
+#: How one advisory's fate is reported once its answer is written: None when the answer
+#: carried it, else why not (a reason in a word, and in a sentence).
+Settle = Callable[[tuple[str, str] | None], None]
+
+
 class AdvisoryCollector:
-    """Advisories of one request: one per upstream, the oldest age winning."""
+    """Advisories of one request: one per upstream, the oldest age winning.
+
+    ``counted_at_delivery``: the one who delivers (a middleware) says whether the answer
+    carried them (:meth:`delivered`, :meth:`lost`), and each is counted then, delivered or
+    lost; otherwise (:func:`collect_advisories`) each counts as delivered once recorded.
+    """
 
     __slots__ = (
         "_by_upstream", "_partition", "_partition_of", "budget", "composition", "nested",
-        "read_labels", "read_since", "request_field", "served_context", "surface",
+        "read_labels", "read_since", "request_field", "served_context", "surface", "unsettled",
     )  # fmt: skip
 
     def __init__(
@@ -73,12 +86,17 @@ class AdvisoryCollector:
         surface: SurfacePolicy | None = None,
         partition: str | None = None,
         partition_of: Callable[[], str | None] | None = None,
+        *,
+        counted_at_delivery: bool = False,
     ) -> None:
         self.surface = surface
         self._partition = partition
         self._partition_of = partition_of  # computed on first use: most requests never need it
         self.budget = Budget()
         self._by_upstream: dict[Hashable, AdcpError] = {}
+        # The reports of advisories whose answer is not written yet (see Serving.told), by
+        # upstream. None: reported as they are recorded.
+        self.unsettled: dict[Hashable, Settle | None] | None = {} if counted_at_delivery else None
         self.nested = False  # a flight's own collector (see within)
         # While a conditional answer is composed (see conditional): the stored content of
         # every entry the request's fetches answered with. None: not recorded.
@@ -101,10 +119,13 @@ class AdvisoryCollector:
         """A collector for one upstream flight started from ``parent``'s request: same
         surface, partition and budget, its own advisories (every caller sharing the flight
         gets them, and a value built on stale data is not stored as fresh)."""
+        # Counted by each caller the flight answers, as it writes (or drops) them.
         if parent is None:
-            collector = cls()
+            collector = cls(counted_at_delivery=True)
         else:
-            collector = cls(parent.surface, None, lambda: parent.partition)
+            collector = cls(
+                parent.surface, None, lambda: parent.partition, counted_at_delivery=True
+            )
             collector.budget = parent.budget
             collector.request_field = parent.request_field
         collector.nested = True
@@ -157,16 +178,19 @@ class AdvisoryCollector:
             return None
         return policy.request_budget_seconds - self.budget.spent()
 
-    def record(self, upstream: Hashable, advisory: AdcpError) -> bool:
+    def record(self, upstream: Hashable, advisory: AdcpError, report: Settle | None = None) -> bool:
         """Keep one advisory per upstream: several stale keys report the oldest entry.
 
         ``upstream`` identifies the upstream (the cache passes ``Upstream.identity``, its name
         and URL; a name alone does too). Returns True when this is the request's first
-        advisory for it.
+        advisory for it. ``report`` counts its fate, once its answer is written (see
+        ``counted_at_delivery``).
         """
         kept = self._by_upstream.get(upstream)
         if kept is None or _age(advisory) > _age(kept):
             self._by_upstream[upstream] = advisory
+        if kept is None and self.unsettled is not None:
+            self.unsettled[upstream] = report
         return kept is None
 
     def __len__(self) -> int:
@@ -185,7 +209,28 @@ class AdvisoryCollector:
 
     def clear(self) -> None:
         """Forget what was recorded (once delivered by another path)."""
+        self.delivered()
         self._by_upstream.clear()
+
+    def delivered(self) -> None:
+        """The answer carries every advisory recorded so far: count them delivered."""
+        self._settle(None)
+
+    def lost(self, reason: str, detail: str) -> None:
+        """The answer goes without the advisories not yet delivered: count them lost, and say
+        why (``reason`` in a word, ``detail`` in a sentence; never a host or credential)."""
+        self._settle((reason, detail))
+
+    def _settle(self, fate: tuple[str, str] | None) -> None:
+        unsettled = self.unsettled
+        if unsettled:
+            self.unsettled = {}
+            for upstream, report in unsettled.items():
+                if report is not None:
+                    report(fate)
+                elif fate is not None:  # recorded by hand, not by a cache: said all the same
+                    surface = self.surface.name if self.surface is not None else "?"
+                    say_lost(*stated(self._by_upstream[upstream], surface), fate)
 
     def errors(self) -> list[dict[str, Any]]:
         """The recorded advisories in wire form, ready for a payload's ``errors[]``."""
@@ -205,6 +250,28 @@ def _no_field(name: str) -> Any:
 
 def _unread(name: str) -> Any:
     return UNREAD
+
+
+def stated(advisory: AdcpError, surface: str) -> tuple[str, str, int, str]:
+    """What a ``STALE_RESPONSE`` says of its stale serve: upstream, ``surface``, age, code."""
+    details = advisory.details or {}
+    upstream = (details.get("upstream") or {}).get("name", "?")
+    code = (details.get("original_error") or {}).get("code", "REVALIDATING")
+    return upstream, surface, _age(advisory), code
+
+
+def say_lost(upstream: str, surface: str, age: int, code: str, fate: tuple[str, str]) -> None:
+    """Log a stale serve whose advisory no answer carried: ``fate`` is why (a reason in a
+    word, and in a sentence). Names and codes only: never a host or a credential."""
+    logger.warning(
+        "advisory_lost upstream=%s surface=%s age_seconds=%d code=%s reason=%s: served stale, "
+        "and no STALE_RESPONSE told the buyer: %s",
+        upstream,
+        surface,
+        age,
+        code,
+        *fate,
+    )
 
 
 def _age(advisory: AdcpError) -> int:
@@ -267,10 +334,17 @@ class Collecting:
     __slots__ = ("_partition", "_request", "_surface", "_token", "collector")
 
     def __init__(
-        self, surface: SurfacePolicy | None, partition: str | None, request: object = None
+        self,
+        surface: SurfacePolicy | None,
+        partition: str | None,
+        request: object = None,
+        *,
+        counted_at_delivery: bool = False,
     ) -> None:
         self._surface, self._partition, self._request = surface, partition, request
-        self.collector = AdvisoryCollector(surface, partition)
+        self.collector = AdvisoryCollector(
+            surface, partition, counted_at_delivery=counted_at_delivery
+        )
         self.collector.request_field = request_fields(request)
         self._token: contextvars.Token[AdvisoryCollector | None] | None = None
 

@@ -10,9 +10,9 @@ Metric names follow Prometheus conventions (``_total`` counters, ``_seconds`` hi
 - ``adcp_stale_cache_refresh_seconds{upstream}``: upstream call latency (histogram);
 - ``adcp_stale_cache_upstream_failures_total{upstream,code}``: outage failures by code;
 - ``adcp_stale_cache_stale_serves_total{surface,upstream,code}``: answers served stale;
-- ``adcp_stale_cache_advisories_total{surface,upstream}``: ``STALE_RESPONSE`` recorded;
-- ``adcp_stale_cache_advisories_lost_total{surface,upstream}``: stale serves no request
-  collector carried (their buyer is not told: see :meth:`CacheMetrics.advisory_lost`);
+- ``adcp_stale_cache_advisories_total{surface,upstream}``: ``STALE_RESPONSE`` delivered;
+- ``adcp_stale_cache_advisories_lost_total{surface,upstream}``: advisories no answer carried
+  (their buyer is not told: see :meth:`CacheMetrics.advisory_lost`);
 - ``adcp_stale_cache_unavailable_total{surface,upstream,code}``: failures with no entry;
 - ``adcp_stale_cache_breaker_open{upstream}``: 1 while the upstream's breaker is open;
 - ``adcp_stale_cache_invalidations_total{action}`` and
@@ -49,13 +49,15 @@ class CacheMetrics:
     def stale_serve(self, surface: str, upstream: str, code: str, advisory: bool) -> None:
         """An entry served past its target.
 
-        ``advisory``: the request's first stale serve from ``upstream``, so one new
-        ``STALE_RESPONSE`` will reach the buyer (later ones merge into it).
+        ``advisory``: the request's first stale serve from ``upstream``, and its answer carried
+        the ``STALE_RESPONSE`` to the buyer (later ones merge into it). Reported once that
+        answer is written, when a middleware writes it.
         """
 
     def advisory_lost(self, surface: str, upstream: str) -> None:
-        """An entry served stale with no request collector to carry its advisory: the
-        buyer gets stale data unannounced (a server started without the middleware, say)."""
+        """An entry served stale whose advisory no answer carried: the buyer gets stale data
+        unannounced (no request collector, as in a server started without the middleware; or
+        an answer that could not carry it: not JSON, an error, a stream already started)."""
 
     def unavailable(self, surface: str, upstream: str, code: str) -> None:
         """An upstream failed and no usable entry existed."""
@@ -137,10 +139,10 @@ class PrometheusMetrics(CacheMetrics):
             "stale_serves", "Answers served stale.", "surface", "upstream", "code"
         )
         self._advisories = counter(
-            "advisories", "STALE_RESPONSE advisories.", "surface", "upstream"
+            "advisories", "STALE_RESPONSE advisories delivered.", "surface", "upstream"
         )
         self._lost = counter(
-            "advisories_lost", "Stale serves no request collector carried.", "surface", "upstream"
+            "advisories_lost", "STALE_RESPONSE advisories no answer carried.", "surface", "upstream"
         )
         self._unavailable = counter(
             "unavailable", "Failures without entry.", "surface", "upstream", "code"

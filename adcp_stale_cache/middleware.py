@@ -24,9 +24,9 @@ the cache served the request a value holding a ``context`` (another buyer's, cac
 upstream's answer), an answer whose ``context`` is not the request's gets the request's
 instead (none, when the request had none), counted in ``contexts_replaced`` and logged once;
 a null ``context`` is none, never another's. Anything that cannot carry advisories goes out
-untouched, with a log line saying why. A stale plain-HTTP answer also gets ``Age`` and RFC
-9211 ``Cache-Status`` (``fwd=stale``, negative ``ttl``) for HTTP tooling
-(``stale_headers=False`` turns them off).
+untouched, each of its advisories counted as lost (``advisory_lost``, with why). A stale
+plain-HTTP answer also gets ``Age`` and RFC 9211 ``Cache-Status`` (``fwd=stale``, negative
+``ttl``) for HTTP tooling (``stale_headers=False`` turns them off).
 
 An ``UpstreamUnavailable`` the app lets out (nothing cached, upstream down), alone or as every
 leaf of an exception group (a task group's fan-out), is answered as the fatal AdCP
@@ -199,7 +199,7 @@ class StaleAdvisoryMiddleware:
         surface = self._surface_at(route_path(scope))
         if surface is None and scope.get("root_path"):  # paths declared with their prefix
             surface = self._surface_at(scope.get("path", ""))
-        collector = AdvisoryCollector(surface)
+        collector = AdvisoryCollector(surface, counted_at_delivery=True)
         scope.setdefault("state", {})[STATE_KEY] = collector
         # A declared plain-JSON route carries no JSON-RPC call: its body is kept for its
         # context only.
@@ -224,16 +224,10 @@ class StaleAdvisoryMiddleware:
             await _unavailable(unavailable, collector, request, send)
         finally:
             _current.reset(token)
+            if collector.unsettled:  # no answer written carried them
+                response._dropped(_unwritten(response.mode))
         if collector.served_context and response.mode == "pass" and not response.in_doubt:
             _unchecked("only once the answer had started")
-        if len(collector) > response.delivered and response.mode != "undecided":
-            # Recorded once the response had started (a StreamingResponse fetching as it
-            # streams): too late for the payload, so say so loudly.
-            response._dropped(
-                "recorded after the response started: only advisories recorded before the "
-                "response's first message can be delivered",
-                len(collector) - response.delivered,
-            )
 
 
 def upstream_unavailable(error: BaseException) -> UpstreamUnavailable | None:
@@ -297,7 +291,7 @@ class _Response:
     """The state of one response: passing through, buffering JSON, or rewriting events."""
 
     __slots__ = (
-        "_send", "chunks", "collector", "delivered", "deliveries", "in_doubt", "mode",
+        "_send", "chunks", "collector", "deliveries", "in_doubt", "mode",
         "replaced", "request", "scope", "stale_headers", "start", "stream",
     )  # fmt: skip
 
@@ -320,7 +314,6 @@ class _Response:
         self.start: Message = {}
         self.chunks: list[bytes] = []
         self.stream: RpcEventStream | None = None
-        self.delivered = 0  # advisories handed to the payload (or already reported lost)
         self.deliveries: list[Delivery] = []  # what was handed over, context mends counted
         self.in_doubt = False  # the cache had served a value holding a context at the start
 
@@ -333,7 +326,7 @@ class _Response:
                 await self._send(message)
         elif message["type"] != "http.response.body" or self.mode == "pass":
             if self.mode == "buffer":  # http.response.pathsend, say: the start goes first
-                self._dropped(f"{message['type']} body")
+                self._dropped(Untouched(f"{message['type']} body", "file_body"))
                 self.mode = "pass"
                 await self._send(self.start)
             await self._send(message)
@@ -350,12 +343,13 @@ class _Response:
         self.in_doubt = collector.served_context
         if not collector and not self.request.calls and not collector.served_context:
             return  # the common case: nothing to add, nothing to watch
-        self.delivered = len(self.collector)  # reported below if they cannot be delivered
         reason = _ineligible(self.scope, start)
         content_type = _content_type(start.get("headers", []))
         if reason is None and content_type == b"text/event-stream" and len(self.request.calls) == 1:
             self.mode = "stream"
-            self.stream = RpcEventStream(self.request.calls[0], self._delivery, self._dropped)
+            self.stream = RpcEventStream(
+                self.request.calls[0], self._delivery, self._dropped, self.collector.delivered
+            )
             start["headers"] = [
                 (k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"
             ]
@@ -368,7 +362,8 @@ class _Response:
             self.mode = "buffer"  # a context in doubt, whatever the label: read if JSON
             self.start = start
         elif collector:
-            self._dropped(reason or f"content type {content_type.decode('latin-1') or 'missing'}")
+            label = content_type.decode("latin-1") or "missing"
+            self._dropped(reason or Untouched(f"content type {label}", "not_json"))
         elif reason is None:  # events no one call can be told to answer: unchecked, said
             _unchecked("the answer is an event stream of no single readable call")
 
@@ -387,11 +382,13 @@ class _Response:
             injected = bool(errors)
         except Untouched as exc:
             if errors:
-                self._dropped(str(exc))
+                self._dropped(exc)
             elif isinstance(exc, Unmendable):
                 logger.warning("answer_context_not_mended reason=%s", exc)
         if errors.replaced and self.replaced is not None:
             self.replaced()  # one answer (its payload and any mirror of it)
+        if injected:
+            self.collector.delivered()
         if not injected and not errors.replaced:  # nothing changed: as it came, headers too
             await self._send(self.start)
             await self._send({"type": "http.response.body", "body": body, "more_body": False})
@@ -423,31 +420,21 @@ class _Response:
         return found
 
     def _errors(self) -> list[dict[str, Any]]:
-        """The advisories to deliver now (counted as delivered)."""
+        """The advisories to deliver now (counted once the answer holds them)."""
         errors = self.collector.errors()
-        self.delivered = len(errors)
         if errors and self.request.call(self.scope).tool in NO_ERRORS_MEMBER:
-            self._dropped("the tool's answers have no errors[] (tell it in incomplete[])")
+            why = "the tool's answers have no errors[] (tell it in incomplete[])"
+            self._dropped(Untouched(why, "no_errors_member"))
             return []
         return errors
 
-    def _dropped(self, reason: str, count: int | None = None) -> None:
-        if self.request.oversized:
-            reason += " (the request body was too large to read its call: max_peek_bytes)"
-        names = [
-            (a.details or {}).get("upstream", {}).get("name") for a in self.collector.advisories()
-        ]
-        # A transport-level failure (an error status, a JSON-RPC error, a tool or task that
-        # failed) carried no data to the buyer: routine. Anything else, a payload that says
-        # adcp_error included, may have put stale data before a buyer unannounced: loud.
-        routine = reason.startswith(_ROUTINE)
-        logger.log(
-            logging.INFO if routine else logging.WARNING,
-            "advisories_not_delivered count=%d upstreams=%s reason=%s",
-            len(self.collector) if count is None else count,
-            names,
-            reason,
-        )
+    def _dropped(self, why: Untouched) -> None:
+        """The answer goes without the advisories not yet delivered: counted lost."""
+        if self.request.oversized:  # its call unread, so its answer could not be found
+            unread = "the request body was too large to read its call: max_peek_bytes"
+            self.collector.lost("too_large", f"{why} ({unread})")
+        else:
+            self.collector.lost(why.reason, str(why))
 
 
 # What names a credential or a principal (a header, a query parameter, a tool argument):
@@ -478,13 +465,6 @@ def _credential_like(name: str) -> bool:
     return any(word in name for word in _CREDENTIAL_WORDS)
 
 
-_ROUTINE = (
-    "status ",
-    "HEAD request",
-    "JSON-RPC error reply",
-    "tool result has isError",
-    "A2A task is not completed",
-)
 _JSON = frozenset({b"application/json", b"application/json-rpc"})
 
 
@@ -504,17 +484,27 @@ def _http_cache_headers(errors: list[dict[str, Any]]) -> list[tuple[bytes, bytes
     return [(b"age", str(age).encode()), (b"cache-status", status)]
 
 
-def _ineligible(scope: Scope, start: Message) -> str | None:
+def _ineligible(scope: Scope, start: Message) -> Untouched | None:
     """Why a response cannot carry advisories, or None when it may."""
     status = int(start.get("status", 200))
     if not 200 <= status < 300 or status == 204:
-        return f"status {status}"
+        return Untouched(f"status {status}", "error_status" if status >= 400 else "no_body")
     if scope.get("method") == "HEAD":
-        return "HEAD request"
+        return Untouched("HEAD request", "no_body")
     for key, value in start.get("headers", []):
         if key.lower() == b"content-encoding" and value.lower() != b"identity":
-            return "Content-Encoding is set: mount this middleware inside compression middleware"
+            why = "Content-Encoding is set: mount this middleware inside compression middleware"
+            return Untouched(why, "compressed")
     return None
+
+
+def _unwritten(mode: str) -> Untouched:
+    """Why advisories still unsettled when the app is done went without an answer."""
+    if mode == "undecided":  # the app raised, or answered nothing
+        return Untouched("the app sent no answer to write them into", "no_answer")
+    # A StreamingResponse fetching as it streams, or an event stream whose answer never came.
+    why = "recorded after the response started, or no event of the stream answered the call"
+    return Untouched(why, "after_start")
 
 
 def _content_type(headers: list[tuple[bytes, bytes]]) -> bytes:

@@ -8,15 +8,23 @@ within max-stale, with one ``STALE_RESPONSE`` recorded in the request's collecto
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from .admission import FORCED_FAILURE, InjectedOutage
-from .advisory import stale_response
-from .collector import AdvisoryCollector, AdvisoryLost, Composed, current_collector
+from .advisory import AdcpError, stale_response
+from .collector import (
+    AdvisoryCollector,
+    AdvisoryLost,
+    Composed,
+    current_collector,
+    say_lost,
+    stated,
+)
 from .decision import (
     Fail,
     Fresh,
@@ -37,6 +45,23 @@ from .values import Codec, Unreadable, content_of, decode
 
 T = TypeVar("T")
 logger = logging.getLogger("adcp_stale_cache")
+
+
+class StaleServe(NamedTuple):
+    """One stale serve, as counted and logged: names and codes only."""
+
+    surface: str
+    upstream: str
+    age: int
+    code: str
+
+
+#: Why a stale serve with no request collector is lost.
+_NO_COLLECTOR = (
+    "no_collector",
+    "no request collector carried it (a server started without the advisory middleware, as "
+    "fastmcp run serves it, or a thread the request's context did not reach: carry_context)",
+)
 
 #: What :meth:`Serving.fresh` answers when the entry is no fresh hit after all.
 NOT_FRESH: Any = object()
@@ -121,13 +146,9 @@ class Serving:
         """One stale serve: the request's advisory, the metrics and the log line."""
         collector = current_collector()
         code = failure.code if failure else "REVALIDATING"
-        if collector is None:
-            self._advisory_lost(upstream.name, policy.name, age, code)
-        # This request's first stale serve from this upstream (or a lost one: said above).
-        first = collector is None or collector.record(
-            upstream.identity, stale_response(upstream, policy, age, failure, target)
-        )
-        self.metrics.stale_serve(policy.name, upstream.name, code, collector is not None and first)
+        advisory = stale_response(upstream, policy, age, failure, target)
+        serve = StaleServe(policy.name, upstream.name, age, code)
+        first = self.told(collector, upstream.identity, advisory, serve)
         # Once per upstream per request at WARNING: a page of 50 stale keys is one event.
         logger.log(
             logging.WARNING if first and collector is not None else logging.DEBUG,
@@ -139,25 +160,41 @@ class Serving:
             collector is not None,
         )
 
-    def _advisory_lost(self, upstream: str, surface: str, age: int, code: str) -> None:
-        """A stale serve no request collector carries: refused in strict mode, else counted
-        and said (its buyer gets stale data unannounced)."""
-        if self.strict_advisories:
-            raise AdvisoryLost(
-                f"{upstream!r} would be served stale with no request collector: carry the "
-                "request's context into this thread or loop (carry_context, use_collector)"
-            )
-        self.metrics.advisory_lost(surface, upstream)
-        logger.warning(
-            "advisory_lost upstream=%s surface=%s age_seconds=%d code=%s: served stale with "
-            "no request collector, so no STALE_RESPONSE tells the buyer (a server started "
-            "without the advisory middleware, as fastmcp run serves it, or a thread the "
-            "request's context did not reach: carry_context)",
-            upstream,
-            surface,
-            age,
-            code,
-        )
+    def told(
+        self,
+        collector: AdvisoryCollector | None,
+        key: Hashable,
+        advisory: AdcpError,
+        serve: StaleServe,
+    ) -> bool:
+        """A stale ``serve`` and its ``advisory``, recorded in
+        ``collector`` and counted: at once, or when its answer is written
+        (``counted_at_delivery``), as delivered or lost. True when it is the request's first
+        for ``key`` (its upstream); one no collector carries is lost now (refused in strict
+        mode)."""
+        if collector is None:
+            if self.strict_advisories:
+                raise AdvisoryLost(
+                    f"{serve.upstream!r} would be served stale with no request collector: carry "
+                    "the request's context into this thread or loop (carry_context, "
+                    "use_collector)"
+                )
+            self._settled(serve, _NO_COLLECTOR)
+            return True
+        counted_later = collector.unsettled is not None
+        report = functools.partial(self._settled, serve) if counted_later else None
+        first = collector.record(key, advisory, report)
+        if not (first and counted_later):  # (else counted once its answer is written)
+            self.metrics.stale_serve(serve.surface, serve.upstream, serve.code, first)
+        return first
+
+    def _settled(self, serve: StaleServe, lost: tuple[str, str] | None) -> None:
+        """One advisory's fate, counted: delivered (``lost`` None) or lost, said with why."""
+        surface, upstream, age, code = serve
+        if lost is not None:
+            self.metrics.advisory_lost(surface, upstream)
+            say_lost(upstream, surface, age, code, lost)
+        self.metrics.stale_serve(surface, upstream, code, lost is None)
 
     async def injected(
         self, found: Lookup, outage: InjectedOutage, flights: Flights,
@@ -195,16 +232,10 @@ class Serving:
         stale = refreshed.at_source
         if stale is not None:
             self.record_stale(found.upstream, found.policy, stale.age, stale.failure, stale.target)
-        if refreshed.advisories and collector is not None:
-            for name, advisory in refreshed.advisories:
-                collector.record(name, advisory)
-        elif refreshed.advisories:  # built on stale data, for a caller no collector serves
-            for _, advisory in refreshed.advisories:
-                details = advisory.details or {}
-                code = (details.get("original_error") or {}).get("code", "REVALIDATING")
-                upstream = (details.get("upstream") or {}).get("name", "?")
-                age = details["cache_age_seconds"]
-                self._advisory_lost(upstream, found.policy.name, age, code)
+        for name, advisory in refreshed.advisories:  # built on stale data: told here
+            upstream, surface, age, code = stated(advisory, found.policy.name)
+            serve = StaleServe(surface, upstream, age, code)
+            self.told(collector, name, advisory, serve)
         if collector is None:
             return refreshed.value if refreshed.data is None else codec.loads(refreshed.data)
         # Not stored (uncacheable, built on stale data...): its encoding, once, for both

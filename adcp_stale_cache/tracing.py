@@ -15,8 +15,11 @@ upstreams a request hit, refreshed or served stale::
     adcp_stale_cache.breaker_open    upstream
 
 A stale serve also sets the span attribute ``adcp_stale_cache.stale = true``, so stale answers
-can be found with one filter. Attributes carry names and codes only: never a URL, a key or a
-message. With no SDK configured (or no recording span) every hook returns after one check.
+can be found with one filter. A request's first stale serve from an upstream is reported once
+its answer is written: ``stale_serve`` with ``advisory`` true when the answer carried the
+advisory, else ``advisory_lost`` then ``stale_serve``. Attributes carry names and codes only:
+never a URL, a key or a message. With no SDK configured (or no recording span) every hook
+returns after one check.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from adcp_stale_cache import MemoryStore, SurfacePolicy, Surfaces, Upstream, UpstreamCache
+from adcp_stale_cache.metrics import CacheMetrics
 
 pytest.importorskip("adcp", reason="the adcp extra is needed")
 
@@ -155,3 +156,72 @@ async def test_through_the_sdks_own_mcp_dispatch() -> None:
             answers.append(result.structured_content["context"]["correlation_id"])
     assert answers == ["A", "B", "C", "D"]
     assert asked == [{"correlation_id": "A"}, {"correlation_id": "B"}, {"correlation_id": "D"}]
+
+
+class Counting(CacheMetrics):
+    def __init__(self) -> None:
+        self.delivered, self.lost = 0, 0
+
+    def stale_serve(self, surface: str, upstream: str, code: str, advisory: bool) -> None:
+        self.delivered += advisory
+
+    def advisory_lost(self, surface: str, upstream: str) -> None:
+        self.lost += 1
+
+
+@pytest.mark.parametrize(
+    ("way_in", "answer", "reason"),
+    [
+        ("skill", "payload", None),
+        ("skill", "text", "not_json"),
+        ("skill", "failed", "failed_task"),
+        ("method", "payload", None),
+        ("method", "text", "not_json"),
+    ],
+)
+async def test_an_advisory_the_answer_drops_counts_as_lost(
+    way_in: str, answer: str, reason: str | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stale serve whose answer cannot carry its advisory (a text answer, a failed task)
+    counts as lost, with its reason, never as delivered; one the answer carries, delivered."""
+    metrics = Counting()
+    surface = SurfacePolicy(name="get_products", field="products", freshness_target_seconds=0)
+    cache = UpstreamCache(MemoryStore(), surfaces=Surfaces.of(surface), metrics=metrics)
+    state = {"up": True}
+
+    async def answered() -> Any:
+        async def load() -> list[Any]:
+            if not state["up"]:
+                raise ConnectionRefusedError
+            return [{"product_id": "p1"}]
+
+        products = await cache.fetch(SUB_AGENT, "products", load)
+        if answer == "text":
+            return f"{len(products)} products"
+        if answer == "failed":
+            return {"products": products, "adcp_error": {"code": "INTERNAL_ERROR"}}
+        return {"products": products}
+
+    class Seller:
+        @with_advisories(cache.surfaces)
+        async def get_products(self, params: Any, context: Any = None) -> Any:
+            return await answered()
+
+    async def ask() -> Any:
+        if way_in == "method":
+            return await Seller().get_products({})
+        return await skill_middleware(cache.surfaces)("get_products", {}, ToolContext(), answered)
+
+    await ask()
+    state["up"], metrics.delivered = False, 0
+    with caplog.at_level("WARNING", logger="adcp_stale_cache"):
+        stale = await ask()
+    lost = [r.getMessage() for r in caplog.records if r.getMessage().startswith("advisory_lost")]
+    if reason is None:
+        assert [e["code"] for e in stale["errors"]] == ["STALE_RESPONSE"]
+        assert (metrics.delivered, metrics.lost) == (1, 0) and not lost
+    else:
+        assert "STALE_RESPONSE" not in str(stale)
+        assert (metrics.delivered, metrics.lost) == (0, 1)
+        [line] = lost
+        assert f"reason={reason}:" in line and "upstream=sub-seller" in line

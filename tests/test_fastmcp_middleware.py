@@ -338,3 +338,84 @@ def test_under_the_asgi_middleware_it_is_said_once(caplog: pytest.LogCaptureFixt
 
         asyncio.run(listing())
         assert len(said(caplog)) == 2
+
+
+try:  # fastmcp 3 and 4
+    from fastmcp.tools import ToolResult
+except ImportError:  # fastmcp 2.x
+    from fastmcp.tools.tool import ToolResult
+
+
+class Counting(CacheMetrics):
+    """Advisories delivered (``stale_serve(advisory=True)``) and lost."""
+
+    def __init__(self) -> None:
+        self.delivered, self.lost = 0, 0
+
+    def stale_serve(self, surface: str, upstream: str, code: str, advisory: bool) -> None:
+        self.delivered += advisory
+
+    def advisory_lost(self, surface: str, upstream: str) -> None:
+        self.lost += 1
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [("json", None), ("text", "not_json"), ("raises", "is_error")],
+    ids=["delivered", "text_result", "tool_raised"],
+)
+def test_an_advisory_the_tool_answer_drops_counts_as_lost(
+    answer: str, reason: str | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """In process (fastmcp's in-memory client, the server's own ``AdvisoryMiddleware``): a
+    stale serve whose tool answer cannot carry its advisory (a text result, a tool that
+    raised) counts as lost, with its reason, never as delivered."""
+    from fastmcp import Client, FastMCP
+
+    from adcp_stale_cache import Upstream, UpstreamCache
+
+    metrics = Counting()
+    cache = UpstreamCache(surfaces=SURFACES, metrics=metrics)
+    upstream, state = Upstream(name="signals-service"), {"up": True}
+
+    async def load() -> Any:
+        if not state["up"]:
+            raise ConnectionRefusedError
+        return SIGNALS
+
+    server = FastMCP("signals-agent")
+    server.add_middleware(AdvisoryMiddleware(cache=cache))
+
+    # No annotations: fastmcp 2.10 cannot read string ones (this module's future import).
+    async def get_signals():
+        signals = await cache.fetch(upstream, "all", load, surface="get_signals")
+        if not state["up"] and answer == "raises":
+            raise ValueError("the decisioning platform failed after the signals were read")
+        if answer == "text":
+            return ToolResult(content=", ".join(s["name"] for s in signals))
+        payload = {"signals": signals}
+        return ToolResult(content=json.dumps(payload), structured_content=payload)
+
+    server.tool(get_signals)
+
+    async def stale() -> Any:
+        async with Client(server) as client:
+            await client.call_tool("get_signals", {})
+            state["up"] = False
+            await asyncio.sleep(PAST_TARGET)
+            metrics.delivered = metrics.lost = 0
+            return await client.call_tool("get_signals", {}, raise_on_error=False)
+
+    with caplog.at_level("WARNING", logger="adcp_stale_cache"):
+        result = asyncio.run(asyncio.wait_for(stale(), 30))
+    texts = " ".join(getattr(block, "text", "") for block in result.content)
+    lost = [r.getMessage() for r in caplog.records if r.getMessage().startswith("advisory_lost")]
+    if reason is None:
+        assert "STALE_RESPONSE" in texts
+        assert (metrics.delivered, metrics.lost) == (1, 0) and not lost
+    else:
+        assert "STALE_RESPONSE" not in texts
+        assert (metrics.delivered, metrics.lost) == (0, 1)
+        [line] = lost
+        assert f"reason={reason}:" in line and "upstream=signals-service" in line

@@ -167,7 +167,7 @@ async def test_bad_or_fatal_payloads_pass_through_untouched(payload: bytes, capl
     response = await call(make_app(payload, stale=("inv",)))
     assert response.status_code == 200
     assert response.content == payload
-    assert "advisories_not_delivered" in caplog.text
+    assert "advisory_lost" in caplog.text
 
 
 async def test_never_writes_adcp_error() -> None:

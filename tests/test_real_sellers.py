@@ -156,7 +156,7 @@ async def test_a_real_failure_is_still_left_alone_and_said_loudly(caplog: Any) -
             failed = (await c.post("/formats?fail=1")).json()
     assert [e["code"] for e in stale["errors"]] == ["STALE_RESPONSE"]
     assert failed["errors"] is None  # a failed task is never mixed with an advisory
-    [record] = [r for r in caplog.records if "advisories_not_delivered" in r.getMessage()]
+    [record] = [r for r in caplog.records if "advisory_lost" in r.getMessage()]
     assert record.levelno == logging.WARNING
 
 

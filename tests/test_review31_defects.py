@@ -495,7 +495,6 @@ def test_review31_a2a_partition_reads_the_arguments_the_skill_gets(
 
 
 @pytest.mark.timeout(30)
-@OPEN
 async def test_review31_an_advisory_dropped_at_delivery_counts_as_lost() -> None:
     """REVIEW 31 defect (observability): issue 31 asked that a stale serve whose advisory no
     request carried be logged and counted apart from a delivered one. Only a serve with no

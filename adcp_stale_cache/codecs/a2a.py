@@ -65,7 +65,7 @@ def inject_result(result: Any, errors: list[dict[str, Any]]) -> None:
     kind, obj = found
     if kind == "task":
         if not is_completed(obj):
-            raise Untouched("A2A task is not completed")
+            raise Untouched("A2A task is not completed", "failed_task")
         inject_artifacts(obj.get("artifacts"), errors)
     elif kind == "message":
         inject_parts(obj.get("parts"), errors)

@@ -31,12 +31,22 @@ def has_long_number(body: bytes) -> bool:
 
 
 class Untouched(Exception):
-    """The body must pass through unchanged; the message says why."""
+    """The body must pass through unchanged; the message says why, ``reason`` in a word (what
+    an ``advisory_lost`` log line names)."""
+
+    reason = "unwritable"
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        if reason is not None:
+            self.reason = reason
 
 
 class NotJson(Untouched, ValueError):
     """A body this package does not read as JSON: not UTF-8, not JSON, or nested deeper than
     a parser holds (a ``ValueError`` too, for callers that answer bad input with a 400)."""
+
+    reason = "not_json"
 
 
 #: Why a value nested past what the parsers and encoders hold is left alone.
@@ -138,7 +148,7 @@ def inject_payload(payload: Any, errors: list[dict[str, Any]]) -> None:
         else:
             existing.extend(errors)
     elif not isinstance(payload, dict):
-        raise Untouched("payload is not a JSON object")
+        raise Untouched("payload is not a JSON object", "not_json")
     if isinstance(errors, Delivery) and foreign_context(payload, errors.context):
         if errors.context in (NO_CONTEXT, UNKNOWN):
             del payload["context"]
@@ -149,9 +159,9 @@ def inject_payload(payload: Any, errors: list[dict[str, Any]]) -> None:
 
 def _check(payload: Any) -> None:
     if not isinstance(payload, dict):
-        raise Untouched("payload is not a JSON object")
+        raise Untouched("payload is not a JSON object", "not_json")
     if present(payload, "adcp_error"):
-        raise Untouched("payload carries adcp_error (a failed task)")
+        raise Untouched("payload carries adcp_error (a failed task)", "failed_task")
     existing = payload.get("errors")
     if existing is not None and not isinstance(existing, list):
         raise Untouched("payload 'errors' is not a list")
@@ -253,7 +263,7 @@ def inject_json(
     """
     payload = loads(body)  # the splice below keeps every byte: no exact parse needed for it
     if rpc_is_envelope and present(payload, "jsonrpc"):
-        raise Untouched("a JSON-RPC message, not a payload: its call was not read")
+        raise Untouched("a JSON-RPC message, not a payload: its call was not read", "call_unread")
     foreign = isinstance(errors, Delivery) and foreign_context(payload, errors.context)
     if not errors and not foreign:
         return body  # nothing to deliver: every byte as it came

@@ -96,9 +96,9 @@ def inject_response(message: Any, call: RpcCall, errors: list[dict[str, Any]]) -
     from . import a2a, mcp
 
     if not same_id(message, call):
-        raise Untouched("not the answer to the tool call")
+        raise Untouched("not the answer to the tool call", "unanswered")
     if present(message, "error"):
-        raise Untouched("JSON-RPC error reply")
+        raise Untouched("JSON-RPC error reply", "rpc_error")
     if call.protocol == "mcp":
         mcp.inject_tool_result(message.get("result"), errors)
     else:
@@ -111,7 +111,9 @@ def inject_body(body: bytes, calls: list[RpcCall], errors: list[dict[str, Any]])
     still made its own call's (for a :class:`~.json.Delivery` in doubt of contexts)."""
     if len(calls) != 1 and (errors or not isinstance(errors, Delivery)
                             or errors.context is KEEP):  # fmt: skip
-        raise Untouched(f"{len(calls)} tool calls in one request: advisories cannot be attributed")
+        raise Untouched(
+            f"{len(calls)} tool calls in one request: advisories cannot be attributed", "batch"
+        )
     if len(calls) != 1:
         assert isinstance(errors, Delivery)  # (the only kind let through above)
         return _own_contexts(body, calls, errors)
@@ -119,7 +121,7 @@ def inject_body(body: bytes, calls: list[RpcCall], errors: list[dict[str, Any]])
     messages = data if isinstance(data, list) else [data]
     answers = [m for m in messages if same_id(m, calls[0])]
     if not answers:
-        raise Untouched("not the answer to the tool call")
+        raise Untouched("not the answer to the tool call", "unanswered")
     refused: Untouched | None = None
     delivered = False
     for answer in answers:  # every message with the call's id: a reused id hides none

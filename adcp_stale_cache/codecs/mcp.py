@@ -16,15 +16,15 @@ def inject_tool_result(result: Any, errors: list[dict[str, Any]]) -> None:
     (``isError: true``) are never touched.
     """
     if not isinstance(result, dict):
-        raise Untouched("tools/call result is not an object")
+        raise Untouched("tools/call result is not an object", "not_json")
     if result.get("isError"):
-        raise Untouched("tool result has isError: true")
+        raise Untouched("tool result has isError: true", "is_error")
     structured = result.get("structuredContent")
     mirrors = _payload_texts(result, structured)
     if isinstance(structured, dict):
         inject_payload(structured, errors)
     elif not mirrors:
-        raise Untouched("tool result holds no JSON payload")
+        raise Untouched("tool result holds no JSON payload", "not_json")
     for block, payload in mirrors:
         inject_payload(payload, errors)
         pretty = "\n" in block["text"]

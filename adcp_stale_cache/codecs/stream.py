@@ -17,16 +17,24 @@ from .jsonrpc import RpcCall, inject_response
 from .sse import EventSplitter, event_data, rewrite_data
 
 Errors = Callable[[], list[dict[str, Any]]]
+Written = Callable[[], None]
 
 
 class RpcEventStream:
     """Rewrite one SSE response answering ``call``; ``errors()`` gives the advisories so far
-    (a :class:`~.json.Delivery` also says whose ``context`` the answer must carry)."""
+    (a :class:`~.json.Delivery` also says whose ``context`` the answer must carry),
+    ``on_written()`` hears that they went into an event, ``on_untouched`` why they could not."""
 
-    def __init__(self, call: RpcCall, errors: Errors, on_untouched: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        call: RpcCall,
+        errors: Errors,
+        on_untouched: Callable[[Untouched], None],
+        on_written: Written = lambda: None,
+    ) -> None:
         self.call = call
         self.errors = errors
-        self.on_untouched = on_untouched
+        self.on_untouched, self.on_written = on_untouched, on_written
         self._splitter = EventSplitter()
         # An A2A artifact event waiting for the final status, then the events after it (held
         # too, so that none overtakes it), and their size.
@@ -69,7 +77,8 @@ class RpcEventStream:
         self._held_size += len(event)
         if self._held_size <= _MAX_HELD_BYTES:
             return b""
-        self.on_untouched("A2A stream: no final status within 1 MiB of events after the artifact")
+        why = "A2A stream: no final status within 1 MiB of events after the artifact"
+        self.on_untouched(Untouched(why, "too_large"))
         return self._release(inject=False)
 
     def _rewritten(self, event: bytes, message: dict[str, Any], data: bytes, exact: bool) -> bytes:
@@ -82,9 +91,11 @@ class RpcEventStream:
             inject_response(message, self.call, errors)
         except Untouched as exc:
             if errors:
-                self.on_untouched(str(exc))
+                self.on_untouched(exc)
             return event
-        if not errors and not _replaced(errors):
+        if errors:
+            self.on_written()
+        elif not _replaced(errors):
             return event  # its context was its own: every byte as it came
         return rewrite_data(event, lambda _: dumps(message))
 
@@ -102,9 +113,11 @@ class RpcEventStream:
                 a2a.inject_parts(found[1].get("artifact", {}).get("parts"), errors)
             except Untouched as exc:
                 if errors:
-                    self.on_untouched(str(exc))
+                    self.on_untouched(exc)
                 return None
-            if not errors and not _replaced(errors):
+            if errors:
+                self.on_written()
+            elif not _replaced(errors):
                 return None  # its context was its own: every byte as it came
             return dumps(message)
 

@@ -47,7 +47,7 @@ from ..advisory import NO_ERRORS_MEMBER
 from ..cache import UpstreamCache
 from ..codecs import Untouched, inject_payload
 from ..codecs.json import KEEP, NO_CONTEXT, Delivery, context_of, delivery
-from ..collector import UNREAD, collect_advisories, current_collector
+from ..collector import UNREAD, AdvisoryCollector, Collecting, current_collector
 from ..keys import digest
 from ..policy import Surfaces
 
@@ -69,11 +69,11 @@ def skill_middleware(surfaces: Surfaces) -> SkillMiddleware:
         # No ASGI request here: the SDK's ToolContext names the principal per-caller keys
         # use, and the skill's parameters are the request (its pin keys by release).
         surface, partition = surfaces.find(skill_name), principal_partition(context)
-        with collect_advisories(surface, partition, params) as collector:
+        with Collecting(surface, partition, params, counted_at_delivery=True) as collector:
             result = await call_next()
         # The SDK echoes the request's context only into an answer that has none.
         found = delivery(collector.errors(), lambda: context_of(params), collector.served_context)
-        return _carrying(result, found, f"skill={skill_name}", skill_name)
+        return _carrying(result, found, collector, skill_name)
 
     return stale_advisories
 
@@ -97,12 +97,13 @@ def principal_partition(context: Any) -> str | None:
 _warned_anonymous = False
 
 
-def _carrying(result: Any, found: Delivery, where: str, tool: str) -> Any:
+def _carrying(result: Any, found: Delivery, collector: AdvisoryCollector, tool: str) -> Any:
     """``result`` with ``found`` delivered (its advisories, its context mended), as a dict
     when it is a model; ``result`` itself when there is nothing to deliver. A tool whose
-    answers have no ``errors[]`` gets no advisories (:data:`NO_ERRORS_MEMBER`)."""
+    answers have no ``errors[]`` gets no advisories (:data:`NO_ERRORS_MEMBER`): those of
+    ``collector`` then count as lost, as do any the answer cannot carry."""
     if found and tool in NO_ERRORS_MEMBER:
-        logger.warning("advisories_not_delivered %s reason=no errors[] in its answers", where)
+        collector.lost("no_errors_member", f"{tool}'s answers have no errors[]")
         found = Delivery([], found.context)
     if not found and found.context is KEEP:
         return result
@@ -114,9 +115,9 @@ def _carrying(result: Any, found: Delivery, where: str, tool: str) -> Any:
     try:
         inject_payload(payload, found)
     except Untouched as exc:
-        # Stale data was served to this call: its buyer is not told, which is never routine.
-        logger.warning("advisories_not_delivered %s reason=%s", where, exc)
+        collector.lost(exc.reason, str(exc))
         return result
+    collector.delivered()
     return payload
 
 
@@ -134,11 +135,11 @@ def with_advisories(surfaces: Surfaces, tool: str | None = None) -> Callable[[Ha
             outer = current_collector()  # the request's (ASGI middleware), or the skill's
             if outer is None:  # the method's params are the request, its context the caller
                 partition = principal_partition(_argument(args, kwargs, "context", 2))
-                opened = collect_advisories(
-                    surface, partition, _argument(args, kwargs, "params", 1)
-                )
+                params = _argument(args, kwargs, "params", 1)
+                opened = Collecting(surface, partition, params, counted_at_delivery=True)
             else:
-                opened = collect_advisories(surface or outer.surface, outer.partition)
+                named = surface or outer.surface
+                opened = Collecting(named, outer.partition, counted_at_delivery=True)
                 opened.collector.budget = outer.budget  # one request, one budget
                 opened.collector.request_field = outer.request_field
             with opened as collector:
@@ -149,7 +150,7 @@ def with_advisories(surfaces: Surfaces, tool: str | None = None) -> Callable[[Ha
             # has none (and a kept idempotent answer then holds none to replay).
             context = NO_CONTEXT if collector.served_context else KEEP
             found = Delivery(collector.errors(), context)
-            return _carrying(result, found, f"tool={method.__name__}", tool or method.__name__)
+            return _carrying(result, found, collector, tool or method.__name__)
 
         return answer
 

@@ -10,7 +10,8 @@ in-memory client), so add this one to the server::
 Each tool call gets a collector of its own (its surface is the tool's name); the advisories
 its fetches recorded go into the tool result's ``errors[]``, in ``structured_content`` and in
 a text block holding the same JSON, as the ASGI middleware writes them on the wire. The
-result stays a success, and a failed one (``isError``) is left alone.
+result stays a success, and a failed one (``isError``) is left alone: its advisories, as any
+the result cannot carry, count as lost (``advisory_lost``).
 
 When a request collector is open already (``StaleAdvisoryMiddleware`` around
 ``server.http_app()``, a parent server's ``AdvisoryMiddleware``), that one delivers and this
@@ -121,12 +122,17 @@ class AdvisoryMiddleware(Middleware):
             return await call_next(context)
         name, arguments = context.message.name, context.message.arguments or {}
         partition_of = self._partition_of(name, arguments)
-        collector = AdvisoryCollector(self.surfaces.find(name), None, partition_of)
+        surface = self.surfaces.find(name)
+        collector = AdvisoryCollector(surface, None, partition_of, counted_at_delivery=True)
         collector.request_field = arguments.get  # the tool's arguments are the AdCP request
         with use_collector(collector):
-            result = await call_next(context)
+            try:
+                result = await call_next(context)
+            except BaseException:  # fastmcp answers it as an isError result
+                collector.lost("is_error", "the tool raised: its answer is an error")
+                raise
         if collector or collector.served_context:
-            self._deliver(result, collector, context_of(arguments), name)
+            self._deliver(result, collector, context_of(arguments))
         return result
 
     def _partition_of(
@@ -144,13 +150,11 @@ class AdvisoryMiddleware(Middleware):
         assert self.partition is not None
         return functools.partial(self.partition, scope)
 
-    def _deliver(
-        self, result: Any, collector: AdvisoryCollector, request_context: Any, tool: str
-    ) -> None:
+    def _deliver(self, result: Any, collector: AdvisoryCollector, request_context: Any) -> None:
         """Append the advisories (and mend the answer's ``context``) in ``result``, in place."""
         delivery = Delivery(collector.errors(), request_context)
         if isinstance(result, _MayFail) and result.is_error:
-            _not_delivered(delivery, tool, "tool result has isError: true", logging.INFO)
+            collector.lost("is_error", "tool result has isError: true")
             return
         wire = {  # the result as the wire has it (its texts only), which the codec rewrites
             "structuredContent": copy.deepcopy(result.structured_content),
@@ -162,7 +166,7 @@ class AdvisoryMiddleware(Middleware):
         try:
             inject_tool_result(wire, delivery)
         except Untouched as exc:
-            _not_delivered(delivery, tool, str(exc), logging.WARNING)
+            collector.lost(exc.reason, str(exc))
             return
         result.structured_content = wire["structuredContent"]
         result.content = [
@@ -171,6 +175,7 @@ class AdvisoryMiddleware(Middleware):
             else block
             for block, new in zip(result.content, wire["content"], strict=True)
         ]
+        collector.delivered()
         if delivery.replaced:
             self._replaced()
 
@@ -182,15 +187,3 @@ class AdvisoryMiddleware(Middleware):
                 "counted in contexts_replaced)"
             )
         self.contexts_replaced += 1
-
-
-def _not_delivered(delivery: Delivery, tool: str, reason: str, level: int) -> None:
-    """Say why ``delivery`` could not go into a tool answer (nothing to say: no advisory)."""
-    if delivery:
-        logger.log(
-            level,
-            "advisories_not_delivered count=%d tool=%s reason=%s",
-            len(delivery),
-            tool,
-            reason,
-        )
