@@ -21,8 +21,10 @@ class Platform(App):
         self.command = (sys.executable, __file__, "--port", str(self.port))
 
     def start(self) -> Platform:
+        from .servers import START_SECONDS  # here: the module also runs as a script
+
         super().start()
-        self.wait(60)
+        self.wait(START_SECONDS)
         return self
 
 

@@ -9,6 +9,8 @@ import httpx
 
 from adcp_stale_cache.demo.processes import App, free_port
 
+from .servers import START_SECONDS
+
 
 class Deployment:
     """``with Deployment(*seller_flags, agents="abc") as d:`` starts all and stops all."""
@@ -48,7 +50,7 @@ class Deployment:
             for app in self.apps:
                 # A seller with sub-sellers imports the adcp client at start (7 to 20 s
                 # here); with 2 workers at load 8 to 12 it took 61 s to listen.
-                app.wait(180)
+                app.wait(START_SECONDS)
         except BaseException:
             self.__exit__()
             raise

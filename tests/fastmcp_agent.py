@@ -79,32 +79,38 @@ class Agent:
 
     def wait(self) -> None:
         """Wait until it listens; if it does not, fail with what it said."""
+        from .servers import START_SECONDS  # here: the module also runs as a script
+
         try:
-            wait_for_port(self.port, 60, process=self.process)
+            wait_for_port(self.port, START_SECONDS, process=self.process)
         except (RuntimeError, TimeoutError) as exc:
             self.log.seek(0)
             said = self.log.read().decode(errors="replace")[-2000:]
             raise RuntimeError(f"creative agent {self.name} did not start: {exc}\n{said}") from exc
 
     def kill(self) -> None:
-        self.process.kill()
-        self.process.wait()
+        from .servers import reap
+
+        reap(self.process, stop=signal.SIGKILL)
 
     def freeze(self) -> None:
         os.kill(self.process.pid, signal.SIGSTOP)
 
     def stop(self) -> None:
+        from .servers import reap
+
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.process.pid, signal.SIGCONT)
-        self.process.kill()
-        self.process.wait()
+        reap(self.process, stop=signal.SIGKILL)
         self.log.close()
 
 
 @contextlib.contextmanager
 def agents(*names: str, formats: str = ":") -> Iterator[dict[str, Agent]]:
-    started = {name: Agent(name, formats) for name in names}
+    started: dict[str, Agent] = {}
     try:
+        for name in names:  # one at a time: a start that fails still stops those before it
+            started[name] = Agent(name, formats)
         for agent in started.values():
             agent.wait()
         yield started

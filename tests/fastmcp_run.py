@@ -3,25 +3,34 @@ the agent started by the ``fastmcp run`` CLI in a process of its own."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
+from importlib.metadata import version
 from pathlib import Path
 from typing import IO, Any
 
-import httpx
 from mcp import ClientSession
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 from adcp_stale_cache.demo.processes import wait_for_port
 
-try:  # mcp 2.x, under fastmcp 4
+from .servers import START_SECONDS, reap
+
+try:  # mcp 2.x (under fastmcp 4) and mcp 1.2x and later (fastmcp 3)
     from mcp.client.streamable_http import streamable_http_client
-except ImportError:  # mcp 1.x, under fastmcp 2 and 3
+except ImportError:  # mcp 1.12, under fastmcp 2
     streamable_http_client = None  # type: ignore[assignment]
     from mcp.client.streamable_http import streamablehttp_client
+
+#: How long a buyer waits for any one answer: never forever. mcp 1.x drops a response
+#: stream that broke off without a word, and its session would wait for the answer for ever.
+#: 20 cold answers of 100 formats, 4 worker threads, took up to 12 s at load 6 here.
+ANSWER_SECONDS = 60.0
+_V1 = version("mcp").startswith("1.")
 
 
 @contextlib.asynccontextmanager
@@ -32,17 +41,21 @@ async def session_at(url: str, principal: str = "buyer-1") -> AsyncIterator[Clie
         if streamable_http_client is None:
             transport = streamablehttp_client(url, headers=headers)
         else:
-            http = await stack.enter_async_context(httpx.AsyncClient(headers=headers))
+            # mcp's own client (30 s, 300 s to read a stream), never httpx's 5 s default:
+            # an answer slower than that to start was cut and, under mcp 1.x, lost.
+            http = await stack.enter_async_context(create_mcp_http_client(headers=headers))
             transport = streamable_http_client(url, http_client=http)
         read, write, *_ = await stack.enter_async_context(transport)
-        session = await stack.enter_async_context(ClientSession(read, write))
-        await asyncio.wait_for(session.initialize(), 30)
+        wait: Any = timedelta(seconds=ANSWER_SECONDS) if _V1 else ANSWER_SECONDS
+        session = await stack.enter_async_context(ClientSession(read, write, wait))
+        await session.initialize()
         yield session
 
 
 async def call_tool(session: ClientSession, tool: str, **arguments: Any) -> tuple[bool, Any, str]:
-    """``tool`` within 20 s: isError, ``structuredContent``, the text block."""
-    result = await asyncio.wait_for(session.call_tool(tool, arguments), 20)
+    """``tool`` (within the session's :data:`ANSWER_SECONDS`): isError, ``structuredContent``,
+    the text block."""
+    result = await session.call_tool(tool, arguments)
     v2 = hasattr(result, "is_error")  # mcp 2.x renamed the members
     [block] = result.content
     structured = result.structured_content if v2 else result.structuredContent
@@ -51,7 +64,8 @@ async def call_tool(session: ClientSession, tool: str, **arguments: Any) -> tupl
 
 @contextlib.contextmanager
 def fastmcp_run(spec: str | Path, port: int, env: dict[str, str], log: IO[bytes]) -> Iterator[None]:
-    """``fastmcp run spec`` serving over HTTP on ``127.0.0.1:port``, listening within 60 s,
+    """``fastmcp run spec`` serving over HTTP on ``127.0.0.1:port``, listening within
+    :data:`START_SECONDS`,
     its stdout and stderr in ``log``. Reaped on the way out, whatever happened."""
     cli = Path(sys.executable).with_name("fastmcp")
     command = [
@@ -64,16 +78,11 @@ def fastmcp_run(spec: str | Path, port: int, env: dict[str, str], log: IO[bytes]
     )  # fmt: skip
     try:
         try:
-            wait_for_port(port, 60, process=started)
+            wait_for_port(port, START_SECONDS, process=started)
         except (RuntimeError, TimeoutError) as exc:
             log.seek(0)
             raise RuntimeError(f"{exc}: {log.read().decode(errors='replace')[-2000:]}") from exc
         yield
     finally:
-        started.terminate()
-        try:
-            started.wait(10)
-        except subprocess.TimeoutExpired:
-            started.kill()
-            started.wait(10)
+        reap(started)
         log.seek(0)

@@ -367,3 +367,44 @@ async def test_unchanged_with_its_own_stale_response_keeps_its_age(
     clock.advance(5)
     _, advisories = await ask(sub)  # stored that old: past our target, so asked again
     assert len(agent.asked) == 3 and advisories == []  # current now, and said so plainly
+
+
+def test_an_agent_that_never_answers_is_a_timeout_within_the_agents_bound() -> None:
+    """A loopback listener that accepts connections and never reads them (a frozen agent),
+    called through the ``adcp`` client, behind a surface whose own deadline is far longer:
+    the agent's ``timeout`` ends the call, a TIMEOUT outage, and the test's bound (60 s)
+    fails a call that would wait on instead of hanging the suite."""
+    import asyncio
+    import socket
+    import time
+
+    pytest.importorskip("adcp", reason="the adcp extra is needed")
+    patient = SUB.model_copy(update={"upstream_timeout_seconds": 120})
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)  # the kernel completes the handshakes; nothing ever reads
+        upstream = Upstream(name="sub", url=f"http://127.0.0.1:{listener.getsockname()[1]}/mcp")
+        cache = UpstreamCache(MemoryStore(), surfaces=Surfaces.of(patient))
+        agent = AdcpAgent(cache, upstream, surface="sub_products", timeout=1)
+        started = time.monotonic()
+        with pytest.raises(UpstreamUnavailable) as raised:
+            asyncio.run(asyncio.wait_for(agent.get_products(WHOLESALE), 60))
+        took = time.monotonic() - started
+    assert raised.value.failure.code == "TIMEOUT"
+    assert took < 1 + 1 + 5  # the bound, the bounded cleanup, a busy machine's margin
+
+
+async def test_a_call_that_never_returns_is_a_timeout(clock: FakeClock) -> None:
+    """Any ``call=`` is bounded alike: one that never returns is a TIMEOUT outage."""
+    import asyncio
+
+    async def never(tool: str, params: dict[str, Any]) -> dict[str, Any]:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    patient = SUB.model_copy(update={"upstream_timeout_seconds": 120})
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(patient), clock=clock)
+    agent = AdcpAgent(cache, UPSTREAM, surface="sub_products", call=never, timeout=0.2)
+    with pytest.raises(UpstreamUnavailable) as raised:
+        await asyncio.wait_for(agent.get_products(WHOLESALE), 30)
+    assert raised.value.failure.code == "TIMEOUT"

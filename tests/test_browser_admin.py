@@ -19,6 +19,8 @@ import pytest
 
 from adcp_stale_cache.demo.processes import App, free_port
 
+from .servers import START_SECONDS
+
 pytestmark = pytest.mark.e2e
 TOKEN = "browser-test-token-0123456789"
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
@@ -60,7 +62,7 @@ def test_operator_page_in_chromium(browser: Any, tmp_path: Path) -> None:
         for app in (inventory, seller):
             app.start()
         for app in (inventory, seller):
-            app.wait()
+            app.wait(START_SECONDS)
         for principal in ("alice", "bob"):  # two callers: two entries
             ask(seller, principal)
 

@@ -12,6 +12,8 @@ import pytest
 from adcp_stale_cache.buyer import covered_items, payload_of, stale_advisories, summary
 from adcp_stale_cache.demo.processes import App, free_port
 
+from .servers import START_SECONDS
+
 ADVISORY = {
     "code": "STALE_RESPONSE", "message": "Served cached formats", "recovery": "transient",
     "field": "formats",
@@ -99,7 +101,7 @@ def outage() -> Iterator[dict[str, App]]:
         for app in apps.values():
             app.start()
         for app in apps.values():
-            app.wait()
+            app.wait(START_SECONDS)
         for tool in ("get_products", "list_creative_formats"):
             httpx.post(f"{apps['seller'].url}/api/{tool}", json={}, timeout=20).raise_for_status()
         apps["inventory"].kill()

@@ -16,7 +16,7 @@ from adcp_stale_cache.conformance import check_seller
 from adcp_stale_cache.demo.processes import App, free_port
 from adcp_stale_cache.demo.seller import create_seller_app
 
-from .servers import serve
+from .servers import START_SECONDS, serve
 
 pytestmark = pytest.mark.e2e
 pytest.importorskip("jsonschema", reason="the check extra is needed")
@@ -33,7 +33,7 @@ def upstreams() -> Iterator[dict[str, App]]:
         for app in apps.values():
             app.start()
         for app in apps.values():
-            app.wait()
+            app.wait(START_SECONDS)
         yield apps
     finally:
         for app in apps.values():
@@ -278,7 +278,7 @@ def test_the_command_line_passes_the_example_seller_and_names_what_a_proxy_broke
         for app in (with_controller, without):
             app.start()
         for app in (with_controller, without):
-            app.wait()
+            app.wait(START_SECONDS)
         for transport, path in (("mcp", "/mcp"), ("a2a", "/")):
             done = check(f"{with_controller.url}{path}", transport)
             assert done.returncode == 0, done.stdout + done.stderr

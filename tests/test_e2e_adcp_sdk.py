@@ -19,6 +19,8 @@ import pytest
 
 from adcp_stale_cache.demo.processes import App, free_port, wait_for_port
 
+from .servers import START_SECONDS, reap
+
 pytest.importorskip("adcp", reason="the adcp extra is needed")
 pytestmark = pytest.mark.e2e
 
@@ -40,27 +42,26 @@ class SdkSeller:
 def inventory() -> Iterator[App]:
     app = App("inventory-service", free_port()).start()
     try:
-        yield app.wait()
+        yield app.wait(START_SECONDS)
     finally:
         app.stop()
 
 
 @pytest.fixture(scope="module")
 def sellers(inventory: App) -> Iterator[dict[str, SdkSeller]]:
-    started = {
-        "asgi": SdkSeller(inventory.url),
-        "skill": SdkSeller(inventory.url, "--skill-middleware"),
-        "idempotent": SdkSeller(inventory.url, "--token", f"{TOKEN}=buyer-1"),
-    }
+    flags = {"asgi": (), "skill": ("--skill-middleware",),
+             "idempotent": ("--token", f"{TOKEN}=buyer-1")}  # fmt: skip
+    started: dict[str, SdkSeller] = {}
     try:
+        for name, given in flags.items():  # one at a time: a failed start stops the others
+            started[name] = SdkSeller(inventory.url, *given)
         for seller in started.values():
-            wait_for_port(seller.port, timeout=180)
+            wait_for_port(seller.port, START_SECONDS, process=seller.process)
             httpx.post(f"{seller.url}/mcp", timeout=30)  # first request warms lazy imports
         yield started
     finally:
         for seller in started.values():
-            seller.process.terminate()
-            seller.process.wait(10)
+            reap(seller.process)
 
 
 TOKEN = "buyer-token-1"

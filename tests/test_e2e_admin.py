@@ -12,6 +12,7 @@ import pytest
 from adcp_stale_cache.demo.processes import App, free_port
 
 from .redis_server import RedisServer
+from .servers import START_SECONDS
 
 pytestmark = pytest.mark.e2e
 TOKEN = "operator-token-0123456789"
@@ -41,14 +42,14 @@ def test_two_sellers_on_one_redis_follow_invalidations_through_one_admin() -> No
         for app in apps:
             app.start()
         for app in apps:
-            app.wait()
+            app.wait(START_SECONDS)
         for seller in (a, b):
             status, body = products(seller)
             assert status == 200 and len(body["products"]) == 4 and not stale(body)
 
         inventory.stop()  # restarted with another product count
         inventory = App("inventory-service", inventory_port, "--products", "6", quiet=True)
-        apps[0] = inventory.start().wait()
+        apps[0] = inventory.start().wait(START_SECONDS)
         assert all(len(products(s)[1]["products"]) == 4 for s in (a, b))  # fresh for 600 s
 
         for headers in ({}, {"Authorization": "Bearer not-the-operator-token"}):

@@ -105,6 +105,29 @@ def stale_of(answer: dict[str, Any]) -> list[dict[str, Any]]:
     return [e for e in answer.get("errors") or [] if e.get("code") == "STALE_RESPONSE"]
 
 
+def test_an_answer_slower_than_httpx_default_timeout_reaches_the_buyer() -> None:
+    """Issue 33's lost answer: at load 2 to 6 a cold answer took over 5 s to start, the
+    buyer's httpx client (httpx's 5 s default read timeout) cut its response stream, mcp 1.x
+    dropped the stream without a word and the round waited for ever. Forced here: an answer
+    5.5 s late."""
+    from fastmcp import FastMCP
+
+    server = FastMCP("late")
+
+    @server.tool
+    async def late() -> str:
+        await asyncio.sleep(5.5)  # past httpx's default 5 s
+        return "late"
+
+    async def ask(url: str) -> Any:
+        async with session_at(url) as session:  # the test's bound: never the suite's hang
+            return await asyncio.wait_for(session.call_tool("late", {}), 30)
+
+    with serve(server.http_app(path="/mcp")) as seller:
+        result = asyncio.run(ask(f"{seller}/mcp"))
+    assert result.content[0].text == "late"
+
+
 def test_killed_agent_every_answer_carries_one_advisory(assert_valid_advisory: Any) -> None:
     seller_module = load_example()
     with agents("agent-a", "agent-b") as running, contextlib.ExitStack() as stack:

@@ -22,6 +22,8 @@ from adcp_stale_cache import (
 from adcp_stale_cache.demo.processes import App, free_port
 from adcp_stale_cache.entry import Entry, Terms
 
+from .servers import START_SECONDS
+
 pytestmark = pytest.mark.e2e
 
 
@@ -38,7 +40,7 @@ def test_past_the_target_the_seller_revalidates_with_304s_and_no_body() -> None:
         for app in (inventory, seller):
             app.start()
         for app in (inventory, seller):
-            app.wait()
+            app.wait(START_SECONDS)
         warmed = httpx.post(f"{seller.url}/api/get_products", json={}, timeout=10).json()
         before = stats(inventory)
         assert before == {"200": 1, "304": 0}
@@ -62,7 +64,7 @@ def test_the_seller_honours_the_inventorys_max_age_within_its_policy() -> None:
         for app in (inventory, seller):
             app.start()
         for app in (inventory, seller):
-            app.wait()
+            app.wait(START_SECONDS)
         httpx.post(f"{seller.url}/api/get_products", json={}, timeout=10)
         httpx.post(f"{seller.url}/api/get_products", json={}, timeout=10)
         assert stats(inventory) == {"200": 1, "304": 0}  # fresh within max-age=1
@@ -77,7 +79,9 @@ def test_the_seller_honours_the_inventorys_max_age_within_its_policy() -> None:
 
 async def test_a_304_after_the_upstream_restarted_with_the_same_body() -> None:
     port = free_port()
-    inventory = App("inventory-service", port, "--max-age", "1", quiet=True).start().wait()
+    inventory = (
+        App("inventory-service", port, "--max-age", "1", quiet=True).start().wait(START_SECONDS)
+    )
     surface = SurfacePolicy(name="get_products", freshness_target_seconds=60,
                             max_stale_seconds=600, honor_cache_control=True)  # fmt: skip
     cache = UpstreamCache(surfaces=Surfaces.of(surface))
@@ -86,7 +90,9 @@ async def test_a_304_after_the_upstream_restarted_with_the_same_body() -> None:
     try:
         first = (await client.get("/products")).json()
         inventory.stop()
-        inventory = App("inventory-service", port, "--max-age", "1", quiet=True).start().wait()
+        inventory = (
+            App("inventory-service", port, "--max-age", "1", quiet=True).start().wait(START_SECONDS)
+        )
         await asyncio.sleep(1.1)  # past the upstream's max-age=1 (the policy allows 60)
         with collect_advisories() as advisories:
             again = await client.get("/products")

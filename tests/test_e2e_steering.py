@@ -35,6 +35,7 @@ import pytest
 from adcp_stale_cache.demo.processes import App, free_port, wait_for_port
 
 from .redis_server import RedisServer
+from .servers import START_SECONDS
 
 pytestmark = pytest.mark.e2e
 TOKEN = "operator-token-0123456789"
@@ -59,7 +60,7 @@ class Inventory:
             [sys.executable, "-m", "tests.versioned_inventory", str(self.port),
              json.dumps(self.versions)], cwd=root, stdin=subprocess.DEVNULL,
         )  # fmt: skip
-        wait_for_port(self.port)
+        wait_for_port(self.port, START_SECONDS, process=self.process)
 
     def kill(self) -> None:
         if self.process is not None:
@@ -156,7 +157,7 @@ def test_an_operator_at_random_for_a_minute_never_breaks_an_invariant(
         for seller in sellers:
             seller.start()
         for seller in sellers:
-            seller.wait()
+            seller.wait(START_SECONDS)
 
         def buyer(principal: str) -> None:
             auth = PRINCIPALS[principal]

@@ -22,6 +22,7 @@ from adcp_stale_cache.stores import MemoryStore, TieredStore
 from adcp_stale_cache.stores.sqlite import SqliteStore
 
 from .conftest import CountingUpstream
+from .servers import START_SECONDS
 
 POLICY = SurfacePolicy(name="get_products", field="products", freshness_target_seconds=1,
                        max_stale_seconds=600, upstream_timeout_seconds=2)  # fmt: skip
@@ -205,11 +206,11 @@ def stale(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_seller_sigkilled_and_restarted_serves_stale_from_its_file(tmp_path: Path) -> None:
-    inventory = App("inventory-service", free_port(), "--products", "4").start().wait()
+    inventory = App("inventory-service", free_port(), "--products", "4").start().wait(START_SECONDS)
     cache_file = str(tmp_path / "seller.db")
     flags = ("--inventory-service", inventory.url, "--freshness-target", "1",
              "--max-stale", "3600", "--upstream-timeout", "1", "--cache-file", cache_file)  # fmt: skip
-    seller = App("seller", free_port(), *flags).start().wait()
+    seller = App("seller", free_port(), *flags).start().wait(START_SECONDS)
     other: App | None = None
     try:
         warm = httpx.post(f"{seller.url}/api/get_products", json={}, timeout=10)
@@ -219,18 +220,18 @@ def test_seller_sigkilled_and_restarted_serves_stale_from_its_file(tmp_path: Pat
         inventory.kill()
         seller.kill()  # SIGKILL: no shutdown, no flush
         time.sleep(1.2)
-        seller = App("seller", seller.port, *flags).start().wait()
+        seller = App("seller", seller.port, *flags).start().wait(START_SECONDS)
         answer = httpx.post(f"{seller.url}/api/get_products", json={}, timeout=10)
         [advisory] = stale(answer.json())
         assert answer.status_code == 200 and answer.json()["products"] == products
         assert advisory["details"]["cache_age_seconds"] >= int(time.time() - stored) - 1 >= 0
         # A second process on the same file, never warmed, serves the first one's entry.
-        other = App("seller", free_port(), *flags).start().wait()
+        other = App("seller", free_port(), *flags).start().wait(START_SECONDS)
         cold = httpx.post(f"{other.url}/api/get_products", json={}, timeout=10)
         assert cold.status_code == 200 and cold.json()["products"] == products
         assert len(stale(cold.json())) == 1
         # Another schema version never reads it: the spec's failure, no stale data.
-        v2 = App("seller", free_port(), *flags, "--schema-version", "2").start().wait()
+        v2 = App("seller", free_port(), *flags, "--schema-version", "2").start().wait(START_SECONDS)
         try:
             failed = httpx.post(f"{v2.url}/api/get_products", json={}, timeout=10)
             assert failed.status_code == 503 and "products" not in failed.json()
@@ -245,9 +246,9 @@ def test_seller_sigkilled_and_restarted_serves_stale_from_its_file(tmp_path: Pat
 def test_a_garbage_cache_file_does_not_stop_the_seller(tmp_path: Path) -> None:
     cache_file = tmp_path / "seller.db"
     cache_file.write_bytes(os.urandom(10_000))
-    inventory = App("inventory-service", free_port()).start().wait()
+    inventory = App("inventory-service", free_port()).start().wait(START_SECONDS)
     seller = App("seller", free_port(), "--inventory-service", inventory.url,
-                 "--cache-file", str(cache_file)).start().wait()  # fmt: skip
+                 "--cache-file", str(cache_file)).start().wait(START_SECONDS)  # fmt: skip
     try:
         answer = httpx.post(f"{seller.url}/api/get_products", json={}, timeout=10)
         assert answer.status_code == 200 and answer.json()["products"]
@@ -283,10 +284,10 @@ def test_store_urls_from_the_environment_and_bad_ones(tmp_path: Path) -> None:
 
 
 def test_three_workers_share_the_file_through_an_outage(tmp_path: Path) -> None:
-    inventory = App("inventory-service", free_port(), "--products", "3").start().wait()
+    inventory = App("inventory-service", free_port(), "--products", "3").start().wait(START_SECONDS)
     seller = App("seller", free_port(), "--inventory-service", inventory.url,
                  "--freshness-target", "1", "--upstream-timeout", "1",
-                 "--cache-file", str(tmp_path / "seller.db"), "--workers", "3").start().wait()  # fmt: skip
+                 "--cache-file", str(tmp_path / "seller.db"), "--workers", "3").start().wait(START_SECONDS)  # fmt: skip
     try:
         warm = httpx.post(f"{seller.url}/api/get_products", json={}, timeout=10)
         products = warm.json()["products"]

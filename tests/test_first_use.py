@@ -34,7 +34,7 @@ from adcp_stale_cache.demo.processes import App, free_port
 from adcp_stale_cache.failures import Failure
 from adcp_stale_cache.policy import FailureKind
 
-from .servers import serve
+from .servers import START_SECONDS, serve
 from .test_examples import load, readme_quickstart
 
 QUICK_STARTS = {"readme": readme_quickstart, "example": lambda: load("fastapi_seller")}
@@ -44,7 +44,7 @@ QUICK_STARTS = {"readme": readme_quickstart, "example": lambda: load("fastapi_se
 def inventory() -> Iterator[App]:
     app = App("inventory-service", free_port(), quiet=True).start()
     try:
-        yield app.wait()
+        yield app.wait(START_SECONDS)
     finally:
         app.stop()
 

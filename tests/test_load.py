@@ -20,6 +20,8 @@ import pytest
 
 from adcp_stale_cache.demo.processes import free_port, wait_for_port
 
+from .servers import START_SECONDS, reap
+
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,11 +49,10 @@ def seller_port() -> Iterator[int]:
     ]
     server = subprocess.Popen(command, cwd=ROOT, stdin=subprocess.DEVNULL)
     try:
-        wait_for_port(port)
+        wait_for_port(port, START_SECONDS, process=server)
         yield port
     finally:
-        server.terminate()
-        server.wait(10)
+        reap(server)
 
 
 async def test_load_with_30_percent_failing_upstreams(seller_port: int) -> None:

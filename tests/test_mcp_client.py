@@ -141,3 +141,110 @@ async def test_the_example_mcp_apps_answer_under_the_address_they_are_served_at(
             async with httpx.AsyncClient(transport=transport, base_url="http://x") as client:
                 answer = await client.post("/mcp", json=initialize, headers=headers)
         assert answer.status_code == 200, (app, answer.status_code, answer.text[:200])
+
+
+class ScriptedMcp:
+    """A streamable HTTP MCP server in a few lines: it initialises like any, and answers
+    ``tools/call`` as the test says (``answer``: after ``delay`` seconds, or a response
+    stream that breaks off with no event in it)."""
+
+    def __init__(self, answer: dict[str, Any] | None, delay: float = 0.0) -> None:
+        self.answer, self.delay = answer, delay
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        import asyncio
+
+        if scope["type"] != "http":
+            return
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body, more = body + message.get("body", b""), message.get("more_body", False)
+        request = json.loads(body) if body else {}
+        if scope["method"] != "POST" or "id" not in request:  # GET, DELETE, notifications
+            status = {"GET": 405, "DELETE": 200}.get(scope["method"], 202)
+            await send({"type": "http.response.start", "status": status, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        if request["method"] == "initialize":
+            result: dict[str, Any] | None = {
+                "protocolVersion": request["params"]["protocolVersion"], "capabilities": {},
+                "serverInfo": {"name": "scripted", "version": "1"},
+            }  # fmt: skip
+        elif request["method"] == "tools/list":  # the client checks the result against it
+            result = {"tools": []}
+        else:
+            await asyncio.sleep(self.delay)
+            result = self.answer
+        if result is None:  # the stream opens, then breaks off with no answer in it
+            headers = [(b"content-type", b"text/event-stream")]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": b": opened\n\n"})
+            return
+        answer = json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": result})
+        headers = [(b"content-type", b"application/json"), (b"mcp-session-id", b"s1")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": answer.encode()})
+
+
+def _bounded_call(url: str, timeout: float) -> tuple[BaseException | dict[str, Any], float]:
+    """``call_mcp_tool`` with ``timeout``: what it raised or returned, and when. The test's
+    own bound (60 s) fails a call that would wait forever rather than hang the suite."""
+    import asyncio
+    import time
+
+    from adcp_stale_cache.integrations.mcp_client import call_mcp_tool
+
+    started = time.monotonic()
+    try:
+        call = call_mcp_tool(url, "list_creative_formats", timeout=timeout)
+        outcome: BaseException | dict[str, Any] = asyncio.run(asyncio.wait_for(call, 60))
+    except Exception as exc:
+        outcome = exc
+    return outcome, time.monotonic() - started
+
+
+def test_a_server_that_never_answers_is_a_timeout_within_the_call_s_bound() -> None:
+    """A loopback listener that accepts connections and never reads them (a frozen agent):
+    the call ends with a TIMEOUT outage after its ``timeout``, never waits on."""
+    import socket
+
+    from adcp_stale_cache.failures import classify
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)  # the kernel completes the handshakes; nothing ever reads
+        port = listener.getsockname()[1]
+        outcome, took = _bounded_call(f"http://127.0.0.1:{port}/mcp", timeout=1)
+    assert isinstance(outcome, TimeoutError), outcome
+    assert classify(outcome).code == "TIMEOUT"
+    assert took < 1 + 1 + 5  # the bound, the bounded cleanup, a busy machine's margin
+
+
+@pytest.mark.parametrize("answer", [None], ids=["stream-broken-off"])
+def test_an_answer_lost_on_a_broken_off_stream_is_an_outage_not_a_hang(answer: Any) -> None:
+    """mcp 1.x drops a response stream that ends with no answer in it, without a word: the
+    session waited for ever (issue 33's hang, at the buyer). The call's bound ends it."""
+    from adcp_stale_cache.failures import classify
+    from adcp_stale_cache.policy import DEFAULT_STALE_ON
+
+    from .servers import serve
+
+    with serve(ScriptedMcp(answer)) as url:
+        outcome, took = _bounded_call(f"{url}/mcp", timeout=1)
+    assert isinstance(outcome, Exception), outcome
+    assert classify(outcome).kind in DEFAULT_STALE_ON, (outcome, classify(outcome))
+    assert took < 1 + 1 + 5
+
+
+def test_an_answer_slower_than_httpx_default_timeout_arrives() -> None:
+    """httpx's own 5 s default read timeout cut an answer slower than that to start, well
+    within the call's deadline (under mcp 1.x, lost without a word): the call's ``timeout``
+    is every read's."""
+    from .servers import serve
+
+    formats = {"formats": [{"format_id": {"id": "late"}}]}
+    result = {"content": [], "structuredContent": formats, "isError": False}
+    with serve(ScriptedMcp(result, delay=5.5)) as url:
+        outcome, _ = _bounded_call(f"{url}/mcp", timeout=20)
+    assert outcome == formats

@@ -18,7 +18,7 @@ import pytest
 
 from adcp_stale_cache.demo.processes import App, free_port
 
-from .servers import serve
+from .servers import START_SECONDS, serve
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.e2e
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.e2e
 def inventory() -> Iterator[App]:
     app = App("inventory-service", free_port(), quiet=True).start()
     try:
-        yield app.wait()
+        yield app.wait(START_SECONDS)
     finally:
         app.stop()
 

@@ -19,6 +19,7 @@ from adcp_stale_cache.stores.redis import RedisStore, decode, encode
 
 from .conftest import CountingUpstream
 from .redis_server import RedisServer
+from .servers import START_SECONDS
 
 redis_asyncio = pytest.importorskip("redis.asyncio", reason="the redis extra is needed")
 
@@ -251,7 +252,7 @@ def test_two_sellers_share_one_redis(redis_server: RedisServer) -> None:
         for app in apps[1:]:
             app.start()
         for app in apps:
-            app.wait()
+            app.wait(START_SECONDS)
         warm = httpx.post(f"{seller_a.url}/api/get_products", json={}, timeout=10)
         assert warm.status_code == 200 and "errors" not in warm.json()
         inventory.kill()

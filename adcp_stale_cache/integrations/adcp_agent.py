@@ -46,6 +46,7 @@ from ..hops import delivered, directives_of, revalidated
 from ..keys import digest
 from ..policy import FailureKind, Upstream
 from ..wholesale import canonical, release_of
+from .deadline import within
 
 #: How the adapter reaches the agent: ``(tool, params) -> the answer's wire payload`` (a
 #: dict, ``adcp_error`` and all); raises for transport failures.
@@ -91,7 +92,8 @@ class AdcpAgent:
 
     ``token`` is sent as ``Authorization: Bearer``, and joins the keys (beside the
     upstream's own ``credentials``, if any): agents called with two tenants' tokens never
-    share an entry.
+    share an entry. No call to the agent (``call=`` or the ``adcp`` client's) waits longer
+    than ``timeout``: past it, a ``TIMEOUT`` outage.
     """
 
     def __init__(
@@ -112,6 +114,7 @@ class AdcpAgent:
             upstream = upstream.model_copy(update={"credentials": SecretStr(keyed)})
         self.cache, self.upstream, self.surface = cache, upstream, surface
         self.call: AgentCall = call or adcp_client_call(upstream.url or "", token, timeout)
+        self.timeout = timeout
 
     async def get_products(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """The agent's ``get_products`` answer to ``request``, as a seller composes it."""
@@ -176,8 +179,12 @@ class AdcpAgent:
         )  # fmt: skip
         return {LAYER: "public", "cache_scope": "public"}
 
+    async def _wire(self, tool: str, params: dict[str, Any]) -> dict[str, Any]:
+        """The agent's wire payload, within ``timeout``."""
+        return await within(self.call(tool, params), self.timeout, f"the agent's {tool!r}")
+
     async def _answer(self, tool: str, params: dict[str, Any]) -> dict[str, Any]:
-        answer = answer_of(await self.call(tool, params))
+        answer = answer_of(await self._wire(tool, params))
         if answer.get("unchanged") is True:  # sent no token: there is nothing it could match
             raise InvalidPayload("the agent answered unchanged to a request with no token")
         return answer
@@ -193,7 +200,7 @@ class AdcpAgent:
         pricing = held.get("pricing_version")
         if isinstance(pricing, str):
             probe["if_pricing_version"] = pricing
-        answer = answer_of(await self.call(tool, probe))
+        answer = answer_of(await self._wire(tool, probe))
         if answer.get("unchanged") is not True:
             return answer
         same = all(answer.get(name) == held.get(name) for name in _ECHOED)

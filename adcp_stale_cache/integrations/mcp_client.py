@@ -1,7 +1,8 @@
 """Call a tool on an MCP server (a creative agent, a sub-agent) and get its AdCP payload.
 
 Pair it with :meth:`UpstreamCache.fetch`, which bounds the call with the upstream's deadline
-and abandons the client's cleanup when the server is frozen::
+and abandons the client's cleanup when the server is frozen (the call's own ``timeout`` is
+the last bound, for a caller without one)::
 
     formats = await cache.fetch(
         agent, ("list_creative_formats", args),
@@ -19,12 +20,15 @@ from typing import Any
 
 from ..codecs import present
 from ..codecs.json import loads
-from ..failures import InvalidPayload, UpstreamError, UpstreamHTTPError, retry_after_of
+from ..failures import InvalidPayload, UpstreamError, UpstreamHTTPError, _causes, retry_after_of
+from .deadline import within
 
 try:  # mcp 2.x
     import httpx2
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import CONNECTION_CLOSED
 
     MCP_V1 = False
 except ImportError:  # mcp 1.x (typed here against 2.x: the names below exist only in 1.x)
@@ -42,15 +46,31 @@ async def call_mcp_tool(
     arguments: Mapping[str, Any] | None = None,
     *,
     headers: Mapping[str, str] | None = None,
+    timeout: float = 30.0,
 ) -> dict[str, Any]:
     """One ``tools/call`` over streamable HTTP; returns the payload as a dict.
 
+    Never waits longer than about ``timeout`` seconds (connecting, each HTTP read, the whole
+    call): an answer that never comes, or that mcp 1.x loses with a broken-off stream,
+    raises :class:`TimeoutError`, an outage (``TIMEOUT``) the cache serves stale over; one
+    that mcp 2.x sees break off raises :class:`ConnectionResetError` (``CONNECTION_RESET``).
     Raises :class:`~adcp_stale_cache.UpstreamError` for a tool error (``isError: true``,
     with the payload's ``adcp_error`` code when it has one),
     :class:`~adcp_stale_cache.InvalidPayload` when the result holds no JSON object and
     :class:`~adcp_stale_cache.failures.UpstreamHTTPError` when the server answered a 5xx or
     a 429 (an outage, served stale).
     """
+    call = _call(url, tool, arguments, headers, timeout)
+    return await within(call, timeout, f"MCP tool {tool!r}")
+
+
+async def _call(
+    url: str,
+    tool: str,
+    arguments: Mapping[str, Any] | None,
+    headers: Mapping[str, str] | None,
+    timeout: float,
+) -> dict[str, Any]:
     if not MCP_V1:
         # mcp 2.x turns an HTTP error into a JSON-RPC "Server returned an error response"
         # (-32603) and drops the status: a 503 would read as the caller's own bug, never as
@@ -61,13 +81,20 @@ async def call_mcp_tool(
             if response.status_code >= 500 or response.status_code == 429:
                 outage.append(response)
 
-        http = httpx2.AsyncClient(headers=dict(headers or {}), event_hooks={"response": [watch]})
+        # timeout: httpx's own default (5 s) cut an answer slower than that to start.
+        http = httpx2.AsyncClient(
+            headers=dict(headers or {}), timeout=timeout, event_hooks={"response": [watch]}
+        )
         # cache=None: the MCP client must not answer from a cache of its own behind ours.
         transport = streamable_http_client(url, http_client=http)
         try:
             async with http, Client(transport, cache=None) as client:
                 result = await client.call_tool(tool, dict(arguments or {}))
         except Exception as exc:
+            if not outage and _broke_off(exc):
+                # mcp 2.x's "SSE stream ended without a response": the answer broke off,
+                # an outage (never the caller's bug).
+                raise ConnectionResetError("the MCP server's answer broke off") from exc
             if not outage:
                 raise
             failed = outage[0]
@@ -76,12 +103,19 @@ async def call_mcp_tool(
             ) from exc
     else:
         async with (
-            streamablehttp_client(url, headers=dict(headers or {})) as (read, write, _),
+            streamablehttp_client(
+                url, headers=dict(headers or {}), timeout=timeout, sse_read_timeout=timeout
+            ) as (read, write, _),
             ClientSession(read, write) as session,
         ):
             await session.initialize()
             result = await session.call_tool(tool, dict(arguments or {}))
     return _answer_of(result, tool)
+
+
+def _broke_off(exc: BaseException) -> bool:
+    """mcp 2.x's own error for a connection or response stream that closed unanswered."""
+    return any(isinstance(e, MCPError) and e.code == CONNECTION_CLOSED for e in _causes(exc))
 
 
 def _answer_of(result: Any, tool: str) -> dict[str, Any]:
