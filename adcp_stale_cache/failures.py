@@ -220,7 +220,7 @@ def classify(
     ``CONNECTION_REFUSED``, one with no cause becomes what the mapping says (its name or
     message are never read once mapped).
     """
-    found = list(_causes(exc))
+    found = list(causes_of(exc))
     if failure_types:
         mapped = _mapped(found, failure_types)
         if mapped is not None:
@@ -228,7 +228,7 @@ def classify(
             # What the matched exception's own causes say, when it says more; the matched
             # exception itself is not read by the heuristics (its name or message would
             # override what the adopter said of it).
-            causes = list(_causes(matched))[1:]
+            causes = list(causes_of(matched))[1:]
             own = _from_chain(causes, timeout_seconds)
             return meant if own.code in _GENERIC_CODES else own
     return _from_chain(found, timeout_seconds)
@@ -397,7 +397,7 @@ def _first_code(errors: object) -> str | None:
     return None
 
 
-def _causes(exc: BaseException) -> Iterator[BaseException]:
+def causes_of(exc: BaseException) -> Iterator[BaseException]:
     """The exception, the members of its groups, and its cause/context chains, each once."""
     seen: set[int] = set()
     stack = [exc]

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..codecs import present
 from ..codecs.json import loads
-from ..failures import InvalidPayload, UpstreamError, UpstreamHTTPError, _causes, retry_after_of
+from ..failures import InvalidPayload, UpstreamError, UpstreamHTTPError, causes_of, retry_after_of
 from .deadline import within
 
 try:  # mcp 2.x
@@ -115,7 +115,7 @@ async def _call(
 
 def _broke_off(exc: BaseException) -> bool:
     """mcp 2.x's own error for a connection or response stream that closed unanswered."""
-    return any(isinstance(e, MCPError) and e.code == CONNECTION_CLOSED for e in _causes(exc))
+    return any(isinstance(e, MCPError) and e.code == CONNECTION_CLOSED for e in causes_of(exc))
 
 
 def _answer_of(result: Any, tool: str) -> dict[str, Any]:
