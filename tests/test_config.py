@@ -17,6 +17,11 @@ from adcp_stale_cache.config import ConfigError, StaleCacheConfig, load_config
 from adcp_stale_cache.config_reference import reference_markdown
 from adcp_stale_cache.stores import MemoryStore, TieredStore
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the backport the package itself reads TOML with there
+    import tomli as tomllib
+
 ROOT = Path(__file__).resolve().parents[1]
 DOC = (ROOT / "docs" / "configuration.md").read_text()
 
@@ -66,8 +71,6 @@ def test_the_documented_python_runs(toml_file: Path, monkeypatch: pytest.MonkeyP
 
 def test_yaml_and_json_give_the_same_config(toml_file: Path, tmp_path: Path) -> None:
     expected = load_config(toml_file, environ={})
-    import tomllib
-
     data = tomllib.loads(toml_file.read_text())
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(data))
     (tmp_path / "c.json").write_text(json.dumps(data))

@@ -9,6 +9,7 @@ import inspect
 import socket
 import ssl
 import struct
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -43,6 +44,9 @@ from adcp_stale_cache.status_text import status_in_text
 
 from .servers import serve
 
+if sys.version_info < (3, 11):  # the backport's group, as anyio raises there
+    from exceptiongroup import ExceptionGroup
+
 
 def chained(outer: BaseException, inner: BaseException) -> BaseException:
     outer.__cause__ = inner
@@ -61,7 +65,7 @@ CASES = [
     ),
     (
         # What the mcp 2.x client raises for a refused connection.
-        ExceptionGroup(  # noqa: F821 (3.11+, as the mcp client)
+        ExceptionGroup(
             "unhandled errors in a TaskGroup",
             [
                 chained(

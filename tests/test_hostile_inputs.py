@@ -28,8 +28,10 @@ from adcp_stale_cache.failures import Failure, FailureKind
 
 from .test_hardening import POLICY
 
-DEEP = b"[" * 3000 + b"]" * 3000  # 6 KB: past orjson's 1,024 levels and the stdlib's stack
-#: Read by orjson (under 1,024 levels), but past what orjson (255) and the stdlib re-encode.
+#: 40 KB: past orjson's 1,024 levels and every stdlib's (3.13's C stack holds 10,000).
+DEEP = b"[" * 20_000 + b"]" * 20_000
+#: Read by orjson (under 1,024 levels), but past what orjson (255) and the package's stdlib
+#: (STDLIB_DEPTH, 512, on every Python: 3.12's own holds 1,500) re-encode.
 READABLE_DEEP = b"[" * 1000 + b"]" * 1000
 DOWN = Failure(FailureKind.CONNECTION, "CONNECTION_REFUSED", "Upstream refused the connection")
 CALL = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_products",'

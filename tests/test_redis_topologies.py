@@ -61,13 +61,15 @@ def _certificates(directory: Path) -> dict[str, Path]:
     """A CA and a server certificate for 127.0.0.1 (openssl, as the CI machine has it)."""
     paths = {name: directory / f"{name}.pem" for name in ("ca", "ca-key", "cert", "key")}
     run = lambda *args: subprocess.run(["openssl", *args], check=True, capture_output=True)  # noqa: E731
+    # Key usage and key identifiers: 3.13's default context verifies strictly (X509_STRICT).
     run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test CA",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
         "-keyout", str(paths["ca-key"]), "-out", str(paths["ca"]))  # fmt: skip
     csr = directory / "server.csr"
     run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
         "-keyout", str(paths["key"]), "-out", str(csr))  # fmt: skip
     extensions = directory / "san.cnf"
-    extensions.write_text("subjectAltName=IP:127.0.0.1\n")
+    extensions.write_text("subjectAltName=IP:127.0.0.1\nauthorityKeyIdentifier=keyid,issuer\n")
     run("x509", "-req", "-in", str(csr), "-CA", str(paths["ca"]), "-CAkey", str(paths["ca-key"]),
         "-CAcreateserial", "-days", "1", "-extfile", str(extensions), "-out", str(paths["cert"]))  # fmt: skip
     return paths

@@ -81,6 +81,7 @@ def stale_response(age: float) -> dict[str, Any]:
 
 async def test_the_kit_passes_a_seller_stating_its_age_as_an_integral_double() -> None:
     pytest.importorskip("jsonschema", reason="the check extra is needed")
+    pytest.importorskip("adcp", reason="the check extra is needed (its schemas)")
     from adcp_stale_cache.conformance import check_seller
 
     async def check(age: float) -> Any:

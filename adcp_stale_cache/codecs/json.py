@@ -51,6 +51,9 @@ class NotJson(Untouched, ValueError):
 
 #: Why a value nested past what the parsers and encoders hold is left alone.
 TOO_DEEP = "nested too deep to read or re-encode"
+#: The nesting the stdlib reads and encodes here, on every Python alike: its own limit moves
+#: (about 1,000 levels less the stack in use to 3.11, 1,500 on 3.12, 10,000 on 3.13).
+STDLIB_DEPTH = 512
 
 
 class Unmendable(Untouched):
@@ -206,7 +209,7 @@ def _stdlib(body: bytes | str, parse_float: Any) -> Any:
         raise NotJson("body is not UTF-8 JSON") from None
     exact = parse_float is not None
     try:
-        return json.loads(
+        value = json.loads(
             text.removeprefix("\ufeff"),
             parse_float=parse_float,
             parse_constant=_no_constant if exact else None,
@@ -215,6 +218,32 @@ def _stdlib(body: bytes | str, parse_float: Any) -> Any:
         raise NotJson(f"body is {TOO_DEEP}") from None
     except ValueError as exc:
         raise NotJson("body is not valid JSON") from exc
+    if _deeper_than_the_stdlib_goes(value, text):
+        raise NotJson(f"body is {TOO_DEEP}")
+    return value
+
+
+def _deeper_than_the_stdlib_goes(value: Any, text: str) -> bool:
+    """Whether ``value``, encoded as ``text``, nests past :data:`STDLIB_DEPTH`: read only
+    when the text opens that many lists and objects (C-speed counts), rarely."""
+    opened = text.count("[") + text.count("{")
+    return opened > STDLIB_DEPTH and _nested_deeper_than(value, STDLIB_DEPTH)
+
+
+def _nested_deeper_than(value: Any, levels: int) -> bool:
+    """Whether ``value`` nests lists and dicts more than ``levels`` deep (read level by
+    level: no recursion)."""
+    layer = [value]
+    for _ in range(levels):
+        layer = [
+            inner
+            for outer in layer
+            if isinstance(outer, (list, dict))
+            for inner in (outer.values() if isinstance(outer, dict) else outer)
+        ]
+        if not layer:
+            return False
+    return any(isinstance(inner, (list, dict)) for inner in layer)
 
 
 def _exact_float(text: str) -> float:
@@ -246,11 +275,14 @@ def dumps(value: Any) -> bytes:
 
 def dumps_text(value: Any, **options: Any) -> str:
     """``json.dumps`` with its ``options``, but :class:`Untouched` for a value nested deeper
-    than the stack holds (never ``RecursionError``)."""
+    than :data:`STDLIB_DEPTH` or the stack holds (never ``RecursionError``)."""
     try:
-        return json.dumps(value, **options)
+        text = json.dumps(value, **options)
     except RecursionError:
         raise Untouched(f"value is {TOO_DEEP}") from None
+    if _deeper_than_the_stdlib_goes(value, text):
+        raise Untouched(f"value is {TOO_DEEP}")
+    return text
 
 
 def inject_json(

@@ -37,6 +37,7 @@ import concurrent.futures
 import logging
 import os
 import sqlite3
+import threading
 import time
 import zlib
 from collections.abc import Callable
@@ -158,6 +159,9 @@ class SqliteStore:
         self._read_seconds = 0.0  # the recent reads on the loop, averaged (see _timed_on_loop)
         self._db: sqlite3.Connection | None = None
         self._reader: sqlite3.Connection | None = None  # read_on_loop: opened by the thread
+        # One read at a time on the reader: a read begun in another thread holds the
+        # connection's snapshot, which can predate this caller's own write (a miss).
+        self._reader_lock = threading.Lock()
         self._inode: int | None = None
         # One thread owns the connection: queries never run on an event loop, and a store
         # shared by threads and loops serialises its own access.
@@ -181,7 +185,8 @@ class SqliteStore:
             and self._inode == _inode(self.path)
         ):
             try:
-                row = _get(reader, key)  # on the loop: a WAL read waits for no lock
+                with self._reader_lock:  # held for one indexed read: never a lock wait
+                    row = _get(reader, key)  # on the loop: a WAL read waits for no lock
                 self._timed_on_loop(time.perf_counter() - started, started)
             except (sqlite3.Error, OSError) as exc:
                 if not _for_the_thread(exc):
