@@ -1,0 +1,151 @@
+"""REVIEW 31c: reproductions of defects found attacking the lost-advisory accounting.
+
+Each test asserts the behaviour a seller should get; each FAILS on the library as reviewed
+(h-rev31c at 56c3d5a) and is marked ``xfail(strict=True)`` so that the suite stays green
+until a fix lands: a fixed defect's test then XPASSes and fails the run, and its marker goes
+with the fix (run one red as it is: ``pytest tests/test_review31c_defects.py --runxfail``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from adcp_stale_cache import (
+    StaleAdvisoryMiddleware,
+    SurfacePolicy,
+    Surfaces,
+    Upstream,
+    UpstreamCache,
+)
+from adcp_stale_cache.metrics import CacheMetrics
+
+PRODUCTS = SurfacePolicy(
+    name="get_products",
+    field="products",
+    paths=("/api/get_products",),
+    freshness_target_seconds=0,
+)
+INVENTORY = Upstream(name="inventory")
+
+
+class Counting(CacheMetrics):
+    """Stale serves, advisories delivered (``stale_serve(advisory=True)``) and lost."""
+
+    def __init__(self) -> None:
+        self.stale, self.delivered, self.lost = 0, 0, 0
+
+    def stale_serve(self, surface: str, upstream: str, code: str, advisory: bool) -> None:
+        self.stale += 1
+        self.delivered += advisory
+
+    def advisory_lost(self, surface: str, upstream: str) -> None:
+        self.lost += 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review 31c: a stale serve recorded after the request's answer settled is never "
+    "counted (no stale_serve, no advisory_lost): its report waits in collector.unsettled",
+)
+@pytest.mark.timeout(30)
+async def test_review31c_a_stale_serve_in_a_task_outliving_its_request_is_counted() -> None:
+    """A seller's fire-and-forget task (``asyncio.create_task`` copies the request's context,
+    collector included) fetches after the answer went out: the stale serve must still show
+    in the metrics, as lost (no answer carried it). As reviewed it vanishes: ``told`` defers
+    counting to delivery, and the middleware settled the collector before the task ran."""
+    metrics = Counting()
+    cache = UpstreamCache(surfaces=Surfaces.of(PRODUCTS), metrics=metrics)
+    state: dict[str, Any] = {"up": True, "tasks": []}
+    answered = asyncio.Event()
+
+    async def load() -> Any:
+        if not state["up"]:
+            raise ConnectionRefusedError
+        return {"products": ["p1"]}
+
+    async def refresh_later() -> None:  # the seller's background work
+        await asyncio.wait_for(answered.wait(), 10)
+        await cache.fetch(INVENTORY, "all", load, surface="get_products")
+
+    async def route(request: Request) -> JSONResponse:
+        await request.body()
+        if state["up"]:
+            await cache.fetch(INVENTORY, "all", load, surface="get_products")
+        else:
+            state["tasks"].append(asyncio.create_task(refresh_later()))
+        return JSONResponse({"products": ["p1"]})
+
+    app = StaleAdvisoryMiddleware(
+        Starlette(routes=[Route("/api/get_products", route, methods=["POST"])]),
+        surfaces=cache.surfaces,
+    )
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://seller") as http:
+        await http.post("/api/get_products", json={})
+        state["up"] = False
+        metrics.stale = metrics.delivered = metrics.lost = 0
+        await http.post("/api/get_products", json={})
+    answered.set()
+    await asyncio.wait_for(asyncio.gather(*state["tasks"]), 10)
+    assert metrics.stale == 1  # as reviewed: 0, the serve is invisible
+    assert (metrics.delivered, metrics.lost) == (0, 1)
+
+
+class _SellerError(Exception):
+    """What a seller's tool raises after its fetches (a validation error, say)."""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review 31c: adcp_sdk's skill_middleware and with_advisories settle nothing when "
+    "the tool raises: its stale serve is neither delivered nor lost, and not counted at all",
+)
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("way_in", ["skill_middleware", "with_advisories"])
+async def test_review31c_a_stale_serve_of_a_tool_that_raises_counts_as_lost(way_in: str) -> None:
+    """A tool served stale, then raised: the SDK answers an error, which carries no
+    ``STALE_RESPONSE``; the serve must count as lost (as the ASGI and fastmcp middlewares
+    count it). As reviewed both SDK delivery points leave it unsettled: zero in the metrics."""
+    from adcp_stale_cache.integrations.adcp_sdk import skill_middleware, with_advisories
+
+    metrics = Counting()
+    cache = UpstreamCache(surfaces=Surfaces.of(PRODUCTS), metrics=metrics)
+    up = {"up": True}
+
+    async def load() -> Any:
+        if not up["up"]:
+            raise ConnectionRefusedError
+        return {"products": ["p1"]}
+
+    async def tool(*args: Any, **kwargs: Any) -> Any:
+        value = await cache.fetch(INVENTORY, "all", load, surface="get_products")
+        if not up["up"]:
+            raise _SellerError("buyer_ref is required")
+        return value
+
+    context = type("ToolContext", (), {"tenant_id": "t", "caller_identity": "buyer"})()
+    if way_in == "skill_middleware":
+        middleware = skill_middleware(cache.surfaces)
+
+        async def call() -> Any:
+            return await middleware("get_products", {}, context, tool)
+    else:
+        decorated = with_advisories(cache.surfaces, "get_products")(tool)
+
+        async def call() -> Any:
+            return await decorated(None, {}, context)
+
+    await call()
+    up["up"] = False
+    metrics.stale = metrics.delivered = metrics.lost = 0
+    with pytest.raises(_SellerError):
+        await call()
+    assert (metrics.stale, metrics.delivered, metrics.lost) == (1, 0, 1)  # as reviewed: 0s
