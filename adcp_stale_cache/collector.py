@@ -376,13 +376,15 @@ class Collecting:
     def __exit__(self, *exc_info: object) -> None:
         if self._token is not None:
             _current.reset(self._token)
+        if exc_info and exc_info[0] is not None:  # the block raised: no answer carries them
+            self.collector.lost("is_error", "the tool raised: its answer is an error")
 
     async def __aenter__(self) -> AdvisoryCollector:
         # Awaited in the caller's own task: the context variable is set in its context.
         return self.__enter__()
 
     async def __aexit__(self, *exc_info: object) -> None:
-        self.__exit__()
+        self.__exit__(*exc_info)
 
 
 def collect_advisories(

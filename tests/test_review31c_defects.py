@@ -103,11 +103,6 @@ class _SellerError(Exception):
     """What a seller's tool raises after its fetches (a validation error, say)."""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 31c: adcp_sdk's skill_middleware and with_advisories settle nothing when "
-    "the tool raises: its stale serve is neither delivered nor lost, and not counted at all",
-)
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("way_in", ["skill_middleware", "with_advisories"])
 async def test_review31c_a_stale_serve_of_a_tool_that_raises_counts_as_lost(way_in: str) -> None:
