@@ -9,6 +9,7 @@ with the fix (run one red as it is: ``pytest tests/test_review31c_defects.py --r
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import httpx
@@ -50,13 +51,10 @@ class Counting(CacheMetrics):
         self.lost += 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 31c: a stale serve recorded after the request's answer settled is never "
-    "counted (no stale_serve, no advisory_lost): its report waits in collector.unsettled",
-)
 @pytest.mark.timeout(30)
-async def test_review31c_a_stale_serve_in_a_task_outliving_its_request_is_counted() -> None:
+async def test_review31c_a_stale_serve_in_a_task_outliving_its_request_is_counted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """A seller's fire-and-forget task (``asyncio.create_task`` copies the request's context,
     collector included) fetches after the answer went out: the stale serve must still show
     in the metrics, as lost (no answer carried it). As reviewed it vanishes: ``told`` defers
@@ -88,6 +86,7 @@ async def test_review31c_a_stale_serve_in_a_task_outliving_its_request_is_counte
         surfaces=cache.surfaces,
     )
     transport = httpx.ASGITransport(app=app)
+    caplog.set_level(logging.WARNING, logger="adcp_stale_cache")
     async with httpx.AsyncClient(transport=transport, base_url="http://seller") as http:
         await http.post("/api/get_products", json={})
         state["up"] = False
@@ -97,6 +96,8 @@ async def test_review31c_a_stale_serve_in_a_task_outliving_its_request_is_counte
     await asyncio.wait_for(asyncio.gather(*state["tasks"]), 10)
     assert metrics.stale == 1  # as reviewed: 0, the serve is invisible
     assert (metrics.delivered, metrics.lost) == (0, 1)
+    assert "advisory_lost upstream=inventory surface=get_products" in caplog.text
+    assert "reason=after_answer:" in caplog.text
 
 
 class _SellerError(Exception):
