@@ -145,3 +145,60 @@ async def test_review31c_a_stale_serve_of_a_tool_that_raises_counts_as_lost(way_
     with pytest.raises(_SellerError):
         await call()
     assert (metrics.stale, metrics.delivered, metrics.lost) == (1, 0, 1)  # as reviewed: 0s
+
+
+class _Tool:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class _Server:
+    """What fastmcp 3.x/4 puts on ``http_app().state.fastmcp_server``: its tool listing."""
+
+    def __init__(self, *names: str) -> None:
+        self.names = names
+
+    async def list_tools(self, *, run_middleware: bool = True) -> list[_Tool]:
+        return [_Tool(name) for name in self.names]
+
+
+async def started(app: Any) -> None:
+    """Run ``app``'s lifespan start-up, as uvicorn does, and shut it down."""
+    messages = asyncio.Queue[dict[str, Any]]()
+    for kind in ("lifespan.startup", "lifespan.shutdown"):
+        messages.put_nowait({"type": kind})
+    sent: list[str] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message["type"])
+
+    await asyncio.wait_for(
+        app({"type": "lifespan", "asgi": {"version": "3.0"}}, messages.get, send), 10
+    )
+    assert sent[0] == "lifespan.startup.complete"
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    ("served", "fetched_in_code"),
+    [
+        ("list_creative_formats", "list_creatives"),
+        ("get_media_buy_delivery", "get_media_buys"),
+        ("create_media_buy", "update_media_buy"),
+    ],
+)
+async def test_review31c_another_adcp_task_is_not_a_misspelt_tool(
+    served: str, fetched_in_code: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A fastmcp app serving one AdCP task, with a surface for another task its code fetches
+    under (``surface=``): a correctly configured app. AdCP's task names share long stems,
+    so "a served name is close" called the second a misspelling of the first (WARNING
+    ``surface_unserved ... did you mean``); it is the INFO of a surface named in code."""
+    app = Starlette()
+    app.state.fastmcp_server = _Server(served)
+    surfaces = Surfaces.of(SurfacePolicy(name=served), SurfacePolicy(name=fetched_in_code))
+    caplog.set_level(logging.INFO, logger="adcp_stale_cache")
+    await started(StaleAdvisoryMiddleware(app, surfaces=surfaces))
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warned == []
+    assert f"surface_tools_unknown surface={fetched_in_code}:" in caplog.text
