@@ -202,3 +202,53 @@ async def test_review31c_another_adcp_task_is_not_a_misspelt_tool(
     warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert warned == []
     assert f"surface_tools_unknown surface={fetched_in_code}:" in caplog.text
+
+
+@pytest.mark.timeout(60)
+def test_review31c_a_tool_s_task_outliving_its_call_counts_its_stale_serve() -> None:
+    """fastmcp's ``AdvisoryMiddleware`` (no ASGI middleware around it): a tool's
+    fire-and-forget task fetches after the tool answered. Its stale serve must count (as
+    lost); as the ASGI middleware's did, it waited in ``unsettled`` forever, uncounted."""
+    pytest.importorskip("fastmcp", reason="needs fastmcp: CI runs it in its fastmcp venvs")
+    from fastmcp import Client, FastMCP
+
+    from adcp_stale_cache.integrations.fastmcp import AdvisoryMiddleware
+
+    signals = SurfacePolicy(name="get_signals", field="signals", freshness_target_seconds=0)
+    metrics = Counting()
+    cache = UpstreamCache(surfaces=Surfaces.of(signals), metrics=metrics)
+    state: dict[str, Any] = {"up": True, "tasks": []}
+
+    async def load() -> Any:
+        if not state["up"]:
+            raise ConnectionRefusedError
+        return ["s1"]
+
+    server = FastMCP("signals-agent")
+    server.add_middleware(AdvisoryMiddleware(cache=cache))
+    answered = asyncio.Event()
+
+    async def refresh_later() -> None:
+        await asyncio.wait_for(answered.wait(), 10)
+        await cache.fetch(INVENTORY, "all", load, surface="get_signals")
+
+    # No annotations: fastmcp 2.10 cannot read string ones (this module's future import).
+    async def get_signals():  # type: ignore[no-untyped-def]
+        if state["up"]:
+            return {"signals": await cache.fetch(INVENTORY, "all", load, surface="get_signals")}
+        state["tasks"].append(asyncio.create_task(refresh_later()))
+        return {"signals": []}
+
+    server.tool(get_signals)
+
+    async def late() -> None:
+        async with Client(server) as client:
+            await client.call_tool("get_signals", {})
+            state["up"] = False
+            metrics.stale = metrics.delivered = metrics.lost = 0
+            await client.call_tool("get_signals", {})
+        answered.set()
+        await asyncio.gather(*state["tasks"])
+
+    asyncio.run(asyncio.wait_for(late(), 30))
+    assert (metrics.stale, metrics.delivered, metrics.lost) == (1, 0, 1)
