@@ -389,6 +389,7 @@ class Collecting:
             _current.reset(self._token)
         if exc_info and exc_info[0] is not None:  # the block raised: no answer carries them
             self.collector.lost("is_error", "the tool raised: its answer is an error")
+            self.collector.close()
 
     async def __aenter__(self) -> AdvisoryCollector:
         # Awaited in the caller's own task: the context variable is set in its context.

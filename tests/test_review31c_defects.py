@@ -252,3 +252,53 @@ def test_review31c_a_tool_s_task_outliving_its_call_counts_its_stale_serve() -> 
 
     asyncio.run(asyncio.wait_for(late(), 30))
     assert (metrics.stale, metrics.delivered, metrics.lost) == (1, 0, 1)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("way_in", ["skill_middleware", "with_advisories"])
+async def test_review31c_an_sdk_tool_s_task_outliving_its_call_counts_its_stale_serve(
+    way_in: str,
+) -> None:
+    """The adcp SDK's delivery points, a tool's fire-and-forget task fetching after the
+    tool answered: counted lost, not left in ``unsettled`` uncounted."""
+    from adcp_stale_cache.integrations.adcp_sdk import skill_middleware, with_advisories
+
+    metrics = Counting()
+    cache = UpstreamCache(surfaces=Surfaces.of(PRODUCTS), metrics=metrics)
+    state: dict[str, Any] = {"up": True, "tasks": []}
+    answered = asyncio.Event()
+
+    async def load() -> Any:
+        if not state["up"]:
+            raise ConnectionRefusedError
+        return {"products": ["p1"]}
+
+    async def refresh_later() -> None:
+        await asyncio.wait_for(answered.wait(), 10)
+        await cache.fetch(INVENTORY, "all", load, surface="get_products")
+
+    async def tool(*args: Any, **kwargs: Any) -> Any:
+        if state["up"]:
+            return await cache.fetch(INVENTORY, "all", load, surface="get_products")
+        state["tasks"].append(asyncio.create_task(refresh_later()))
+        return {"products": []}
+
+    context = type("ToolContext", (), {"tenant_id": "t", "caller_identity": "buyer"})()
+    if way_in == "skill_middleware":
+        middleware = skill_middleware(cache.surfaces)
+
+        async def call() -> Any:
+            return await middleware("get_products", {}, context, tool)
+    else:
+        decorated = with_advisories(cache.surfaces, "get_products")(tool)
+
+        async def call() -> Any:
+            return await decorated(None, {}, context)
+
+    await call()
+    state["up"] = False
+    metrics.stale = metrics.delivered = metrics.lost = 0
+    await call()
+    answered.set()
+    await asyncio.wait_for(asyncio.gather(*state["tasks"]), 10)
+    assert (metrics.stale, metrics.delivered, metrics.lost) == (1, 0, 1)
