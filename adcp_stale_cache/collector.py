@@ -77,7 +77,7 @@ class AdvisoryCollector:
     """
 
     __slots__ = (
-        "_by_upstream", "_partition", "_partition_of", "budget", "composition", "nested",
+        "_by_upstream", "_partition", "_partition_of", "budget", "closed", "composition", "nested",
         "read_labels", "read_since", "request_field", "served_context", "surface", "unsettled",
     )  # fmt: skip
 
@@ -98,6 +98,7 @@ class AdvisoryCollector:
         # upstream. None: reported as they are recorded.
         self.unsettled: dict[Hashable, Settle | None] | None = {} if counted_at_delivery else None
         self.nested = False  # a flight's own collector (see within)
+        self.closed = False  # its request answered (see close)
         # While a conditional answer is composed (see conditional): the stored content of
         # every entry the request's fetches answered with. None: not recorded.
         self.composition: list[Composed] | None = None
@@ -191,6 +192,8 @@ class AdvisoryCollector:
             self._by_upstream[upstream] = advisory
         if kept is None and self.unsettled is not None:
             self.unsettled[upstream] = report
+            if self.closed:  # its answer is gone: lost as it comes
+                self._settle(_AFTER_ANSWER)
         return kept is None
 
     def __len__(self) -> int:
@@ -221,6 +224,12 @@ class AdvisoryCollector:
         why (``reason`` in a word, ``detail`` in a sentence; never a host or credential)."""
         self._settle((reason, detail))
 
+    def close(self) -> None:
+        """The request is answered: what is recorded from now on (by a task outliving it)
+        counts as lost as it is recorded."""
+        self.closed = True
+        self._settle(_AFTER_ANSWER)
+
     def _settle(self, fate: tuple[str, str] | None) -> None:
         unsettled = self.unsettled
         if unsettled:
@@ -236,6 +245,8 @@ class AdvisoryCollector:
         """The recorded advisories in wire form, ready for a payload's ``errors[]``."""
         return [advisory.to_dict() for advisory in self._by_upstream.values()]
 
+
+_AFTER_ANSWER = ("after_answer", "recorded after its request was answered (a task outliving it)")
 
 #: The request fields that pin an AdCP release, first the one that wins.
 PIN_FIELDS = ("adcp_version", "adcp_major_version")
@@ -376,13 +387,16 @@ class Collecting:
     def __exit__(self, *exc_info: object) -> None:
         if self._token is not None:
             _current.reset(self._token)
+        if exc_info and exc_info[0] is not None:  # the block raised: no answer carries them
+            self.collector.lost("is_error", "the tool raised: its answer is an error")
+            self.collector.close()
 
     async def __aenter__(self) -> AdvisoryCollector:
         # Awaited in the caller's own task: the context variable is set in its context.
         return self.__enter__()
 
     async def __aexit__(self, *exc_info: object) -> None:
-        self.__exit__()
+        self.__exit__(*exc_info)
 
 
 def collect_advisories(

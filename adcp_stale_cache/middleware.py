@@ -226,6 +226,7 @@ class StaleAdvisoryMiddleware:
             _current.reset(token)
             if collector.unsettled:  # no answer written carried them
                 response._dropped(_unwritten(response.mode))
+            collector.close()
         if collector.served_context and response.mode == "pass" and not response.in_doubt:
             _unchecked("only once the answer had started")
 

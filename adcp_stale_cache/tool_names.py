@@ -27,6 +27,11 @@ from .routes import routes_of
 
 logger = logging.getLogger("adcp_stale_cache.tool_names")
 
+#: How alike (difflib's ratio) a surface's name and a served one are when it is misspelt:
+#: a slip or two, never another AdCP task sharing its stem (list_creatives, at 0.8 of
+#: list_creative_formats).
+MISSPELT_SIMILARITY = 0.9
+
 #: How long one server's listing may take at start-up (a proxy server asks its remote).
 LISTING_TIMEOUT_SECONDS = 5.0
 
@@ -132,7 +137,7 @@ def report_untooled(
     for policy in surfaces:
         if policy.name in names:
             continue
-        close = difflib.get_close_matches(policy.name, names, n=1)
+        close = difflib.get_close_matches(policy.name, names, n=1, cutoff=MISSPELT_SIMILARITY)
         if complete and close:
             logger.warning(
                 "surface_unserved surface=%s tools=%s: no tool the app serves has that name "

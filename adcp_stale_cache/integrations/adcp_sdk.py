@@ -101,7 +101,15 @@ def _carrying(result: Any, found: Delivery, collector: AdvisoryCollector, tool: 
     """``result`` with ``found`` delivered (its advisories, its context mended), as a dict
     when it is a model; ``result`` itself when there is nothing to deliver. A tool whose
     answers have no ``errors[]`` gets no advisories (:data:`NO_ERRORS_MEMBER`): those of
-    ``collector`` then count as lost, as do any the answer cannot carry."""
+    ``collector`` then count as lost, as do any the answer cannot carry, and any a task
+    outliving the call records later."""
+    try:
+        return _delivered(result, found, collector, tool)
+    finally:
+        collector.close()
+
+
+def _delivered(result: Any, found: Delivery, collector: AdvisoryCollector, tool: str) -> Any:
     if found and tool in NO_ERRORS_MEMBER:
         collector.lost("no_errors_member", f"{tool}'s answers have no errors[]")
         found = Delivery([], found.context)

@@ -130,9 +130,11 @@ class AdvisoryMiddleware(Middleware):
                 result = await call_next(context)
             except BaseException:  # fastmcp answers it as an isError result
                 collector.lost("is_error", "the tool raised: its answer is an error")
+                collector.close()
                 raise
         if collector or collector.served_context:
             self._deliver(result, collector, context_of(arguments))
+        collector.close()  # what a task outliving the call records is lost as it comes
         return result
 
     def _partition_of(

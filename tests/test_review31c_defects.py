@@ -1,0 +1,304 @@
+"""REVIEW 31c: reproductions of defects found attacking the lost-advisory accounting.
+
+Each test asserts the behaviour a seller should get; each FAILS on the library as reviewed
+(h-rev31c at 56c3d5a) and is marked ``xfail(strict=True)`` so that the suite stays green
+until a fix lands: a fixed defect's test then XPASSes and fails the run, and its marker goes
+with the fix (run one red as it is: ``pytest tests/test_review31c_defects.py --runxfail``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from adcp_stale_cache import (
+    StaleAdvisoryMiddleware,
+    SurfacePolicy,
+    Surfaces,
+    Upstream,
+    UpstreamCache,
+)
+from adcp_stale_cache.metrics import CacheMetrics
+
+PRODUCTS = SurfacePolicy(
+    name="get_products",
+    field="products",
+    paths=("/api/get_products",),
+    freshness_target_seconds=0,
+)
+INVENTORY = Upstream(name="inventory")
+
+
+class Counting(CacheMetrics):
+    """Stale serves, advisories delivered (``stale_serve(advisory=True)``) and lost."""
+
+    def __init__(self) -> None:
+        self.stale, self.delivered, self.lost = 0, 0, 0
+
+    def stale_serve(self, surface: str, upstream: str, code: str, advisory: bool) -> None:
+        self.stale += 1
+        self.delivered += advisory
+
+    def advisory_lost(self, surface: str, upstream: str) -> None:
+        self.lost += 1
+
+
+@pytest.mark.timeout(30)
+async def test_review31c_a_stale_serve_in_a_task_outliving_its_request_is_counted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A seller's fire-and-forget task (``asyncio.create_task`` copies the request's context,
+    collector included) fetches after the answer went out: the stale serve must still show
+    in the metrics, as lost (no answer carried it). As reviewed it vanishes: ``told`` defers
+    counting to delivery, and the middleware settled the collector before the task ran."""
+    metrics = Counting()
+    cache = UpstreamCache(surfaces=Surfaces.of(PRODUCTS), metrics=metrics)
+    state: dict[str, Any] = {"up": True, "tasks": []}
+    answered = asyncio.Event()
+
+    async def load() -> Any:
+        if not state["up"]:
+            raise ConnectionRefusedError
+        return {"products": ["p1"]}
+
+    async def refresh_later() -> None:  # the seller's background work
+        await asyncio.wait_for(answered.wait(), 10)
+        await cache.fetch(INVENTORY, "all", load, surface="get_products")
+
+    async def route(request: Request) -> JSONResponse:
+        await request.body()
+        if state["up"]:
+            await cache.fetch(INVENTORY, "all", load, surface="get_products")
+        else:
+            state["tasks"].append(asyncio.create_task(refresh_later()))
+        return JSONResponse({"products": ["p1"]})
+
+    app = StaleAdvisoryMiddleware(
+        Starlette(routes=[Route("/api/get_products", route, methods=["POST"])]),
+        surfaces=cache.surfaces,
+    )
+    transport = httpx.ASGITransport(app=app)
+    caplog.set_level(logging.WARNING, logger="adcp_stale_cache")
+    async with httpx.AsyncClient(transport=transport, base_url="http://seller") as http:
+        await http.post("/api/get_products", json={})
+        state["up"] = False
+        metrics.stale = metrics.delivered = metrics.lost = 0
+        await http.post("/api/get_products", json={})
+    answered.set()
+    await asyncio.wait_for(asyncio.gather(*state["tasks"]), 10)
+    assert metrics.stale == 1  # as reviewed: 0, the serve is invisible
+    assert (metrics.delivered, metrics.lost) == (0, 1)
+    assert "advisory_lost upstream=inventory surface=get_products" in caplog.text
+    assert "reason=after_answer:" in caplog.text
+
+
+class _SellerError(Exception):
+    """What a seller's tool raises after its fetches (a validation error, say)."""
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("way_in", ["skill_middleware", "with_advisories"])
+async def test_review31c_a_stale_serve_of_a_tool_that_raises_counts_as_lost(way_in: str) -> None:
+    """A tool served stale, then raised: the SDK answers an error, which carries no
+    ``STALE_RESPONSE``; the serve must count as lost (as the ASGI and fastmcp middlewares
+    count it). As reviewed both SDK delivery points leave it unsettled: zero in the metrics."""
+    from adcp_stale_cache.integrations.adcp_sdk import skill_middleware, with_advisories
+
+    metrics = Counting()
+    cache = UpstreamCache(surfaces=Surfaces.of(PRODUCTS), metrics=metrics)
+    up = {"up": True}
+
+    async def load() -> Any:
+        if not up["up"]:
+            raise ConnectionRefusedError
+        return {"products": ["p1"]}
+
+    async def tool(*args: Any, **kwargs: Any) -> Any:
+        value = await cache.fetch(INVENTORY, "all", load, surface="get_products")
+        if not up["up"]:
+            raise _SellerError("buyer_ref is required")
+        return value
+
+    context = type("ToolContext", (), {"tenant_id": "t", "caller_identity": "buyer"})()
+    if way_in == "skill_middleware":
+        middleware = skill_middleware(cache.surfaces)
+
+        async def call() -> Any:
+            return await middleware("get_products", {}, context, tool)
+    else:
+        decorated = with_advisories(cache.surfaces, "get_products")(tool)
+
+        async def call() -> Any:
+            return await decorated(None, {}, context)
+
+    await call()
+    up["up"] = False
+    metrics.stale = metrics.delivered = metrics.lost = 0
+    with pytest.raises(_SellerError):
+        await call()
+    assert (metrics.stale, metrics.delivered, metrics.lost) == (1, 0, 1)  # as reviewed: 0s
+
+
+class _Tool:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class _Server:
+    """What fastmcp 3.x/4 puts on ``http_app().state.fastmcp_server``: its tool listing."""
+
+    def __init__(self, *names: str) -> None:
+        self.names = names
+
+    async def list_tools(self, *, run_middleware: bool = True) -> list[_Tool]:
+        return [_Tool(name) for name in self.names]
+
+
+async def started(app: Any) -> None:
+    """Run ``app``'s lifespan start-up, as uvicorn does, and shut it down."""
+    messages = asyncio.Queue[dict[str, Any]]()
+    for kind in ("lifespan.startup", "lifespan.shutdown"):
+        messages.put_nowait({"type": kind})
+    sent: list[str] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message["type"])
+
+    await asyncio.wait_for(
+        app({"type": "lifespan", "asgi": {"version": "3.0"}}, messages.get, send), 10
+    )
+    assert sent[0] == "lifespan.startup.complete"
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    ("served", "fetched_in_code"),
+    [
+        ("list_creative_formats", "list_creatives"),
+        ("get_media_buy_delivery", "get_media_buys"),
+        ("create_media_buy", "update_media_buy"),
+    ],
+)
+async def test_review31c_another_adcp_task_is_not_a_misspelt_tool(
+    served: str, fetched_in_code: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A fastmcp app serving one AdCP task, with a surface for another task its code fetches
+    under (``surface=``): a correctly configured app. AdCP's task names share long stems,
+    so "a served name is close" called the second a misspelling of the first (WARNING
+    ``surface_unserved ... did you mean``); it is the INFO of a surface named in code."""
+    app = Starlette()
+    app.state.fastmcp_server = _Server(served)
+    surfaces = Surfaces.of(SurfacePolicy(name=served), SurfacePolicy(name=fetched_in_code))
+    caplog.set_level(logging.INFO, logger="adcp_stale_cache")
+    await started(StaleAdvisoryMiddleware(app, surfaces=surfaces))
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warned == []
+    assert f"surface_tools_unknown surface={fetched_in_code}:" in caplog.text
+
+
+@pytest.mark.timeout(60)
+def test_review31c_a_tool_s_task_outliving_its_call_counts_its_stale_serve() -> None:
+    """fastmcp's ``AdvisoryMiddleware`` (no ASGI middleware around it): a tool's
+    fire-and-forget task fetches after the tool answered. Its stale serve must count (as
+    lost); as the ASGI middleware's did, it waited in ``unsettled`` forever, uncounted."""
+    pytest.importorskip("fastmcp", reason="needs fastmcp: CI runs it in its fastmcp venvs")
+    from fastmcp import Client, FastMCP
+
+    from adcp_stale_cache.integrations.fastmcp import AdvisoryMiddleware
+
+    signals = SurfacePolicy(name="get_signals", field="signals", freshness_target_seconds=0)
+    metrics = Counting()
+    cache = UpstreamCache(surfaces=Surfaces.of(signals), metrics=metrics)
+    state: dict[str, Any] = {"up": True, "tasks": []}
+
+    async def load() -> Any:
+        if not state["up"]:
+            raise ConnectionRefusedError
+        return ["s1"]
+
+    server = FastMCP("signals-agent")
+    server.add_middleware(AdvisoryMiddleware(cache=cache))
+    answered = asyncio.Event()
+
+    async def refresh_later() -> None:
+        await asyncio.wait_for(answered.wait(), 10)
+        await cache.fetch(INVENTORY, "all", load, surface="get_signals")
+
+    # No annotations: fastmcp 2.10 cannot read string ones (this module's future import).
+    async def get_signals():  # type: ignore[no-untyped-def]
+        if state["up"]:
+            return {"signals": await cache.fetch(INVENTORY, "all", load, surface="get_signals")}
+        state["tasks"].append(asyncio.create_task(refresh_later()))
+        return {"signals": []}
+
+    server.tool(get_signals)
+
+    async def late() -> None:
+        async with Client(server) as client:
+            await client.call_tool("get_signals", {})
+            state["up"] = False
+            metrics.stale = metrics.delivered = metrics.lost = 0
+            await client.call_tool("get_signals", {})
+        answered.set()
+        await asyncio.gather(*state["tasks"])
+
+    asyncio.run(asyncio.wait_for(late(), 30))
+    assert (metrics.stale, metrics.delivered, metrics.lost) == (1, 0, 1)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("way_in", ["skill_middleware", "with_advisories"])
+async def test_review31c_an_sdk_tool_s_task_outliving_its_call_counts_its_stale_serve(
+    way_in: str,
+) -> None:
+    """The adcp SDK's delivery points, a tool's fire-and-forget task fetching after the
+    tool answered: counted lost, not left in ``unsettled`` uncounted."""
+    from adcp_stale_cache.integrations.adcp_sdk import skill_middleware, with_advisories
+
+    metrics = Counting()
+    cache = UpstreamCache(surfaces=Surfaces.of(PRODUCTS), metrics=metrics)
+    state: dict[str, Any] = {"up": True, "tasks": []}
+    answered = asyncio.Event()
+
+    async def load() -> Any:
+        if not state["up"]:
+            raise ConnectionRefusedError
+        return {"products": ["p1"]}
+
+    async def refresh_later() -> None:
+        await asyncio.wait_for(answered.wait(), 10)
+        await cache.fetch(INVENTORY, "all", load, surface="get_products")
+
+    async def tool(*args: Any, **kwargs: Any) -> Any:
+        if state["up"]:
+            return await cache.fetch(INVENTORY, "all", load, surface="get_products")
+        state["tasks"].append(asyncio.create_task(refresh_later()))
+        return {"products": []}
+
+    context = type("ToolContext", (), {"tenant_id": "t", "caller_identity": "buyer"})()
+    if way_in == "skill_middleware":
+        middleware = skill_middleware(cache.surfaces)
+
+        async def call() -> Any:
+            return await middleware("get_products", {}, context, tool)
+    else:
+        decorated = with_advisories(cache.surfaces, "get_products")(tool)
+
+        async def call() -> Any:
+            return await decorated(None, {}, context)
+
+    await call()
+    state["up"] = False
+    metrics.stale = metrics.delivered = metrics.lost = 0
+    await call()
+    answered.set()
+    await asyncio.wait_for(asyncio.gather(*state["tasks"]), 10)
+    assert (metrics.stale, metrics.delivered, metrics.lost) == (1, 0, 1)
