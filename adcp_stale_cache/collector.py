@@ -12,6 +12,7 @@ import functools
 import logging
 import math
 import sys
+import threading
 import time
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from contextlib import contextmanager
@@ -191,7 +192,8 @@ class AdvisoryCollector:
         if kept is None or _age(advisory) > _age(kept):
             self._by_upstream[upstream] = advisory
         if kept is None and self.unsettled is not None:
-            self.unsettled[upstream] = report
+            with _SETTLING:
+                self.unsettled[upstream] = report
             if self.closed:  # its answer is gone: lost as it comes
                 self._settle(_AFTER_ANSWER)
         return kept is None
@@ -231,21 +233,26 @@ class AdvisoryCollector:
         self._settle(_AFTER_ANSWER)
 
     def _settle(self, fate: tuple[str, str] | None) -> None:
-        unsettled = self.unsettled
-        if unsettled:
-            self.unsettled = {}
-            for upstream, report in unsettled.items():
-                if report is not None:
-                    report(fate)
-                elif fate is not None:  # recorded by hand, not by a cache: said all the same
-                    surface = self.surface.name if self.surface is not None else "?"
-                    say_lost(*stated(self._by_upstream[upstream], surface), fate)
+        if not self.unsettled:
+            return
+        # A worker thread (carry_context, fetch_blocking) may record while the loop settles:
+        # each report is taken by one settlement, never iterated while it grows.
+        with _SETTLING:
+            unsettled, self.unsettled = self.unsettled, {}
+        for upstream, report in unsettled.items():
+            if report is not None:
+                report(fate)
+            elif fate is not None:  # recorded by hand, not by a cache: said all the same
+                surface = self.surface.name if self.surface is not None else "?"
+                say_lost(*stated(self._by_upstream[upstream], surface), fate)
 
     def errors(self) -> list[dict[str, Any]]:
         """The recorded advisories in wire form, ready for a payload's ``errors[]``."""
         return [advisory.to_dict() for advisory in self._by_upstream.values()]
 
 
+#: Guards the reports awaiting settlement; rare (stale serves), so one lock serves all.
+_SETTLING = threading.Lock()
 _AFTER_ANSWER = ("after_answer", "recorded after its request was answered (a task outliving it)")
 
 #: The request fields that pin an AdCP release, first the one that wins.

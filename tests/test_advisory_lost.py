@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -373,3 +375,48 @@ async def test_an_advisory_of_a_request_answered_unavailable_counts_as_lost(
     assert answer.status_code == 503 and "STALE_RESPONSE" not in answer.text
     assert (metrics.delivered, metrics.lost, metrics.stale) == (0, 1, 1)
     assert "reason=no_answer:" in lost_line(caplog).getMessage()
+
+
+def test_threads_recording_while_the_loop_settles_count_each_advisory_once() -> None:
+    """Worker threads (``carry_context``, ``fetch_blocking``) record into a request's
+    collector while its answer is settled and closed: each report is called exactly once."""
+    policy = SurfacePolicy(name="get_products", field="products")
+    switching = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch between any two bytecodes: races show
+    try:
+        run_races(policy)
+    finally:
+        sys.setswitchinterval(switching)
+
+
+def run_races(policy: SurfacePolicy) -> None:
+    from adcp_stale_cache.advisory import stale_response
+    from adcp_stale_cache.collector import AdvisoryCollector
+
+    for _ in range(50):
+        collector = AdvisoryCollector(policy, counted_at_delivery=True)
+        fates: dict[int, list[object]] = {n: [] for n in range(400)}
+        start = threading.Barrier(5)
+
+        def records(
+            first: int,
+            collector: AdvisoryCollector = collector,
+            start: threading.Barrier = start,
+            fates: dict[int, list[object]] = fates,
+        ) -> None:
+            start.wait(5)
+            for n in range(first, 400, 4):
+                upstream = Upstream(name=f"u{n}")
+                report = fates[n].append
+                collector.record(upstream.name, stale_response(upstream, policy, 1, None), report)
+
+        threads = [threading.Thread(target=records, args=(k,)) for k in range(4)]
+        for thread in threads:
+            thread.start()
+        start.wait(5)
+        while any(thread.is_alive() for thread in threads):
+            collector.delivered()
+        collector.close()
+        assert all(len(told) == 1 for told in fates.values()), {
+            n: told for n, told in fates.items() if len(told) != 1
+        }
