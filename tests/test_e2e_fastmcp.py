@@ -188,10 +188,10 @@ def test_frozen_agent_answers_within_the_deadline_and_frees_the_worker() -> None
     # What the bounds tell apart: the first 4 requests wait out the 2 s timeout and open the
     # breaker; those queued behind them answer from cache at once, or (one that reached a
     # worker before the breaker heard every failure) wait for the worker and then their own
-    # deadline (4.1 s here). Without the breaker or detach_calls each wave of 4 workers
-    # waits 2 s more, and the round takes 10 s.
-    assert max(each for _, each in frozen) < 3 * 2, [round(t, 2) for _, t in frozen]
-    assert took < 3 * 2 + 1  # the round, 20 calls over 4 sessions and their set-up
+    # deadline (4.1 s idle, 7.7 s seen with both cores busy). Without the breaker or
+    # detach_calls each wave of 4 workers waits 2 s more, and the round takes 10 s.
+    assert max(each for _, each in frozen) < 4 * 2, [round(t, 2) for _, t in frozen]
+    assert took < 4 * 2 + 1  # the round, 20 calls over 4 sessions and their set-up
     assert freed_in < 0.5
     for answer, _ in frozen:
         advisories = {a["details"]["upstream"]["name"]: a for a in stale_of(answer)}
