@@ -99,3 +99,63 @@ def assert_valid_advisory(error_validators: list[tuple[str, Any, Any]]) -> Any:
         assert isinstance(details["cache_age_seconds"], int)
 
     return check
+
+
+# The modules that start first, slowest first (--durations with -n 2, issue 33: the load
+# unit 385 s, simulation 190 s, federation 150 s, bench 110 s...): a worker that took one of
+# them last would finish alone, long after the other.
+SLOWEST_FIRST = (
+    "test_scale_netns",
+    "test_load",
+    "test_simulation",
+    "test_e2e_federation",
+    "test_bench",
+    "test_e2e_steering",
+    "test_e2e_adcp_sdk",
+    "test_fuzz_rewriter",
+    "test_instructions",
+    "test_feed_events",
+    "test_e2e_seller",
+)
+# Modules that must not run beside each other share a work unit: both load the machine.
+SHARED_UNITS = {"test_scale_netns": "load", "test_load": "load"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """``pytest`` runs the suite on every core when pytest-xdist is installed (``-n 0``: in
+    this process): each module on one worker, the slowest first."""
+    if not config.pluginmanager.hasplugin("xdist") or hasattr(config, "workerinput"):
+        return  # a worker runs what its controller sends: workers of its own would recurse
+    if config.option.numprocesses is None and config.option.dist == "no":
+        config.option.numprocesses = "auto"
+        config.option.dist = "loadfile"
+        config.option.loadscopereorder = False  # the order is SLOWEST_FIRST's, not test counts
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With ``--dist loadfile``: a module's tests on one worker (its module-scoped servers and
+    heavy imports once), and SHARED_UNITS' modules one after another. (xdist_group marks
+    do not group on pytest 9.2: xdist 3.8 renames items through an attribute it ignores.)"""
+    if config.option.dist != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ModuleScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return SHARED_UNITS.get(Path(module).stem, module)
+
+    return ModuleScheduling(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slowest modules first (each worker takes modules in this order)."""
+
+    def rank(item: pytest.Item) -> int:
+        stem = item.path.stem
+        return SLOWEST_FIRST.index(stem) if stem in SLOWEST_FIRST else len(SLOWEST_FIRST)
+
+    items.sort(key=rank)

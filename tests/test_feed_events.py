@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import queue
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,12 +20,24 @@ pytest.importorskip("adcp.webhooks", reason="the adcp-server extra is needed (ad
 from adcp.signing import SignatureVerificationError, StaticJwksResolver, generate_signing_keypair
 from adcp.webhooks import WebhookVerifyOptions, verify_webhook_signature
 
+from adcp_stale_cache.demo.feed_events import FeedEvents, Signer, Subscriptions
+
 from .deployment import Deployment
 from .spec_schemas import spec_schema_with_refs
 
 pytestmark = pytest.mark.e2e
 
 Received = tuple[str, dict[str, str], bytes]
+
+
+def test_the_signing_code_is_imported_at_start_not_on_the_seller_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Importing adcp.webhooks takes seconds: done at the first feed change, it stalled the
+    seller's loop, and a get_signals beside it timed out under load (issue 33)."""
+    monkeypatch.setitem(sys.modules, "adcp.webhooks", None)  # importing it now fails
+    with pytest.raises(ImportError):
+        FeedEvents(Subscriptions(), Signer(private_key=None, key_id="seller-wh"))
 
 
 @pytest.fixture

@@ -112,6 +112,11 @@ class FeedEvents:
         self, subscriptions: Subscriptions, signer: Signer, *,
         timeout: float = 5.0, max_pending: int = 64,
     ) -> None:  # fmt: skip
+        # At start, not in _post: importing it takes 4 to 13 s here, and on the loop that
+        # stalled every answer in flight at the first feed change (a 10 s client timed out).
+        from adcp.webhooks import sign_webhook
+
+        self._sign_webhook = sign_webhook
         self.subscriptions, self.signer, self.max_pending = subscriptions, signer, max_pending
         self._client = httpx.AsyncClient(timeout=timeout, follow_redirects=False)
         self._last: dict[str, tuple[str, dict[str, Any]]] = {}  # feed -> (version, rows by id)
@@ -143,12 +148,10 @@ class FeedEvents:
         task.add_done_callback(self._pending.discard)
 
     async def _post(self, url: str, event: dict[str, Any]) -> None:
-        from adcp.webhooks import sign_webhook
-
         body = json.dumps(event).encode()
         headers = {"content-type": "application/json"}
         signer = self.signer
-        headers |= sign_webhook(method="POST", url=url, headers=headers, body=body,
+        headers |= self._sign_webhook(method="POST", url=url, headers=headers, body=body,
                                 private_key=signer.private_key, key_id=signer.key_id,
                                 alg=signer.alg).as_dict()  # fmt: skip
         try:
