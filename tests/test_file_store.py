@@ -515,16 +515,44 @@ async def test_a_read_on_the_loop_survives_the_thread_reopening_the_file_under_i
                 self.first = False
                 remove_wal(path)
                 os.replace(tmp_path / "other.db", path)
-                store._thread.submit(store._connection).result()  # another loop's write
+                # Another loop's write: it closes this reader once this read is done (a
+                # close mid-query crashed the process), so it is not waited for here.
+                self.reopening = store._thread.submit(store._connection)
             return self.connection.execute(*args)
 
         def close(self) -> None:
             self.connection.close()
 
-    store._reader = Reopened(store._reader)  # type: ignore[assignment]
+    reader = Reopened(store._reader)
+    store._reader = reader  # type: ignore[assignment]
     found = await store.get("k")
     assert found is not None  # what the file held when the read began (or the new one)
+    await asyncio.wrap_future(reader.reopening)
     assert store.failures == 0 and store.available
     found = await store.get("k")
     assert found is not None and found.data == b"new"
+    store.close()
+
+
+async def test_a_reader_closed_while_the_loop_reads_never_crashes(tmp_path: Path) -> None:
+    """The store's thread closes the loop's reader (a replaced file, a failed operation) while
+    the loop reads through it: the read retries through the thread; the process never crashes
+    (closing a connection mid-query was a SIGSEGV, seen on Python 3.13)."""
+    store = SqliteStore(tmp_path / "cache.db", read_on_loop=True)
+    entry = Entry(b"x" * 200_000, time.time())
+    await store.set("k", entry, 60)
+    until = time.monotonic() + 2
+
+    def closes() -> None:  # what a replaced file or a failure does, as often as it can
+        while time.monotonic() < until:
+            store._thread.submit(store._close).result(5)
+            store._thread.submit(store._connection).result(5)
+
+    closer = asyncio.get_running_loop().run_in_executor(None, closes)
+    reads = 0
+    while time.monotonic() < until:
+        assert await store.get("k") in (entry, None)
+        reads += 1
+    await closer
+    assert reads > 0
     store.close()

@@ -336,7 +336,10 @@ class SqliteStore:
     def _close(self) -> None:
         reader, self._reader = self._reader, None
         if reader is not None:
-            reader.close()
+            # Never while the loop reads through it: closing a connection mid-query crashes
+            # the process (SIGSEGV); a read that starts after sees it closed, and retries here.
+            with self._reader_lock:
+                reader.close()
         if self._db is not None:
             try:
                 self._db.close()
