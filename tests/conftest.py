@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from adcp_stale_cache.metrics import CacheMetrics
+
 SHARED_SCHEMAS = Path(__file__).resolve().parents[2] / "shared" / "adcp-schemas"
 
 
@@ -159,3 +161,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return SLOWEST_FIRST.index(stem) if stem in SLOWEST_FIRST else len(SLOWEST_FIRST)
 
     items.sort(key=rank)
+
+
+class CountingMetrics(CacheMetrics):
+    """Stale serves, advisories delivered (``stale_serve(advisory=True)``) and lost."""
+
+    def __init__(self) -> None:
+        self.stale, self.delivered, self.lost = 0, 0, 0
+
+    def stale_serve(self, surface: str, upstream: str, code: str, advisory: bool) -> None:
+        self.stale += 1
+        self.delivered += advisory
+
+    def advisory_lost(self, surface: str, upstream: str) -> None:
+        self.lost += 1

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from adcp_stale_cache import MemoryStore, SurfacePolicy, Surfaces, Upstream, UpstreamCache
-from adcp_stale_cache.metrics import CacheMetrics
 
 pytest.importorskip("adcp", reason="the adcp extra is needed")
 
@@ -18,6 +17,8 @@ from adcp.server.base import ToolContext
 from adcp.types import GetProductsRequest
 
 from adcp_stale_cache.integrations.adcp_sdk import skill_middleware, with_advisories
+
+from .conftest import CountingMetrics
 
 SUB_AGENT = Upstream(name="sub-seller")
 
@@ -158,17 +159,6 @@ async def test_through_the_sdks_own_mcp_dispatch() -> None:
     assert asked == [{"correlation_id": "A"}, {"correlation_id": "B"}, {"correlation_id": "D"}]
 
 
-class Counting(CacheMetrics):
-    def __init__(self) -> None:
-        self.delivered, self.lost = 0, 0
-
-    def stale_serve(self, surface: str, upstream: str, code: str, advisory: bool) -> None:
-        self.delivered += advisory
-
-    def advisory_lost(self, surface: str, upstream: str) -> None:
-        self.lost += 1
-
-
 @pytest.mark.parametrize(
     ("way_in", "answer", "reason"),
     [
@@ -184,7 +174,7 @@ async def test_an_advisory_the_answer_drops_counts_as_lost(
 ) -> None:
     """A stale serve whose answer cannot carry its advisory (a text answer, a failed task)
     counts as lost, with its reason, never as delivered; one the answer carries, delivered."""
-    metrics = Counting()
+    metrics = CountingMetrics()
     surface = SurfacePolicy(name="get_products", field="products", freshness_target_seconds=0)
     cache = UpstreamCache(MemoryStore(), surfaces=Surfaces.of(surface), metrics=metrics)
     state = {"up": True}

@@ -31,7 +31,8 @@ from adcp_stale_cache import (
     Upstream,
     UpstreamCache,
 )
-from adcp_stale_cache.metrics import CacheMetrics
+
+from .conftest import CountingMetrics
 
 PRODUCTS = SurfacePolicy(
     name="get_products",
@@ -43,20 +44,6 @@ INVENTORY = Upstream(name="inventory", url="http://inventory.internal:8080/api")
 CATALOGUE = Upstream(name="catalogue")
 
 
-class Counting(CacheMetrics):
-    """Advisories delivered (``stale_serve(advisory=True)``), lost, and stale serves."""
-
-    def __init__(self) -> None:
-        self.delivered, self.lost, self.stale = 0, 0, 0
-
-    def stale_serve(self, surface: str, upstream: str, code: str, advisory: bool) -> None:
-        self.stale += 1
-        self.delivered += advisory
-
-    def advisory_lost(self, surface: str, upstream: str) -> None:
-        self.lost += 1
-
-
 Answer = Callable[[UpstreamCache, Callable[[], Awaitable[Any]]], Awaitable[Response]]
 
 
@@ -66,11 +53,11 @@ async def stale_answer(
     *,
     max_peek_bytes: int | None = None,
     headers: dict[str, str] | None = None,
-) -> tuple[Counting, httpx.Response | None]:
+) -> tuple[CountingMetrics, httpx.Response | None]:
     """Warm the cache, take the upstream down, and ask again: ``answer`` builds the second
     reply from the stale value. The metrics of the second request, and its answer (None when
     the app raised)."""
-    metrics = Counting()
+    metrics = CountingMetrics()
     cache = UpstreamCache(surfaces=Surfaces.of(PRODUCTS), metrics=metrics)
     state = {"up": True}
 
@@ -346,7 +333,7 @@ async def test_an_advisory_of_a_request_answered_unavailable_counts_as_lost(
 ) -> None:
     """One upstream served stale, another with nothing cached let ``UpstreamUnavailable``
     out: the middleware answers ``SERVICE_UNAVAILABLE``, which carries no advisory."""
-    metrics = Counting()
+    metrics = CountingMetrics()
     cache = UpstreamCache(surfaces=Surfaces.of(PRODUCTS), metrics=metrics)
     up = {"up": True}
 

@@ -42,6 +42,7 @@ from adcp_stale_cache.demo.processes import free_port
 from adcp_stale_cache.integrations.fastmcp import AdvisoryMiddleware
 from adcp_stale_cache.metrics import CacheMetrics
 
+from .conftest import CountingMetrics
 from .fastmcp_run import call_tool, fastmcp_run, session_at
 from .fastmcp_signals_agent import SURFACES, build_server
 from .servers import serve
@@ -346,19 +347,6 @@ except ImportError:  # fastmcp 2.x
     from fastmcp.tools.tool import ToolResult
 
 
-class Counting(CacheMetrics):
-    """Advisories delivered (``stale_serve(advisory=True)``) and lost."""
-
-    def __init__(self) -> None:
-        self.delivered, self.lost = 0, 0
-
-    def stale_serve(self, surface: str, upstream: str, code: str, advisory: bool) -> None:
-        self.delivered += advisory
-
-    def advisory_lost(self, surface: str, upstream: str) -> None:
-        self.lost += 1
-
-
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(
     ("answer", "reason"),
@@ -375,7 +363,7 @@ def test_an_advisory_the_tool_answer_drops_counts_as_lost(
 
     from adcp_stale_cache import Upstream, UpstreamCache
 
-    metrics = Counting()
+    metrics = CountingMetrics()
     cache = UpstreamCache(surfaces=SURFACES, metrics=metrics)
     upstream, state = Upstream(name="signals-service"), {"up": True}
 

@@ -28,6 +28,8 @@ from adcp_stale_cache import (
 )
 from adcp_stale_cache.failures import classify
 
+from .conftest import CountingMetrics
+
 OPEN = pytest.mark.xfail(strict=True, reason="review 31: reproduces an open defect")
 
 PRODUCTS = SurfacePolicy(name="get_products", field="products", paths=("/api/get_products",))
@@ -506,19 +508,7 @@ async def test_review31_an_advisory_dropped_at_delivery_counts_as_lost() -> None
     buyers get stale data unannounced."""
     from starlette.responses import PlainTextResponse
 
-    from adcp_stale_cache.metrics import CacheMetrics
-
-    class Counting(CacheMetrics):
-        def __init__(self) -> None:
-            self.delivered, self.lost = 0, 0
-
-        def stale_serve(self, surface: str, upstream: str, code: str, advisory: bool) -> None:
-            self.delivered += advisory
-
-        def advisory_lost(self, surface: str, upstream: str) -> None:
-            self.lost += 1
-
-    metrics = Counting()
+    metrics = CountingMetrics()
     surface = PRODUCTS.model_copy(update={"freshness_target_seconds": 0})
     cache = UpstreamCache(surfaces=Surfaces.of(surface), metrics=metrics)
     state = {"up": True}

@@ -26,7 +26,8 @@ from adcp_stale_cache import (
     Upstream,
     UpstreamCache,
 )
-from adcp_stale_cache.metrics import CacheMetrics
+
+from .conftest import CountingMetrics
 
 PRODUCTS = SurfacePolicy(
     name="get_products",
@@ -37,20 +38,6 @@ PRODUCTS = SurfacePolicy(
 INVENTORY = Upstream(name="inventory")
 
 
-class Counting(CacheMetrics):
-    """Stale serves, advisories delivered (``stale_serve(advisory=True)``) and lost."""
-
-    def __init__(self) -> None:
-        self.stale, self.delivered, self.lost = 0, 0, 0
-
-    def stale_serve(self, surface: str, upstream: str, code: str, advisory: bool) -> None:
-        self.stale += 1
-        self.delivered += advisory
-
-    def advisory_lost(self, surface: str, upstream: str) -> None:
-        self.lost += 1
-
-
 @pytest.mark.timeout(30)
 async def test_review31c_a_stale_serve_in_a_task_outliving_its_request_is_counted(
     caplog: pytest.LogCaptureFixture,
@@ -59,7 +46,7 @@ async def test_review31c_a_stale_serve_in_a_task_outliving_its_request_is_counte
     collector included) fetches after the answer went out: the stale serve must still show
     in the metrics, as lost (no answer carried it). As reviewed it vanishes: ``told`` defers
     counting to delivery, and the middleware settled the collector before the task ran."""
-    metrics = Counting()
+    metrics = CountingMetrics()
     cache = UpstreamCache(surfaces=Surfaces.of(PRODUCTS), metrics=metrics)
     state: dict[str, Any] = {"up": True, "tasks": []}
     answered = asyncio.Event()
@@ -112,7 +99,7 @@ async def test_review31c_a_stale_serve_of_a_tool_that_raises_counts_as_lost(way_
     count it). As reviewed both SDK delivery points leave it unsettled: zero in the metrics."""
     from adcp_stale_cache.integrations.adcp_sdk import skill_middleware, with_advisories
 
-    metrics = Counting()
+    metrics = CountingMetrics()
     cache = UpstreamCache(surfaces=Surfaces.of(PRODUCTS), metrics=metrics)
     up = {"up": True}
 
@@ -215,7 +202,7 @@ def test_review31c_a_tool_s_task_outliving_its_call_counts_its_stale_serve() -> 
     from adcp_stale_cache.integrations.fastmcp import AdvisoryMiddleware
 
     signals = SurfacePolicy(name="get_signals", field="signals", freshness_target_seconds=0)
-    metrics = Counting()
+    metrics = CountingMetrics()
     cache = UpstreamCache(surfaces=Surfaces.of(signals), metrics=metrics)
     state: dict[str, Any] = {"up": True, "tasks": []}
 
@@ -263,7 +250,7 @@ async def test_review31c_an_sdk_tool_s_task_outliving_its_call_counts_its_stale_
     tool answered: counted lost, not left in ``unsettled`` uncounted."""
     from adcp_stale_cache.integrations.adcp_sdk import skill_middleware, with_advisories
 
-    metrics = Counting()
+    metrics = CountingMetrics()
     cache = UpstreamCache(surfaces=Surfaces.of(PRODUCTS), metrics=metrics)
     state: dict[str, Any] = {"up": True, "tasks": []}
     answered = asyncio.Event()
