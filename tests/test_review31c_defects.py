@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -87,6 +88,20 @@ async def test_review31c_a_stale_serve_in_a_task_outliving_its_request_is_counte
     assert "reason=after_answer:" in caplog.text
 
 
+def sdk_call(
+    way_in: str, cache: UpstreamCache, tool: Callable[..., Awaitable[Any]]
+) -> Callable[[], Awaitable[Any]]:
+    """One call of ``tool`` as ``get_products`` through an adcp SDK delivery point."""
+    from adcp_stale_cache.integrations.adcp_sdk import skill_middleware, with_advisories
+
+    context = type("ToolContext", (), {"tenant_id": "t", "caller_identity": "buyer"})()
+    if way_in == "skill_middleware":
+        middleware = skill_middleware(cache.surfaces)
+        return lambda: middleware("get_products", {}, context, tool)
+    decorated = with_advisories(cache.surfaces, "get_products")(tool)
+    return lambda: decorated(None, {}, context)
+
+
 class _SellerError(Exception):
     """What a seller's tool raises after its fetches (a validation error, say)."""
 
@@ -97,8 +112,6 @@ async def test_review31c_a_stale_serve_of_a_tool_that_raises_counts_as_lost(way_
     """A tool served stale, then raised: the SDK answers an error, which carries no
     ``STALE_RESPONSE``; the serve must count as lost (as the ASGI and fastmcp middlewares
     count it). As reviewed both SDK delivery points leave it unsettled: zero in the metrics."""
-    from adcp_stale_cache.integrations.adcp_sdk import skill_middleware, with_advisories
-
     metrics = CountingMetrics()
     cache = UpstreamCache(surfaces=Surfaces.of(PRODUCTS), metrics=metrics)
     up = {"up": True}
@@ -114,18 +127,7 @@ async def test_review31c_a_stale_serve_of_a_tool_that_raises_counts_as_lost(way_
             raise _SellerError("buyer_ref is required")
         return value
 
-    context = type("ToolContext", (), {"tenant_id": "t", "caller_identity": "buyer"})()
-    if way_in == "skill_middleware":
-        middleware = skill_middleware(cache.surfaces)
-
-        async def call() -> Any:
-            return await middleware("get_products", {}, context, tool)
-    else:
-        decorated = with_advisories(cache.surfaces, "get_products")(tool)
-
-        async def call() -> Any:
-            return await decorated(None, {}, context)
-
+    call = sdk_call(way_in, cache, tool)
     await call()
     up["up"] = False
     metrics.stale = metrics.delivered = metrics.lost = 0
@@ -248,8 +250,6 @@ async def test_review31c_an_sdk_tool_s_task_outliving_its_call_counts_its_stale_
 ) -> None:
     """The adcp SDK's delivery points, a tool's fire-and-forget task fetching after the
     tool answered: counted lost, not left in ``unsettled`` uncounted."""
-    from adcp_stale_cache.integrations.adcp_sdk import skill_middleware, with_advisories
-
     metrics = CountingMetrics()
     cache = UpstreamCache(surfaces=Surfaces.of(PRODUCTS), metrics=metrics)
     state: dict[str, Any] = {"up": True, "tasks": []}
@@ -270,18 +270,7 @@ async def test_review31c_an_sdk_tool_s_task_outliving_its_call_counts_its_stale_
         state["tasks"].append(asyncio.create_task(refresh_later()))
         return {"products": []}
 
-    context = type("ToolContext", (), {"tenant_id": "t", "caller_identity": "buyer"})()
-    if way_in == "skill_middleware":
-        middleware = skill_middleware(cache.surfaces)
-
-        async def call() -> Any:
-            return await middleware("get_products", {}, context, tool)
-    else:
-        decorated = with_advisories(cache.surfaces, "get_products")(tool)
-
-        async def call() -> Any:
-            return await decorated(None, {}, context)
-
+    call = sdk_call(way_in, cache, tool)
     await call()
     state["up"] = False
     metrics.stale = metrics.delivered = metrics.lost = 0
