@@ -27,9 +27,13 @@ def free_port() -> int:
             return port
 
 
+# A cold start (no bytecode yet, as uv installs) took over 20 s on a busy 2-core machine.
+START_SECONDS = 120.0
+
+
 def wait_for_port(
     port: int,
-    timeout: float = 20.0,
+    timeout: float = START_SECONDS,
     host: str = "127.0.0.1",
     process: subprocess.Popen[bytes] | None = None,
 ) -> None:
@@ -70,7 +74,7 @@ class App:
         self.process = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stderr=stderr)
         return self
 
-    def wait(self, timeout: float = 20.0) -> App:
+    def wait(self, timeout: float = START_SECONDS) -> App:
         """Wait until the app listens."""
         wait_for_port(self.port, timeout, process=self.process)
         return self
