@@ -45,7 +45,7 @@ from .policy import SurfacePolicy, Surfaces, Upstream
 from .serving import NOT_FRESH, Serving
 from .shared_breakers import SharedBreakers
 from .steering import RefreshMemory, RememberedRefresh, callback_memory
-from .stores import MemoryStore, Store
+from .stores import Clocked, MemoryStore, Store
 from .tracing import with_tracing
 from .values import JSON, Codec
 
@@ -147,7 +147,7 @@ class UpstreamCache:
         )
         self.surfaces = surfaces or Surfaces()
         # A shared store (Redis) stamps entries with the wall clock every process shares.
-        store_clock: Callable[[], float] = getattr(self.store, "clock", time.monotonic)
+        store_clock = self.store.clock if isinstance(self.store, Clocked) else time.monotonic
         self.clock = clock or store_clock
         self.namespace, self.schema_version = namespace, schema_version
         self.failure_types = failure_types_of(failure_types)

@@ -44,7 +44,7 @@ from .labels import built_from, label_value, labels
 from .metrics import CacheMetrics, CombinedMetrics
 from .policy import Upstream
 from .steering import RememberedRefresh, Steerable
-from .stores import MemoryStore
+from .stores import FailureCounting, MemoryStore, Purgeable
 from .stores.tiered import tiers
 
 logger = logging.getLogger("adcp_stale_cache.control")
@@ -328,12 +328,12 @@ class CacheControl:
     async def _purge(self, selection: Selection, soft: bool) -> int:
         """Purge the store; raises PurgeIncomplete when a store that counts its failures
         (file, Redis) failed meanwhile."""
-        purge = getattr(self.cache.store, "purge", None)
-        if purge is None:
-            raise TypeError(f"{type(self.cache.store).__name__} cannot purge entries")
-        counted = [t for t in tiers(self.cache.store) if hasattr(t, "failures")]
+        store = self.cache.store
+        if not isinstance(store, Purgeable):
+            raise TypeError(f"{type(store).__name__} cannot purge entries")
+        counted = [t for t in tiers(store) if isinstance(t, FailureCounting)]
         before = [int(t.failures) for t in counted]
-        count = int(await purge(selection, soft=soft))
+        count = int(await store.purge(selection, soft=soft))
         failed = [
             type(t).__name__ for t, was in zip(counted, before, strict=True) if t.failures > was
         ]

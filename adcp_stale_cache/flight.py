@@ -37,10 +37,10 @@ from .keys import key_size
 from .lookup import Lookup
 from .metrics import CacheMetrics
 from .policy import SurfacePolicy, Surfaces, Upstream
-from .purges import flight_count, purge_count, store_unless_purged
+from .purges import PurgeWitness
 from .singleflight import SingleFlight, call_with_deadline
 from .steering import RefreshMemory, RememberedRefresh
-from .stores import Store
+from .stores import Leasing, Listening, Store
 from .values import Codec, Unreadable, decode, encode
 
 T = TypeVar("T")
@@ -176,6 +176,18 @@ class Flights:
         # its deadline, or a breaker's probe would never finish and it would never close.
         self.in_front = False
 
+    @property
+    def store(self) -> Store:
+        """The store; what it can do is decided when it is given, never per call (a protocol
+        check walks every member)."""
+        return self._backing_store
+
+    @store.setter
+    def store(self, store: Store) -> None:
+        self._backing_store, self.purges = store, PurgeWitness(store)
+        self._leasing = store if isinstance(store, Leasing) else None
+        self._listening = store if isinstance(store, Listening) else None
+
     async def fly(
         self, found: Lookup, admitted: Admitted, answer: Answer[T]
     ) -> tuple[Awaitable[Refreshed[T]], bool]:
@@ -196,7 +208,7 @@ class Flights:
         if admitted.probe is not None:  # its blocking call never waits behind stuck ones
             refresh = as_probe(refresh)
         try:
-            epoch = await flight_count(self.store)  # the tier's recent reading: no round trip
+            epoch = await self.purges.flight_count()  # the tier's recent reading: no round trip
         except BaseException:  # cancelled before the flight could release the probe
             if admitted.probe is not None:
                 admitted.probe.release_probe()
@@ -225,7 +237,7 @@ class Flights:
 
     async def run_now(self, store_key: str, refresh: RememberedRefresh) -> Any:
         """``refresh`` as the flight of ``store_key`` that requests now would join."""
-        return await self.run(store_key, refresh, await purge_count(self.store))
+        return await self.run(store_key, refresh, await self.purges.count())
 
     def refresh_soon(
         self, refreshes: list[tuple[str, RememberedRefresh]], concurrency: int
@@ -294,7 +306,7 @@ class Flights:
     ) -> Entry | None:
         """One call, stored as it answers (no validation, no directives: an injected
         outage's cold cache, seeded for real). None when the answer cannot be stored."""
-        before = await purge_count(self.store)  # a purge meanwhile wins here too
+        before = await self.purges.count()  # a purge meanwhile wins here too
         stamp = self.clock()  # as of the call, as a request's seed would be
         value = await call_with_deadline(call, found.timeout, self.call_loop)
         data = encode(codec, value, found.upstream)
@@ -338,16 +350,15 @@ class Flights:
         call: Callable[[], Awaitable[T]], before: object,
     ) -> Refreshed[T]:  # fmt: skip
         """Call and store; with leases, only as the holder, else wait for the holder's."""
-        lease = getattr(self.store, "lease", None) if self.lease else None
-        if lease is None:
+        if not self.lease or self._leasing is None:
             return await self._call_and_store(found, timeout, answer, call, before)
         started = self.clock()
-        async with lease(found.store_key, timeout + 1) as holder:
+        async with self._leasing.lease(found.store_key, timeout + 1) as holder:
             if holder:
                 return await self._call_and_store(found, timeout, answer, call, before)
         entry = await self._await_other_process(found.store_key, started, timeout)
         if entry is None:  # released with nothing stored: a failure, or a purge won
-            before = await purge_count(self.store)  # this call starts now: as of now
+            before = await self.purges.count()  # this call starts now: as of now
             return await self._call_and_store(found, timeout, answer, call, before)
         value = decode(answer.codec, entry, found.upstream)
         said = answer.directives(value) if answer.directives is not None else None
@@ -359,7 +370,7 @@ class Flights:
         call: Callable[[], Awaitable[T]], before: object,
     ) -> Refreshed[T]:  # fmt: skip
         if before is None:  # run on its own (not as a flight): the count as of now
-            before = await purge_count(self.store)
+            before = await self.purges.count()
         # Nested cached calls record their stale serves here, for every caller.
         inner = AdvisoryCollector.within(current_collector())
         token = _flight.set(inner)
@@ -400,7 +411,7 @@ class Flights:
         when stored. A store's fault is logged, never raised."""
         ttl = self.ttl(found.upstream, found.policy)
         try:
-            return await store_unless_purged(self.store, found.store_key, entry, ttl, before)
+            return await self.purges.store_unless_purged(found.store_key, entry, ttl, before)
         except Exception:
             logger.exception("store_error op=set")
             return False
@@ -411,7 +422,7 @@ class Flights:
         """The entry another process's refresh stores, waited for up to ``timeout``; None
         when that process let go of the key without storing one (its call failed, or a
         purge kept its answer out: this process cannot tell, so it asks itself)."""
-        lease_active: Any = getattr(self.store, "lease_active", None)
+        leasing = self._leasing if self.lease else None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             await asyncio.sleep(0.02)
@@ -419,7 +430,7 @@ class Flights:
             entry = await self.read(store_key)
             if entry is not None and entry.stored_at >= since:
                 return entry
-            if lease_active is not None and not await lease_active(store_key):
+            if leasing is not None and not await leasing.lease_active(store_key):
                 self._ask_shared(store_key)
                 entry = await self.read(store_key)  # released: it stored, or it did not
                 return entry if entry is not None and entry.stored_at >= since else None
@@ -428,9 +439,8 @@ class Flights:
     def _ask_shared(self, store_key: str) -> None:
         """The next read of ``store_key`` asks the shared store: what another process wrote
         is what this read waits for, never a memory copy noted as matching before."""
-        ask: Any = getattr(self.store, "ask_shared", None)
-        if ask is not None:
-            ask(store_key)
+        if self._listening is not None:
+            self._listening.ask_shared(store_key)
 
 
 def _terms(said: Directives | None, policy: SurfacePolicy) -> Terms | None:

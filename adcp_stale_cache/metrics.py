@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from .stores import Bounded, FailureCounting, Store
 from .stores.tiered import tiers
 
 
@@ -120,7 +121,9 @@ class PrometheusMetrics(CacheMetrics):
     an upstream inventing codes cannot grow the series without bound.
     """
 
-    def __init__(self, registry: Any = None, store: Any = None, max_codes: int = 64) -> None:
+    def __init__(
+        self, registry: Any = None, store: Store | None = None, max_codes: int = 64
+    ) -> None:
         from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 
         self.max_codes = max_codes
@@ -161,8 +164,8 @@ class PrometheusMetrics(CacheMetrics):
             ["upstream"],
             registry=registry,
         )
-        walked = tiers(store)
-        memory = next((tier for tier in walked if hasattr(tier, "bytes")), None)
+        walked = tiers(store) if store is not None else []
+        memory = next((tier for tier in walked if isinstance(tier, Bounded)), None)
         if memory is not None:
             entries = Gauge(
                 "adcp_stale_cache_store_entries", "Entries in the memory store.", registry=registry
@@ -172,7 +175,7 @@ class PrometheusMetrics(CacheMetrics):
             )
             entries.set_function(lambda: memory.entries)
             size.set_function(lambda: memory.bytes)
-        counted = {type(tier).__name__: tier for tier in walked if hasattr(tier, "failures")}
+        counted = {type(t).__name__: t for t in walked if isinstance(t, FailureCounting)}
         if counted:
             failures = Gauge(
                 "adcp_stale_cache_store_failures",
@@ -181,7 +184,7 @@ class PrometheusMetrics(CacheMetrics):
                 registry=registry,
             )
             for name, tier in counted.items():
-                failures.labels(name).set_function(functools.partial(getattr, tier, "failures"))
+                failures.labels(name).set_function(functools.partial(_failures, tier))
 
     def hit(self, surface: str, upstream: str) -> None:
         self._hits.labels(surface, upstream).inc()
@@ -221,3 +224,7 @@ class PrometheusMetrics(CacheMetrics):
     def invalidation(self, action: str, entries: int) -> None:
         self._actions.labels(action).inc()
         self._taken.labels(action).inc(entries)
+
+
+def _failures(store: FailureCounting) -> int:
+    return store.failures

@@ -11,25 +11,35 @@ adds "someone saw it down", never holds a process back longer than the cooldown.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from .breaker import BreakerKey
 from .failures import Failure
 from .policy import FailureKind
+from .stores import SharedBreakerStore, Store
 
 
 class SharedBreakers:
     """The open breakers other processes published, through ``store`` (a store without
     breaker support, or one that fails, shares nothing)."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
         self._published: set[BreakerKey] = set()  # open here, or seen open
 
+    @property
+    def store(self) -> Store:
+        """The store; whether it shares breakers is decided when it is given."""
+        return self._store
+
+    @store.setter
+    def store(self, store: Store) -> None:
+        self._store = store
+        self._shared = store if isinstance(store, SharedBreakerStore) else None
+
     async def open_elsewhere(self, key: BreakerKey) -> Failure | None:
         """The failure another process saw, while its breaker ``key`` is open."""
-        read = getattr(self.store, "breaker_state", None)
-        raw = await read(_name(key)) if read is not None else None
+        shared = self._shared
+        raw = await shared.breaker_state(_name(key)) if shared is not None else None
         if raw is None:
             return None
         self._published.add(key)
@@ -41,11 +51,10 @@ class SharedBreakers:
 
     async def opened(self, key: BreakerKey, failure: Failure, seconds: float) -> None:
         """This process's breaker ``key`` opened: tell the others for ``seconds``."""
-        write = getattr(self.store, "breaker_opened", None)
-        if write is None:
+        if self._shared is None:
             return
         state = {"kind": failure.kind.value, "code": failure.code, "message": failure.message}
-        await write(_name(key), json.dumps(state), seconds)
+        await self._shared.breaker_opened(_name(key), json.dumps(state), seconds)
         self._published.add(key)
 
     async def closed(self, key: BreakerKey) -> None:
@@ -53,9 +62,8 @@ class SharedBreakers:
         if key not in self._published:
             return
         self._published.discard(key)
-        withdraw = getattr(self.store, "breaker_closed", None)
-        if withdraw is not None:
-            await withdraw(_name(key))
+        if self._shared is not None:
+            await self._shared.breaker_closed(_name(key))
 
 
 def _name(key: BreakerKey) -> str:

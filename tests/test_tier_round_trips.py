@@ -14,7 +14,7 @@ import pytest
 
 from adcp_stale_cache import MemoryStore, SurfacePolicy, Surfaces, Upstream, UpstreamCache
 from adcp_stale_cache.entry import Entry
-from adcp_stale_cache.purges import UNREADABLE, flight_count
+from adcp_stale_cache.purges import UNREADABLE, PurgeWitness
 from adcp_stale_cache.stores import TieredStore
 
 from .conftest import FakeClock
@@ -107,13 +107,17 @@ async def test_a_flight_starts_under_the_tiers_recent_reading_of_the_purge_count
     clock = FakeClock()
     far = Shared(clock)
     tiers = tiers_on(far, clock, check_seconds=60.0)
-    assert await flight_count(tiers) == (0, 0) and far.counts == 1  # never read: read now
+    assert (
+        await PurgeWitness(tiers).flight_count() == (0, 0) and far.counts == 1
+    )  # never read: read now
     await tiers.get("k")  # a lookup reads the count (its first reading)
     read = far.counts
-    assert await flight_count(tiers) == (0, 0) and far.counts == read  # no round trip
+    assert (
+        await PurgeWitness(tiers).flight_count() == (0, 0) and far.counts == read
+    )  # no round trip
     # This process's own purge moves the memory tier's count, read each time.
     await tiers.purge(lambda key, entry: True, soft=True)
-    assert await flight_count(tiers) == (1, 0) and far.counts == read
+    assert await PurgeWitness(tiers).flight_count() == (1, 0) and far.counts == read
 
 
 async def test_a_write_under_a_reused_reading_is_refused_after_a_purge_elsewhere() -> None:
@@ -123,7 +127,7 @@ async def test_a_write_under_a_reused_reading_is_refused_after_a_purge_elsewhere
     far = Shared(clock)
     tiers = tiers_on(far, clock, check_seconds=60.0)
     await tiers.get("k")
-    count = await flight_count(tiers)
+    count = await PurgeWitness(tiers).flight_count()
     await far.purge(lambda key, entry: True, soft=False)  # another process, after the reading
     assert not await tiers.set_unless_purged("k", Entry(b"old", clock.now), 60, count)
     assert await far.get("k") is None
@@ -138,7 +142,7 @@ async def test_a_count_that_could_not_be_read_is_read_by_the_flight_itself() -> 
     far.unreadable = True
     await tiers.get("k")  # its reading fails
     read = far.counts
-    assert await flight_count(tiers) is UNREADABLE and far.counts == read + 1
+    assert await PurgeWitness(tiers).flight_count() is UNREADABLE and far.counts == read + 1
 
 
 async def test_a_miss_reads_the_shared_purge_count_once() -> None:

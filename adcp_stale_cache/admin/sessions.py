@@ -17,9 +17,9 @@ import hashlib
 import hmac
 import secrets
 import time
-from typing import Any
 
 from ..entry import Entry
+from ..stores import Store
 
 #: How long a sign-in lasts.
 SESSION_SECONDS = 12 * 3600
@@ -31,7 +31,7 @@ _STORE_PREFIX = "adcp-stale-cache-admin:revoked:"
 class Sessions:
     """Issue, check and revoke the operator page's session cookies."""
 
-    def __init__(self, token: str, store: Any = None) -> None:
+    def __init__(self, token: str, store: Store | None = None) -> None:
         self._key = hashlib.sha256(b"adcp-stale-cache admin session\n" + token.encode()).digest()
         self._store = store
         self._revoked: dict[str, int] = {}  # session id -> its expiry
@@ -49,8 +49,7 @@ class Sessions:
         expires, session_id = session
         if session_id in self._revoked:
             return False
-        get = getattr(self._store, "get", None)
-        if get is None or await get(_STORE_PREFIX + session_id) is None:
+        if self._store is None or await self._store.get(_STORE_PREFIX + session_id) is None:
             return True
         self._remember(session_id, expires)  # heard once: kept here, whatever the store does
         return False
@@ -63,10 +62,11 @@ class Sessions:
             return
         expires, session_id = session
         self._remember(session_id, expires)
-        put = getattr(self._store, "set", None)
-        if put is not None:
+        if self._store is not None:
             now = time.time()
-            await put(_STORE_PREFIX + session_id, Entry(b"revoked", now), expires - now + 1)
+            await self._store.set(
+                _STORE_PREFIX + session_id, Entry(b"revoked", now), expires - now + 1
+            )
 
     def _remember(self, session_id: str, expires: int) -> None:
         now = time.time()

@@ -1,18 +1,19 @@
 """Which entries carry a label: the index that lets a purge by labels touch only what it
 selects, not every entry of a store (memory and file stores; Redis keeps sets of its own).
 
-A purge's ``match`` that is a :class:`~adcp_stale_cache.control.Selection` says which labels
-every selected entry carries (``labels``) and, for one key, which key (``store_key``) and the
-label of the entries built from it (``from_key``); those are found by name, as every store
-finds them. Any other ``match`` (a plain callable) says
-nothing about what it selects: the store scans. Candidates are always checked with ``match``
-itself, so the index decides how much is read, never what is selected.
+A purge's ``match`` that is :class:`~adcp_stale_cache.stores.Selecting` (a
+:class:`~adcp_stale_cache.control.Selection`) says which labels every selected entry carries
+and, for one key, which key and the label of the entries built from it. Any other ``match``
+(a plain callable) says nothing about what it selects: the store scans. Candidates are always
+checked with ``match`` itself, so the index decides how much is read, never what is selected.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from typing import Any
+
+from .base import Selecting
 
 #: The order in which labels narrow a selection best: a tag or a partition names few entries,
 #: an upstream or its URL many (the file store looks the first one up, then checks the rest).
@@ -23,11 +24,13 @@ def selected_by(match: Callable[..., Any]) -> tuple[list[str], str | None, str |
     """The labels (narrowest first), the store key and the label of the entries built from
     that key a selection names; None when ``match`` names neither labels nor a key (it must
     be asked of every entry)."""
-    labels = sorted(getattr(match, "labels", ()) or (), key=_narrowness)
-    store_key = getattr(match, "store_key", None)
+    if not isinstance(match, Selecting):
+        return None
+    labels = sorted(match.labels, key=_narrowness)
+    store_key = match.store_key
     if not labels and store_key is None:
         return None
-    return labels, store_key, getattr(match, "from_key", None) if store_key is not None else None
+    return labels, store_key, match.from_key if store_key is not None else None
 
 
 def _narrowness(label: str) -> tuple[int, str]:

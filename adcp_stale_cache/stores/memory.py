@@ -26,7 +26,9 @@ class MemoryStore:
     Each entry expires ``ttl_seconds`` after it is set (the cache passes target + max-stale).
     ``clock`` must be the clock the cache stamps entries with. Safe to share between threads
     (sellers that run each request on a loop of its own in a worker thread): every operation
-    holds a lock for the few microseconds it takes.
+    holds a lock for the few microseconds it takes. Capabilities (see
+    :mod:`~adcp_stale_cache.stores.base`): ``Purgeable``, ``PurgeCounting``, ``GuardedWrites``,
+    ``Clocked``, ``Bounded``.
     """
 
     def __init__(

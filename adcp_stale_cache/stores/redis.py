@@ -45,6 +45,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from ..entry import TERMS_SIZE, Entry, Terms
+from .label_index import selected_by
 from .redis_urls import LoopClients, client_from_url
 
 if sys.version_info >= (3, 11, 3):  # as redis-py itself chooses (async-timeout is its need)
@@ -90,7 +91,9 @@ _SHA = {script: hashlib.sha1(script.encode()).hexdigest() for script in (_MARK, 
 
 
 class RedisStore:
-    """Entries in Redis; ``clock`` is the wall clock (``time.time``) every process shares."""
+    """Entries in Redis; ``clock`` is the wall clock (``time.time``) every process shares.
+    Capabilities: ``Purgeable``, ``PurgeCounting``, ``GuardedWrites``, ``Leasing``,
+    ``SharedBreakerStore``, ``Clocked``, ``FailureCounting``."""
 
     clock = staticmethod(time.time)
 
@@ -141,6 +144,11 @@ class RedisStore:
         """False while the store stays away from Redis after a failure, or when called from
         an event loop the client cannot serve (see :meth:`_client_here`)."""
         return time.monotonic() >= self._down_until and self._client_here() is not None
+
+    def answered(self, failures_before: int) -> bool:
+        """Whether every operation since ``failures`` was ``failures_before`` was asked and
+        answered (see :class:`~adcp_stale_cache.stores.FailureCounting`)."""
+        return self.available and self.failures == failures_before
 
     @property
     def client(self) -> Any:
@@ -304,10 +312,8 @@ class RedisStore:
         self, client: Any, match: Callable[[str, Entry], bool]
     ) -> AsyncIterator[list[str]]:
         """The keys ``match`` may select, in batches."""
-        labels = sorted(getattr(match, "labels", ()))
-        store_key = getattr(match, "store_key", None)
+        labels, store_key, label = selected_by(match) or ([], None, None)
         if store_key is not None:  # the entry, and those built from it (see Selection)
-            label = getattr(match, "from_key", None)
             built = await client.smembers(self._label(label)) if label is not None else ()
             yield [store_key, *sorted(member.decode() for member in built)]
             return

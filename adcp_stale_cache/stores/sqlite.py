@@ -126,7 +126,9 @@ _DROP = (
 
 
 class SqliteStore:
-    """Entries in one SQLite file, shared by the processes of a host; see the module text."""
+    """Entries in one SQLite file, shared by the processes of a host; see the module text.
+    Capabilities: ``Purgeable``, ``PurgeCounting``, ``GuardedWrites``, ``Clocked``,
+    ``FailureCounting``."""
 
     clock = staticmethod(time.time)
     #: Reads on the loop slower than this on average send reads through the thread a while.
@@ -171,6 +173,11 @@ class SqliteStore:
     def available(self) -> bool:
         """False while the store stays away from the file after a failure."""
         return time.monotonic() >= self._down_until
+
+    def answered(self, failures_before: int) -> bool:
+        """Whether every operation since ``failures`` was ``failures_before`` was asked and
+        answered (see :class:`~adcp_stale_cache.stores.FailureCounting`)."""
+        return self.available and self.failures == failures_before
 
     async def get(self, key: str) -> Entry | None:
         """The entry under ``key`` if present, intact and unexpired; None otherwise."""

@@ -30,16 +30,27 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
 
 from ..entry import Entry
-from ..purges import UNREADABLE, purge_count, store_unless_purged
-from .base import Store
+from ..purges import UNREADABLE, PurgeWitness
+from .base import (
+    Bounded,
+    FailureCounting,
+    Leasing,
+    Listening,
+    Purgeable,
+    SharedBreakerStore,
+    Store,
+)
 from .memory import MemoryStore
 
 
 class TieredStore:
-    """Memory in front of ``far``; both keep entries on the shared wall clock."""
+    """Memory in front of ``far``; both keep entries on the shared wall clock.
+
+    Capabilities: every one but ``Bounded`` and ``FailureCounting`` (its tiers have those).
+    It answers for those ``far`` lacks as a store without them would: a lease always held
+    here, no breaker shared, a purge counted by the memory tier alone."""
 
     clock = staticmethod(time.time)
 
@@ -67,8 +78,17 @@ class TieredStore:
         self._unsure_at = 0.0  # wall: when it last changed, grown or not (first reading too)
         # Wall: when each memory copy last matched the shared one (see _confirm); bounded.
         self._confirmed: dict[str, float] = {}
-        self._confirmed_max = int(getattr(self.near, "max_entries", 10_000))
+        near_max = self.near.max_entries if isinstance(self.near, Bounded) else 10_000
+        self._confirmed_max = int(near_max)
         self._confirming = threading.Lock()  # the tier may be shared by threads
+        # What each tier can do, decided once (a protocol check walks every member).
+        self._near_purges, self._far_purges = PurgeWitness(self.near), PurgeWitness(far)
+        self._near_purgeable = self.near if isinstance(self.near, Purgeable) else None
+        self._far_purgeable = far if isinstance(far, Purgeable) else None
+        self._far_failures = far if isinstance(far, FailureCounting) else None
+        self._far_leasing = far if isinstance(far, Leasing) else None
+        self._far_breakers = far if isinstance(far, SharedBreakerStore) else None
+        self._far_listening = far if isinstance(far, Listening) else None
 
     async def get(self, key: str) -> Entry | None:
         """The newer of the memory and shared copies (memory alone while it was stored or
@@ -81,13 +101,14 @@ class TieredStore:
             seen = max(near.stored_at, self._confirmed.get(key, near.stored_at))
             if now - seen < self.near_max_age_seconds and seen > self._unsure_at:
                 return self._due(near, now, shared=True)
-        failures = getattr(self.far, "failures", None)
+        counted = self._far_failures
+        failures = counted.failures if counted is not None else 0
         far = await self.far.get(key)
         if (
             far is None
             and near is not None
             and near.stored_at <= self._purged_at
-            and _answered(self.far, failures)
+            and (counted is None or counted.answered(failures))
         ):
             # No shared copy of a copy stored before a purge: hard-purged (its tombstone since
             # evicted or expired) reads exactly as evicted, so it is forgotten, never served.
@@ -125,19 +146,15 @@ class TieredStore:
         young), whatever was noted of the memory copy: a process waiting on another's
         write to it (see flight). Nested tiers pass it on."""
         self._forget(key)
-        self._pass_down("ask_shared", key)
+        if self._far_listening is not None:
+            self._far_listening.ask_shared(key)
 
     def listen_soon(self) -> None:
         """Read the purge count on the next read, whenever it was last read: a tier above
         (nested tiers) heard it move. Nested tiers pass it on."""
         self._checked_at = float("-inf")
-        self._pass_down("listen_soon")
-
-    def _pass_down(self, name: str, *args: Any) -> None:
-        """Nested tiers: the same call on the tier beneath, when it is a tier."""
-        beneath: Any = getattr(self.far, name, None)
-        if beneath is not None:
-            beneath(*args)
+        if self._far_listening is not None:
+            self._far_listening.listen_soon()
 
     def _forget(self, key: str) -> None:
         """Drop the note of ``key``: its memory copy is replaced or gone."""
@@ -146,7 +163,7 @@ class TieredStore:
 
     async def generation(self) -> object:
         """Both tiers' purge counts (None when one that counts cannot be read)."""
-        counts = (await purge_count(self.near), await purge_count(self.far))
+        counts = (await self._near_purges.count(), await self._far_purges.count())
         return None if UNREADABLE in counts else counts
 
     async def heard_generation(self) -> object:
@@ -164,7 +181,7 @@ class TieredStore:
             return None
         if not isinstance(heard, tuple) or len(heard) != 2:
             return None
-        near = await purge_count(self.near)
+        near = await self._near_purges.count()
         return None if near is UNREADABLE else (near, heard[1])
 
     async def _listen(self, now: float) -> None:
@@ -194,7 +211,8 @@ class TieredStore:
             # A tier beneath (nested tiers) reads the count on its own schedule and may not
             # have heard this yet: the read through that follows must not take its copy
             # as the shared one (this tier would note it as matching for a second more).
-            self._pass_down("listen_soon")
+            if self._far_listening is not None:
+                self._far_listening.listen_soon()
         self._heard_at = now
         self._read_at = checked
 
@@ -232,13 +250,13 @@ class TieredStore:
         near_count, far_count = count
         self._forget(key)
         try:
-            kept = await store_unless_purged(self.far, key, entry, ttl_seconds, far_count)
+            kept = await self._far_purges.store_unless_purged(key, entry, ttl_seconds, far_count)
         except Exception:
-            await store_unless_purged(self.near, key, entry, ttl_seconds, near_count)
+            await self._near_purges.store_unless_purged(key, entry, ttl_seconds, near_count)
             raise
         if not kept:
             return False
-        return await store_unless_purged(self.near, key, entry, ttl_seconds, near_count)
+        return await self._near_purges.store_unless_purged(key, entry, ttl_seconds, near_count)
 
     async def delete(self, key: str) -> None:
         """Forget ``key`` in both tiers."""
@@ -249,41 +267,38 @@ class TieredStore:
     async def purge(self, match: Callable[[str, Entry], bool], *, soft: bool) -> int:
         """Invalidate in both tiers; the count is the shared tier's (the near one's when the
         shared one cannot purge)."""
-        near = await _purge(self.near, match, soft)
-        far = await _purge(self.far, match, soft)
+        near = await _purge(self._near_purgeable, match, soft)
+        far = await _purge(self._far_purgeable, match, soft)
         return far if far is not None else near or 0
 
     @asynccontextmanager
     async def lease(self, key: str, seconds: float) -> AsyncIterator[bool]:
         """The shared store's lease (True, no coordination, when it has none)."""
-        lease: Any = getattr(self.far, "lease", None)
-        if lease is None:
+        if self._far_leasing is None:
             yield True
             return
-        async with lease(key, seconds) as holder:
+        async with self._far_leasing.lease(key, seconds) as holder:
             yield holder
 
     async def breaker_state(self, name: str) -> bytes | None:
         """The shared store's breaker state (see ``shared_breakers``), if it keeps one."""
-        read: Any = getattr(self.far, "breaker_state", None)
-        return await read(name) if read is not None else None
+        shared = self._far_breakers
+        return await shared.breaker_state(name) if shared is not None else None
 
     async def breaker_opened(self, name: str, state: str, seconds: float) -> None:
         """Publish an open breaker in the shared store, if it keeps them."""
-        write: Any = getattr(self.far, "breaker_opened", None)
-        if write is not None:
-            await write(name, state, seconds)
+        if self._far_breakers is not None:
+            await self._far_breakers.breaker_opened(name, state, seconds)
 
     async def breaker_closed(self, name: str) -> None:
         """Withdraw a published open breaker, if the shared store keeps them."""
-        withdraw: Any = getattr(self.far, "breaker_closed", None)
-        if withdraw is not None:
-            await withdraw(name)
+        if self._far_breakers is not None:
+            await self._far_breakers.breaker_closed(name)
 
     async def lease_active(self, key: str) -> bool:
         """Whether another process holds the refresh lease of ``key``."""
-        active: Any = getattr(self.far, "lease_active", None)
-        return bool(await active(key)) if active is not None else False
+        leasing = self._far_leasing
+        return bool(await leasing.lease_active(key)) if leasing is not None else False
 
 
 def _grew(before: object, now: object) -> bool:
@@ -292,13 +307,6 @@ def _grew(before: object, now: object) -> bool:
         pairs = zip(before, now, strict=True)
         return before != now and all(b == n or _grew(b, n) for b, n in pairs)
     return isinstance(before, int) and isinstance(now, int) and now > before
-
-
-def _answered(store: Any, failures_before: object) -> bool:
-    """Whether ``store``'s last read was an answer (not a fault read as "no entry")."""
-    if not getattr(store, "available", True):
-        return False
-    return getattr(store, "failures", None) == failures_before
 
 
 def _same_marks(near: Entry, far: Entry) -> bool:
@@ -311,13 +319,14 @@ def _same_marks(near: Entry, far: Entry) -> bool:
     )
 
 
-async def _purge(store: Any, match: Callable[[str, Entry], bool], soft: bool) -> int | None:
-    purge = getattr(store, "purge", None)
-    return int(await purge(match, soft=soft)) if purge is not None else None
+async def _purge(
+    store: Purgeable | None, match: Callable[[str, Entry], bool], soft: bool
+) -> int | None:
+    return int(await store.purge(match, soft=soft)) if store is not None else None
 
 
-def tiers(store: object) -> list[Any]:
+def tiers(store: Store) -> list[Store]:
     """``store`` and, for tiered stores, every store beneath it (nearest first)."""
-    if store is None:
-        return []
-    return [store, *tiers(getattr(store, "near", None)), *tiers(getattr(store, "far", None))]
+    if not isinstance(store, TieredStore):
+        return [store]
+    return [store, *tiers(store.near), *tiers(store.far)]
