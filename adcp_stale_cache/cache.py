@@ -17,11 +17,9 @@ The control plane steers it through :mod:`~adcp_stale_cache.steering`'s seam onl
 from __future__ import annotations
 
 import functools
-import sys
 import time
-import warnings
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, overload
+from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
 from .admission import (
     Breakers,
@@ -400,14 +398,3 @@ def _compliance_outages() -> OutageInjector:
     if injector is None:
         raise RuntimeError("test_mode needs adcp_stale_cache.testing (import adcp_stale_cache)")
     return injector
-
-
-if not TYPE_CHECKING:  # for readers of the old names only: a typo stays a type error
-
-    def __getattr__(name: str) -> Any:
-        """Names this module once imported for the compliance harness, read from where they
-        live now (deprecated: import them from :mod:`adcp_stale_cache.testing`)."""
-        if name in ("FORCED_FAILURE", "ForcedOutage", "ForcedOutages"):
-            warnings.warn(f"import {name} from adcp_stale_cache.testing", DeprecationWarning, 2)
-            return getattr(sys.modules[f"{__package__}.testing"], name)  # the package loaded it
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

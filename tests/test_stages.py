@@ -440,6 +440,8 @@ def test_the_old_names_are_gone_and_their_settings_read_where_they_live(
     assert cache.settings.strict_advisories and cache.serving.strict_advisories
     assert cache.settings.breaker is None and cache.breakers.policy is None
     assert not hasattr(adcp_stale_cache, "attributes")
+    for moved in ("FORCED_FAILURE", "ForcedOutage", "ForcedOutages"):  # now in testing only
+        assert not hasattr(adcp_stale_cache.cache, moved), moved
     with pytest.raises(ImportError):
         importlib.import_module("adcp_stale_cache.attributes")
 
