@@ -21,16 +21,14 @@ from .breaker import (
     Admission,
     Breaker,
     BreakerKey,
-    BreakerPolicy,
     about_credentials,
     breaker_keys,
 )
 from .collector import AdvisoryCollector
 from .failures import BUDGET_SPENT, CIRCUIT_OPEN, Failure
 from .lookup import Lookup
-from .metrics import CacheMetrics
 from .policy import FailureKind, SurfacePolicy, Upstream
-from .shared_breakers import SharedBreakers
+from .settings import Settings
 
 #: What an injected outage reports as its upstream's failure.
 FORCED_FAILURE = Failure(
@@ -118,19 +116,14 @@ class Refused:
 
 
 class Breakers:
-    """The circuit breakers of one cache (none when ``policy`` is None), on ``clock``
-    (monotonic: per process), shared with other processes through ``shared``: one per
-    upstream, and one per set of credentials an upstream is called with (see
-    :func:`~adcp_stale_cache.breaker.breaker_keys`)."""
+    """The circuit breakers of one cache (none when its ``breaker`` setting is None), on the
+    breaker clock (monotonic: per process), shared with other processes through its shared
+    breakers: one per upstream, and one per set of credentials an upstream is called with
+    (see :func:`~adcp_stale_cache.breaker.breaker_keys`)."""
 
-    def __init__(
-        self,
-        policy: BreakerPolicy | None,
-        clock: Callable[[], float],
-        metrics: CacheMetrics,
-        shared: SharedBreakers | None = None,
-    ) -> None:
-        self.policy, self.clock, self.metrics, self.shared = policy, clock, metrics, shared
+    def __init__(self, settings: Settings) -> None:
+        self.policy, self.clock = settings.breaker, settings.breaker_clock
+        self.metrics, self.shared = settings.metrics, settings.shared_breakers
         self._breakers: dict[BreakerKey, Breaker] = {}
 
     def _of(self, key: BreakerKey) -> Breaker | None:

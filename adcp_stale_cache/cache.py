@@ -17,11 +17,9 @@ The control plane steers it through :mod:`~adcp_stale_cache.steering`'s seam onl
 from __future__ import annotations
 
 import functools
-import sys
 import time
-import warnings
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, overload
+from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
 from .admission import (
     Breakers,
@@ -30,7 +28,6 @@ from .admission import (
     Refused,
     compliance_injector,
 )
-from .attributes import Moved, Shared
 from .blocking import DEFAULT_BLOCKING_THREADS, Lanes, wait_for
 from .breaker import DEFAULT_BREAKER, BreakerPolicy
 from .call_loop import CALLS
@@ -40,11 +37,12 @@ from .directives import Directives
 from .failures import FailureTypes, FailureTypesLike, classify, failure_types_of
 from .flight import Answer, Flights
 from .lookup import MAX_CLOCK_SKEW_SECONDS, Lookups
-from .metrics import CacheMetrics
+from .metrics import CacheMetrics, Fanout
 from .policy import SurfacePolicy, Surfaces, Upstream
 from .serving import NOT_FRESH, Serving
+from .settings import Settings
 from .shared_breakers import SharedBreakers
-from .steering import RefreshMemory, RememberedRefresh, callback_memory
+from .steering import RefreshMemory, RememberedRefresh
 from .stores import Clocked, MemoryStore, Store
 from .tracing import with_tracing
 from .values import JSON, Codec
@@ -71,56 +69,43 @@ class Decorator(Protocol):
 class UpstreamCache:
     """A freshness-aware cache in front of upstream calls, serving stale on outages.
 
+    Its :attr:`settings`, fixed when it is built (assigning one raises ``AttributeError``):
     ``surfaces`` gives each tool surface its policy; ``store`` defaults to a bounded
-    :class:`~adcp_stale_cache.stores.MemoryStore`. ``clock`` stamps entries and measures ages
-    (and breaker cooldowns); it defaults to the store's own clock (the wall clock for shared
-    stores, a monotonic one in memory). ``breaker`` sets the per-upstream circuit breaker
-    (None: off). ``coordinate_refreshes`` makes processes sharing a store that offers leases
-    (Redis) refresh an expired key once between them. ``metrics`` receives every decision
-    (see :mod:`~adcp_stale_cache.metrics`); ``tracing`` adds them as OpenTelemetry span
-    events (None: when ``opentelemetry-api`` is installed; see :mod:`~adcp_stale_cache.tracing`).
-    ``test_mode`` enables :meth:`force_upstream_unavailable`: sandbox only.
-    ``strict_advisories`` raises :class:`~adcp_stale_cache.collector.AdvisoryLost` instead of
-    serving stale data when no request collector would carry its advisory (for tests: an
-    advisory lost across a thread hop then fails loudly).
+    :class:`~adcp_stale_cache.stores.MemoryStore`. ``clock`` stamps entries, ages them and times
+    breaker cooldowns (default: the store's own, the wall clock for shared stores). ``breaker``
+    sets the per-upstream circuit breaker (None: off); ``share_breakers`` publishes open ones
+    through the store (Redis: see :mod:`~adcp_stale_cache.shared_breakers`).
+    ``coordinate_refreshes`` makes processes sharing a store with leases (Redis) refresh an
+    expired key once between them. ``metrics`` receives every decision (see
+    :mod:`~adcp_stale_cache.metrics`); ``tracing`` adds span events (None: when
+    ``opentelemetry-api`` is installed). ``test_mode`` enables
+    :meth:`force_upstream_unavailable` (sandbox only). ``strict_advisories`` raises
+    :class:`~adcp_stale_cache.collector.AdvisoryLost` rather than serve stale data no request
+    collector would announce (for tests).
 
-    ``failure_types`` maps your own exception types to what they mean
-    (``{AdCPServiceUnavailableError: "SERVICE_UNAVAILABLE"}``, a
-    :class:`~adcp_stale_cache.Failure`, or a function of the exception returning either, or
-    None when it says nothing of that exception; a lone function reads every exception):
-    they then count as outages, with the most specific code the exception's causes give (see
-    :func:`~adcp_stale_cache.classify`).
+    ``failure_types`` maps your exception types to what they mean (a code such as
+    ``"SERVICE_UNAVAILABLE"``, a :class:`~adcp_stale_cache.Failure`, or a function of the
+    exception returning either or None; a lone function reads every exception): they count as
+    outages (see :func:`~adcp_stale_cache.classify`). ``schema_version`` names the shape of what
+    you cache (bump it when your models change): entries of another version are never read.
 
-    ``share_breakers`` publishes this process's open breakers through the store (Redis) so
-    that other processes answer from cache at once instead of timing out on the same dead
-    upstream (see :mod:`~adcp_stale_cache.shared_breakers`).
-
-    ``schema_version`` names the shape of what you cache (bump it when your models change):
-    an entry written under another version is never read, so it is a miss (refreshed, and
-    left to expire) in every store: memory, file and Redis alike.
-
-    One cache may be shared by threads and event loops (a loop per request in a worker
-    thread): upstream calls coalesce per loop, the memory store is thread-safe. There,
-    ``detach_calls=True`` runs every upstream call on the library's own event loop (see
-    :mod:`~adcp_stale_cache.call_loop`): a call abandoned at its deadline then never holds
-    the request's ``asyncio.run`` (or its worker thread) while it winds down. The call must
-    then use nothing bound to the request's loop (a client it opens itself is fine), and
-    must not block: that loop is shared by every detached call of the process.
-    Blocking calls go through :meth:`fetch_blocking`, at most ``blocking_threads`` at once
-    per upstream.
+    One cache may serve many threads and event loops. ``detach_calls=True`` runs upstream calls
+    on the library's own loop (see :mod:`~adcp_stale_cache.call_loop`: what such calls must not
+    do); blocking calls go through :meth:`fetch_blocking`, ``blocking_threads`` at once per
+    upstream.
     """
 
-    # Held by the stages too: assigning one on the cache reaches them (see attributes).
-    store: Shared[Store] = Shared("lookups.store", "flights.store", "breakers.shared.store")
-    surfaces: Shared[Surfaces] = Shared("lookups.surfaces")
-    clock: Shared[Callable[[], float]] = Shared("lookups.clock", "flights.clock", "serving.clock")
-    metrics: Shared[CacheMetrics] = Shared("breakers.metrics", "flights.metrics", "serving.metrics")
-    failure_types: Shared[FailureTypes] = Shared("flights.failure_types")
-    # The names of the stages' settings before they had modules (deprecated).
-    breaker_policy: Moved[BreakerPolicy | None] = Moved("breakers.policy")
-    coordinate_refreshes: Moved[bool] = Moved("flights.lease")
-    strict_advisories: Moved[bool] = Moved("serving.strict_advisories")
-    refreshers: Moved[RefreshMemory | None] = Moved("flights.memory", adapt=callback_memory)
+    # No attribute beyond these: assigning a setting (or an old name of one) raises.
+    __slots__ = (
+        "__weakref__",
+        "_settings",
+        "breakers",
+        "flights",
+        "lanes",
+        "lookups",
+        "outages",
+        "serving",
+    )
 
     def __init__(
         self,
@@ -142,31 +127,61 @@ class UpstreamCache:
         outages: OutageInjector | None = None,
         blocking_threads: int = DEFAULT_BLOCKING_THREADS,
     ) -> None:
-        self.store: Store = (
-            store if store is not None else MemoryStore(clock=clock or time.monotonic)
-        )
-        self.surfaces = surfaces or Surfaces()
+        store = store if store is not None else MemoryStore(clock=clock or time.monotonic)
         # A shared store (Redis) stamps entries with the wall clock every process shares.
-        store_clock = self.store.clock if isinstance(self.store, Clocked) else time.monotonic
-        self.clock = clock or store_clock
-        self.namespace, self.schema_version = namespace, schema_version
-        self.failure_types = failure_types_of(failure_types)
+        store_clock = store.clock if isinstance(store, Clocked) else time.monotonic
+        self._settings = settings = Settings(
+            store=store,
+            clock=clock or store_clock,
+            surfaces=surfaces or Surfaces(),
+            metrics=Fanout(with_tracing(metrics, tracing)),
+            namespace=namespace,
+            schema_version=schema_version,
+            failure_types=failure_types_of(failure_types),
+            breaker=breaker,
+            breaker_clock=clock or time.monotonic,
+            shared_breakers=SharedBreakers(store) if share_breakers and breaker else None,
+            call_loop=CALLS if detach_calls else None,
+            coordinate_refreshes=coordinate_refreshes,
+            strict_advisories=strict_advisories,
+        )
         self.outages = outages if outages is not None or not test_mode else _compliance_outages()
-        # Entries written under another schema version live under other keys: never read.
-        keyspace = namespace if schema_version is None else f"{namespace}@{schema_version}"
         own_keys = type(self).store_key is not UpstreamCache.store_key  # a subclass's keys
-        self.lookups = Lookups(self.store, self.surfaces, self.clock, keyspace,
-                               self.store_key if own_keys else None)  # fmt: skip
-        shared = SharedBreakers(self.store) if share_breakers and breaker else None
-        # Breakers are per process: a monotonic clock unless the caller chose one (a test's).
-        self.metrics = with_tracing(metrics, tracing)
-        self.breakers = Breakers(breaker, clock or time.monotonic, self.metrics, shared)
-        self.flights = Flights(
-            self.store, self.lookups.read, self.clock, self.metrics, self.breakers, self.surfaces,
-            self.failure_types, CALLS if detach_calls else None, coordinate_refreshes,
-        )  # fmt: skip
-        self.serving = Serving(self.clock, self.metrics, strict_advisories)
+        self.lookups = Lookups(settings, self.store_key if own_keys else None)
+        self.breakers = Breakers(settings)
+        self.flights = Flights(settings, self.lookups.read, self.breakers)
+        self.serving = Serving(settings)
         self.lanes = Lanes(blocking_threads)
+
+    @property
+    def settings(self) -> Settings:
+        """What this cache was built with."""
+        return self._settings
+
+    @property
+    def store(self) -> Store:
+        """Where entries are kept."""
+        return self._settings.store
+
+    @property
+    def surfaces(self) -> Surfaces:
+        """The policy of each tool surface."""
+        return self._settings.surfaces
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """What entries are stamped and aged on."""
+        return self._settings.clock
+
+    @property
+    def failure_types(self) -> FailureTypes:
+        """Your exception types and what they mean."""
+        return self._settings.failure_types
+
+    @property
+    def metrics(self) -> CacheMetrics:
+        """What every decision is reported to (see :meth:`report_to`)."""
+        return self._settings.metrics
 
     async def fetch(
         self,
@@ -294,19 +309,16 @@ class UpstreamCache:
         """Tell ``memory`` of every flight's refresh from now on (None: of none)."""
         self.flights.memory = memory
 
+    def report_to(self, sink: CacheMetrics) -> None:
+        """Report every decision to ``sink`` too, from now on (the ``metrics`` stay)."""
+        self._settings.metrics.attach(sink)
+
     def refresh_soon(
         self, refreshes: list[tuple[str, RememberedRefresh]], concurrency: int = 8
     ) -> None:
         """Run remembered refreshes in the background, ``concurrency`` at a time, each as the
         flight of its store key when it starts: requests for the key meanwhile join it."""
         self.flights.refresh_soon(refreshes, concurrency)
-
-    def refresh_soon_all(
-        self, refreshes: list[tuple[str, Callable[[], Awaitable[Any]]]], concurrency: int
-    ) -> None:
-        """Deprecated: :meth:`refresh_soon` (whose refreshes take the purge count)."""
-        warnings.warn("refresh_soon_all is refresh_soon", DeprecationWarning, stacklevel=2)
-        self.refresh_soon([(k, _taking_a_count(r)) for k, r in refreshes], concurrency)
 
     # Compliance testing (see admission's OutageInjector; testing implements it).
 
@@ -379,11 +391,6 @@ def _decorator(
     return decorate
 
 
-def _taking_a_count(refresh: Callable[[], Awaitable[Any]]) -> RememberedRefresh:
-    """An old seam's refresh (no arguments) as one run under a purge count."""
-    return lambda before: refresh()
-
-
 def _compliance_outages() -> OutageInjector:
     """The injector ``test_mode=True`` installs: the compliance harness's, which registers
     itself when :mod:`adcp_stale_cache.testing` loads (the package loads it)."""
@@ -391,14 +398,3 @@ def _compliance_outages() -> OutageInjector:
     if injector is None:
         raise RuntimeError("test_mode needs adcp_stale_cache.testing (import adcp_stale_cache)")
     return injector
-
-
-if not TYPE_CHECKING:  # for readers of the old names only: a typo stays a type error
-
-    def __getattr__(name: str) -> Any:
-        """Names this module once imported for the compliance harness, read from where they
-        live now (deprecated: import them from :mod:`adcp_stale_cache.testing`)."""
-        if name in ("FORCED_FAILURE", "ForcedOutage", "ForcedOutages"):
-            warnings.warn(f"import {name} from adcp_stale_cache.testing", DeprecationWarning, 2)
-            return getattr(sys.modules[f"{__package__}.testing"], name)  # the package loaded it
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -41,7 +41,7 @@ from cachetools import LRUCache
 
 from .entry import Entry
 from .labels import built_from, label_value, labels
-from .metrics import CacheMetrics, CombinedMetrics
+from .metrics import CacheMetrics
 from .policy import Upstream
 from .steering import RememberedRefresh, Steerable
 from .stores import FailureCounting, MemoryStore, Purgeable
@@ -163,8 +163,6 @@ class RecentRefreshes:
             while len(self._refreshes) > self.max_keys:
                 self._refreshes.popitem()
 
-    __call__ = remember  # the old seam's name
-
     @property
     def held_bytes(self) -> int:
         """What the remembered refreshes weigh."""
@@ -200,7 +198,7 @@ class CacheControl:
     ) -> None:
         self.cache = cache
         self.stats = UpstreamStats()
-        cache.metrics = CombinedMetrics(cache.metrics, self.stats)
+        cache.report_to(self.stats)
         self.recent = RecentRefreshes(remember_keys, remember_bytes)
         cache.remember_refreshes(self.recent)
 

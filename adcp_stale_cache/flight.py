@@ -27,7 +27,6 @@ from .admission import Admitted, Breakers
 from .advisory import AdcpError
 from .blocking import as_probe
 from .breaker import Breaker
-from .call_loop import CallLoop
 from .collector import AdvisoryCollector, _flight, current_collector
 from .decision import Fail, ServeStale, on_failure, target_seconds
 from .directives import Directives
@@ -35,12 +34,12 @@ from .entry import Entry, Terms
 from .failures import Failure, StaleBeyondBound, classify
 from .keys import key_size
 from .lookup import Lookup
-from .metrics import CacheMetrics
-from .policy import SurfacePolicy, Surfaces, Upstream
+from .policy import SurfacePolicy, Upstream
 from .purges import PurgeWitness
+from .settings import Settings
 from .singleflight import SingleFlight, call_with_deadline
 from .steering import RefreshMemory, RememberedRefresh
-from .stores import Leasing, Listening, Store
+from .stores import Leasing, Listening
 from .values import Codec, Unreadable, decode, encode
 
 T = TypeVar("T")
@@ -143,30 +142,30 @@ def as_made(origin: AdvisoryCollector | None, refresh: RememberedRefresh) -> Rem
 
 
 class Flights:
-    """The flights of one cache over ``store``, read back through ``read`` (see
-    :meth:`~adcp_stale_cache.lookup.Lookups.read`). Entries are stamped on ``clock`` and
-    kept for ``ttl`` of their upstream and policy; ``lease``: processes sharing the store
-    refresh a key once between them (when it offers leases)."""
+    """The flights of one cache over its store, read back through ``read`` (see
+    :meth:`~adcp_stale_cache.lookup.Lookups.read`), reporting to ``breakers``. Entries are
+    stamped on the cache's clock and kept for ``ttl`` of their upstream and policy; with
+    ``coordinate_refreshes`` (``lease``), processes sharing the store refresh a key once
+    between them (when it offers leases)."""
 
     def __init__(
         self,
-        store: Store,
+        settings: Settings,
         read: Callable[[str], Awaitable[Entry | None]],
-        clock: Callable[[], float],
-        metrics: CacheMetrics,
         breakers: Breakers,
-        surfaces: Surfaces,
-        failure_types: Any = (),
-        call_loop: CallLoop | None = None,
-        lease: bool = False,
     ) -> None:
-        self.store, self.read, self.clock, self.metrics = store, read, clock, metrics
-        self.breakers, self.failure_types = breakers, failure_types
+        self.store, self.read, self.clock = settings.store, read, settings.clock
+        # What the store can do, decided once: a protocol check walks every member.
+        self.purges = PurgeWitness(self.store)
+        self._leasing = self.store if isinstance(self.store, Leasing) else None
+        self._listening = self.store if isinstance(self.store, Listening) else None
+        self.metrics, self.breakers = settings.metrics, breakers
+        self.failure_types = settings.failure_types
         self._longest_ttl: dict[str, int] = {}  # per upstream name: see ttl
-        for declared in surfaces.policies:
+        for declared in settings.surfaces.policies:
             for name in declared.upstreams:
                 self._longest_ttl[name] = max(self._longest_ttl.get(name, 0), declared.ttl_seconds)
-        self.call_loop, self.lease = call_loop, lease
+        self.call_loop, self.lease = settings.call_loop, settings.coordinate_refreshes
         self.memory: RefreshMemory | None = None  # what remembers every flight's refresh
         self.flights: SingleFlight[Refreshed[Any]] = SingleFlight()
         self.tasks: set[asyncio.Future[Any]] = set()  # what runs behind an answer
@@ -175,18 +174,6 @@ class Flights:
         # request, calls not detached): such work then runs in front of the answer, within
         # its deadline, or a breaker's probe would never finish and it would never close.
         self.in_front = False
-
-    @property
-    def store(self) -> Store:
-        """The store; what it can do is decided when it is given, never per call (a protocol
-        check walks every member)."""
-        return self._backing_store
-
-    @store.setter
-    def store(self, store: Store) -> None:
-        self._backing_store, self.purges = store, PurgeWitness(store)
-        self._leasing = store if isinstance(store, Leasing) else None
-        self._listening = store if isinstance(store, Listening) else None
 
     async def fly(
         self, found: Lookup, admitted: Admitted, answer: Answer[T]

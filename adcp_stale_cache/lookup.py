@@ -18,8 +18,8 @@ from .decision import Fresh, Refresh, plan
 from .entry import Entry
 from .keys import cache_key
 from .labels import entry_labels
-from .policy import SurfacePolicy, Surfaces, Upstream
-from .stores import Store
+from .policy import SurfacePolicy, Upstream
+from .settings import Settings
 
 logger = logging.getLogger("adcp_stale_cache")
 
@@ -79,18 +79,16 @@ class Lookup:
 
 
 class Lookups:
-    """Looks fetches up in ``store`` for the policies of ``surfaces``, keyed in ``keyspace``
-    (by ``key_of``: the cache's own ``store_key``, which a subclass may extend)."""
+    """Looks fetches up in the store for the policies of the surfaces ``settings`` give, keyed
+    in its keyspace (by ``key_of``: the cache's own ``store_key``, which a subclass may extend)."""
 
     def __init__(
         self,
-        store: Store,
-        surfaces: Surfaces,
-        clock: Callable[[], float],
-        keyspace: str,
+        settings: Settings,
         key_of: Callable[[Upstream, object, str | None], str] | None = None,
     ) -> None:
-        self.store, self.surfaces, self.clock, self.keyspace = store, surfaces, clock, keyspace
+        self.store, self.surfaces = settings.store, settings.surfaces
+        self.clock, self.keyspace = settings.clock, settings.keyspace
         self.key_of = key_of or self.store_key
         self._warned_default = False
         self._warned_unread = False

@@ -113,6 +113,15 @@ class CombinedMetrics(CacheMetrics):
             sink.invalidation(action, entries)
 
 
+class Fanout(CombinedMetrics):
+    """What a cache's stages report to: its ``metrics``, and the sinks attached since (the
+    control plane's counts), so that attaching one changes no stage."""
+
+    def attach(self, sink: CacheMetrics) -> None:
+        """Send every event to ``sink`` too, from now on."""
+        self.sinks = (*self.sinks, sink)
+
+
 class PrometheusMetrics(CacheMetrics):
     """Prometheus counters, gauges and a histogram (``pip install 'adcp-stale-cache[metrics]'``).
 

@@ -39,8 +39,8 @@ from .failures import UNKNOWN_FAILURE, Failure, UpstreamUnavailable, classify
 from .flight import Flights, Refreshed
 from .labels import built_from
 from .lookup import Lookup
-from .metrics import CacheMetrics
 from .policy import SurfacePolicy, Upstream
+from .settings import Settings
 from .values import Codec, Unreadable, content_of, decode
 
 T = TypeVar("T")
@@ -68,13 +68,12 @@ NOT_FRESH: Any = object()
 
 
 class Serving:
-    """Serves what the earlier stages found, on ``clock``, reporting to ``metrics``.
+    """Serves what the earlier stages found, on the cache's clock, reporting to its metrics.
     ``strict_advisories``: refuse a stale serve no request collector would carry."""
 
-    def __init__(
-        self, clock: Callable[[], float], metrics: CacheMetrics, strict_advisories: bool = False
-    ) -> None:
-        self.clock, self.metrics, self.strict_advisories = clock, metrics, strict_advisories
+    def __init__(self, settings: Settings) -> None:
+        self.clock, self.metrics = settings.clock, settings.metrics
+        self.strict_advisories = settings.strict_advisories
 
     def fresh(self, found: Lookup, codec: Codec[T]) -> T:
         """A fresh hit's value, or :data:`NOT_FRESH` (no fresh entry, or one that cannot be

@@ -24,17 +24,8 @@ class SharedBreakers:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._published: set[BreakerKey] = set()  # open here, or seen open
-
-    @property
-    def store(self) -> Store:
-        """The store; whether it shares breakers is decided when it is given."""
-        return self._store
-
-    @store.setter
-    def store(self, store: Store) -> None:
-        self._store = store
         self._shared = store if isinstance(store, SharedBreakerStore) else None
+        self._published: set[BreakerKey] = set()  # open here, or seen open
 
     async def open_elsewhere(self, key: BreakerKey) -> Failure | None:
         """The failure another process saw, while its breaker ``key`` is open."""

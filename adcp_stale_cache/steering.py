@@ -4,7 +4,9 @@
 snapshot) depends on :class:`Steerable`, the few things a cache offers it, and on nothing
 else of :class:`~adcp_stale_cache.UpstreamCache`:
 
-- ``store``, ``surfaces``, ``clock`` and ``metrics``: what it purges, selects by and reports to;
+- ``store``, ``surfaces``, ``clock`` and ``metrics``: what it purges, selects by and reports to
+  (read-only: the cache's settings);
+- :meth:`Steerable.report_to`: attach a metrics sink (the control plane's counts);
 - :meth:`Steerable.store_key` and :meth:`Steerable.policy_for`: how a fetch keys an entry and
   which policy it applies (a purge by key, a refresh by surface select as a fetch would);
 - :meth:`Steerable.remember_refreshes`: attach a :class:`RefreshMemory`, which then hears of
@@ -43,10 +45,17 @@ class RefreshMemory(Protocol):
 class Steerable(Protocol):
     """What the control plane needs of a cache (an :class:`~adcp_stale_cache.UpstreamCache`)."""
 
-    store: Store
-    surfaces: Surfaces
-    metrics: CacheMetrics
-    clock: Callable[[], float]  # entries are stamped on it
+    @property
+    def store(self) -> Store: ...
+    @property
+    def surfaces(self) -> Surfaces: ...
+    @property
+    def metrics(self) -> CacheMetrics: ...
+    @property
+    def clock(self) -> Callable[[], float]: ...  # entries are stamped on it
+
+    def report_to(self, sink: CacheMetrics) -> None:
+        """Report every decision to ``sink`` too, from now on."""
 
     def store_key(self, upstream: Upstream, key: object, partition: str | None = None) -> str:
         """The store key a fetch of ``key`` from ``upstream`` uses (per caller partition)."""
@@ -75,23 +84,3 @@ class Steerable(Protocol):
         tags: Iterable[str] = (),
     ) -> Any:
         """A fetch, as a request makes it."""
-
-
-class _Callback:
-    """A :class:`RefreshMemory` over a function of the old seam (``cache.refreshers = fn``:
-    told of each refresh as a call of no arguments, run as the key's flight)."""
-
-    def __init__(self, cache: Any, fn: Callable[..., None]) -> None:
-        self.cache, self.fn = cache, fn
-
-    def remember(
-        self, store_key: str, labels: tuple[str, ...], refresh: RememberedRefresh, weight: int
-    ) -> None:
-        self.fn(store_key, labels, lambda: self.cache.flights.run_now(store_key, refresh), weight)
-
-
-def callback_memory(cache: Any, memory: Any) -> RefreshMemory | None:
-    """``memory`` as a :class:`RefreshMemory` (a function of the old seam wrapped)."""
-    if memory is None or hasattr(memory, "remember"):
-        return memory  # type: ignore[no-any-return]
-    return _Callback(cache, memory)

@@ -435,7 +435,10 @@ async def stampede(callers: int) -> dict[str, float]:
     from cashews import Cache
 
     calls = {"ours": 0, "cashews": 0, "hishel": 0}
-    cache = UpstreamCache(surfaces=SURFACES)
+    skew = [0.0]  # moved past the entry's target below: the store's own clock stays
+    cache = UpstreamCache(
+        MemoryStore(), surfaces=SURFACES, clock=lambda: time.monotonic() + skew[0]
+    )
 
     async def ours_call() -> dict[str, Any]:
         calls["ours"] += 1
@@ -446,7 +449,7 @@ async def stampede(callers: int) -> dict[str, float]:
         return cache.fetch(Upstream(name="inv"), "k", ours_call, surface="get_products")
 
     await fetch()  # the entry, then past its target: every caller needs a refresh
-    cache.clock = lambda: time.monotonic() + POLICY.freshness_target_seconds + 1
+    skew[0] = POLICY.freshness_target_seconds + 1
     calls["ours"] = 0
     await asyncio.gather(*(fetch() for _ in range(callers)))
 

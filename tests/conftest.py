@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,14 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+async def age_entries(store: Any, seconds: float) -> None:
+    """Make every entry of the memory ``store`` ``seconds`` older: time passing, for a cache
+    built as users copy it (an example's), whose clock a test does not give."""
+    for key, entry in await store.scan():
+        older = dataclasses.replace(entry, stored_at=entry.stored_at - seconds)
+        await store.set(key, older, 3600)
 
 
 class CountingUpstream:

@@ -27,6 +27,8 @@ from adcp_stale_cache import StaleAdvisoryMiddleware, SurfacePolicy, Surfaces, U
 from adcp_stale_cache.cache import UpstreamCache
 from adcp_stale_cache.stores import MemoryStore
 
+from .conftest import FakeClock
+
 PRODUCTS = SurfacePolicy(
     name="get_products", field="products", paths=("/api/get_products",),
     shared_across_callers=True, freshness_target_seconds=60,
@@ -426,11 +428,13 @@ async def test_a_context_served_after_the_answer_started_is_said(caplog: Any) ->
     assert any("answer_context_unchecked" in r.getMessage() for r in caplog.records)
 
 
-def null_context_seller() -> tuple[StaleAdvisoryMiddleware, UpstreamCache, dict[str, bool]]:
+def null_context_seller(
+    clock: FakeClock,
+) -> tuple[StaleAdvisoryMiddleware, UpstreamCache, dict[str, bool]]:
     """A FastAPI-style seller whose response model writes every unset field as null
     (``"context": null``, ``"errors": null``), over a cached upstream answer holding a
     ``context`` (so the middleware checks the answer's)."""
-    cache = UpstreamCache(MemoryStore(), surfaces=Surfaces.of(PRODUCTS))
+    cache = UpstreamCache(MemoryStore(), surfaces=Surfaces.of(PRODUCTS), clock=clock)
     upstream = {"up": True}
 
     async def inventory() -> dict[str, Any]:
@@ -448,15 +452,17 @@ def null_context_seller() -> tuple[StaleAdvisoryMiddleware, UpstreamCache, dict[
 
 
 @pytest.mark.parametrize("request_context", [None, {"correlation_id": "c"}], ids=["none", "own"])
-async def test_a_null_context_answer_is_never_foreign(request_context: Any, caplog: Any) -> None:
-    middleware, cache, upstream = null_context_seller()
+async def test_a_null_context_answer_is_never_foreign(
+    request_context: Any, caplog: Any, clock: FakeClock
+) -> None:
+    middleware, _, upstream = null_context_seller(clock)
     body = json.dumps({"brief": "b", "context": request_context}).encode()
     headers = {"content-type": "application/json"}
     with caplog.at_level(logging.WARNING, logger="adcp_stale_cache"):
         await _post(middleware, body, headers)  # stored
         fresh = await _post(middleware, body, headers)  # served from the store
         upstream["up"] = False
-        cache.clock = lambda: __import__("time").monotonic() + 61
+        clock.advance(61)
         stale = await _post(middleware, body, headers)
     assert fresh.content == b'{"products":[{"product_id":"p1"}],"context":null,"errors":null}'
     answer = stale.json()

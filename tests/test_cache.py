@@ -50,9 +50,15 @@ class Upstreamish:
         return self.value
 
 
+def cache_with(clock: FakeClock, **options: Any) -> UpstreamCache:
+    return UpstreamCache(
+        MemoryStore(clock=clock), surfaces=Surfaces.of(FORMATS), clock=clock, **options
+    )
+
+
 @pytest.fixture
 def cache(clock: FakeClock) -> UpstreamCache:
-    return UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(FORMATS), clock=clock)
+    return cache_with(clock)
 
 
 async def warm(cache: UpstreamCache, up: Upstreamish) -> None:
@@ -335,7 +341,7 @@ async def test_broken_store_degrades_to_no_cache(clock: FakeClock) -> None:
 
 
 async def test_stale_serves_log_and_count_once_per_upstream_per_request(
-    cache: UpstreamCache, clock: FakeClock, caplog: pytest.LogCaptureFixture
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     from adcp_stale_cache.metrics import CacheMetrics
 
@@ -346,7 +352,8 @@ async def test_stale_serves_log_and_count_once_per_upstream_per_request(
         def stale_serve(self, surface: str, upstream: str, code: str, advisory: bool) -> None:
             self.serves.append(advisory)
 
-    cache.metrics = counting = Counting()
+    counting = Counting()
+    cache = cache_with(clock, metrics=counting)
     up = Upstreamish()
     for key in ("a", "b", "c"):
         await cache.fetch(AGENT, key, up, surface="list_creative_formats")
@@ -365,7 +372,7 @@ async def test_stale_serves_log_and_count_once_per_upstream_per_request(
 
 
 async def test_a_stale_serve_no_collector_carries_is_an_advisory_lost(
-    cache: UpstreamCache, clock: FakeClock, caplog: pytest.LogCaptureFixture
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Served stale outside any request collector (a server started without the middleware):
     its own WARNING and counter, apart from the stale serves whose advisory was delivered."""
@@ -374,7 +381,7 @@ async def test_a_stale_serve_no_collector_carries_is_an_advisory_lost(
     from adcp_stale_cache.metrics import PrometheusMetrics
 
     registry = CollectorRegistry()
-    cache.metrics = PrometheusMetrics(registry)
+    cache = cache_with(clock, metrics=PrometheusMetrics(registry))
     up = Upstreamish()
     await warm(cache, up)
     clock.advance(20)
@@ -397,7 +404,7 @@ async def test_a_stale_serve_no_collector_carries_is_an_advisory_lost(
 
 
 async def test_a_value_built_on_stale_data_for_no_collector_is_an_advisory_lost(
-    cache: UpstreamCache, clock: FakeClock, caplog: pytest.LogCaptureFixture
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The stale serve happened in a nested fetch (the flight's own collector carried it), but
     the caller has no collector to hand the advisory on to: lost all the same."""
@@ -410,7 +417,8 @@ async def test_a_value_built_on_stale_data_for_no_collector_is_an_advisory_lost(
         def advisory_lost(self, surface: str, upstream: str) -> None:
             self.lost.append((surface, upstream))
 
-    cache.metrics = metrics = Lost()
+    metrics = Lost()
+    cache = cache_with(clock, metrics=metrics)
     inner = Upstreamish()
     catalogue = Upstream(name="catalogue")
 

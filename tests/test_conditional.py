@@ -39,9 +39,12 @@ class Inventory:
 class Seller:
     """``memo``: matching probes answered without composing (``answer_wholesale(cache=)``)."""
 
-    def __init__(self, clock: FakeClock, store: Any = None, memo: bool = True) -> None:
+    def __init__(
+        self, clock: FakeClock, store: Any = None, memo: bool = True, more: Any = ()
+    ) -> None:
         self.inventory = Inventory()
-        self.cache = UpstreamCache(store or MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS),
+        surfaces = Surfaces.of(PRODUCTS, *more)  # ``more`` surfaces beside the products
+        self.cache = UpstreamCache(store or MemoryStore(clock=clock), surfaces=surfaces,
                                    clock=clock, breaker=None)  # fmt: skip
         self.memo = memo
         self.composed = 0
@@ -325,10 +328,9 @@ async def test_an_evicted_entry_ends_the_memory(clock: FakeClock) -> None:
 async def test_a_request_that_already_drew_on_stale_data_is_never_unchanged(
     clock: FakeClock,
 ) -> None:
-    seller = Seller(clock)
-    token = (await seller.get_products(wholesale()))["wholesale_feed_version"]
     settings = SurfacePolicy(name="settings", freshness_target_seconds=1, max_stale_seconds=60)
-    seller.cache.surfaces = Surfaces.of(PRODUCTS, settings)
+    seller = Seller(clock, more=[settings])
+    token = (await seller.get_products(wholesale()))["wholesale_feed_version"]
     calls = {"n": 0}
 
     async def account_settings() -> dict[str, Any]:

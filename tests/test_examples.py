@@ -6,12 +6,13 @@ import importlib.util
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 from types import ModuleType
 
 import httpx
 import respx
+
+from .conftest import age_entries
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -43,7 +44,7 @@ async def test_quickstart_serves_stale_with_advisory() -> None:
     transport = httpx.ASGITransport(app=quickstart.app)
     async with httpx.AsyncClient(transport=transport, base_url="http://seller") as buyer:
         healthy = (await buyer.post("/api/get_products")).json()
-        quickstart.cache.clock = lambda: time.monotonic() + 61  # past the 60 s target
+        await age_entries(quickstart.cache.store, 61)  # past the 60 s target
         products.mock(side_effect=httpx.ConnectError("[Errno 111] Connection refused"))
         response = await buyer.post("/api/get_products")
     assert healthy == {"products": [{"product_id": "p1"}]}
@@ -81,7 +82,7 @@ async def test_starlette_example_fatal_then_stale() -> None:
         route.mock(return_value=httpx.Response(200, json={"formats": [{"name": "f"}]}))
         warm = await buyer.post("/api/list_creative_formats")
         route.mock(return_value=httpx.Response(502))
-        example.cache.clock = lambda: time.monotonic() + 301  # past the 300 s target
+        await age_entries(example.cache.store, 301)  # past the 300 s target
         stale = await buyer.post("/api/list_creative_formats")
     assert cold.status_code == 503
     assert cold.json()["adcp_error"]["details"]["original_error"]["code"] == "UPSTREAM_HTTP_503"

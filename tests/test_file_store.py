@@ -271,7 +271,7 @@ def test_config_builds_memory_over_the_file(setting: dict[str, Any], expected: s
     store = config.build_store()
     assert isinstance(store, TieredStore) and isinstance(store.near, MemoryStore)
     assert isinstance(store.far, SqliteStore) and str(store.far.path) == expected
-    assert config.build_cache(store=store).schema_version == "7"
+    assert config.build_cache(store=store).settings.schema_version == "7"
 
 
 def test_store_urls_from_the_environment_and_bad_ones(tmp_path: Path) -> None:

@@ -115,9 +115,9 @@ def policy(**changes: Any) -> SurfacePolicy:
 
 def client_for(clock: FakeClock, honor: bool | None = True, **options: Any) -> httpx.AsyncClient:
     surface = options.pop("surface", policy())
-    breaker = options.pop("breaker", None)
+    breaker, metrics = options.pop("breaker", None), options.pop("metrics", None)
     cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(surface), clock=clock,
-                          breaker=breaker)  # fmt: skip
+                          breaker=breaker, metrics=metrics)  # fmt: skip
     transport = CachingTransport(cache, INVENTORY, surface=surface.name,
                                  honor_cache_control=honor, **options)  # fmt: skip
     client = httpx.AsyncClient(transport=transport)
@@ -450,8 +450,7 @@ async def test_exists_but_denied_is_cached_exactly_as_not_found(clock: FakeClock
             route = mock.get("https://inventory.example/products").mock(
                 return_value=httpx.Response(status, json={"error": "not found"})
             )
-            client = client_for(clock, honor=False, negative_ttl_seconds=10)
-            client.cache.metrics = recording  # type: ignore[attr-defined]
+            client = client_for(clock, honor=False, negative_ttl_seconds=10, metrics=recording)
             answers = [await client.get("https://inventory.example/products") for _ in range(3)]
         assert route.call_count == 1, status  # kept, as a 404 is
         assert [a.status_code for a in answers] == [status] * 3
@@ -505,10 +504,10 @@ async def test_denied_and_not_found_look_alike_through_the_whole_seller(clock: F
     async def observe(status: int) -> list[Any]:
         registry = CollectorRegistry()
         surface = policy(paths=("/api/get_products",), freshness_target_seconds=10)
-        cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(surface),
-                              clock=clock, breaker=None)  # fmt: skip
         spans = SpanEvents()
-        cache.metrics = CombinedMetrics(PrometheusMetrics(registry), spans)
+        cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(surface), clock=clock,
+                              breaker=None, metrics=CombinedMetrics(PrometheusMetrics(registry), spans),
+                              tracing=False)  # fmt: skip
         transport = CachingTransport(cache, INVENTORY, surface="get_products",
                                      negative_ttl_seconds=10)  # fmt: skip
         inventory = httpx.AsyncClient(transport=transport)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -18,6 +17,7 @@ import pytest
 
 from adcp_stale_cache.demo.processes import App, free_port
 
+from .conftest import age_entries
 from .servers import START_SECONDS, serve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,10 +45,10 @@ def quickstart(name: str, inventory: App) -> ModuleType:
     return module
 
 
-def outage(module: ModuleType, inventory: App) -> None:
+async def outage(module: ModuleType, inventory: App) -> None:
     """Kill the inventory service and age the cache past its 60 s target."""
     inventory.kill()
-    module.cache.clock = lambda: time.monotonic() + 75
+    await age_entries(module.cache.store, 75)
 
 
 def check(payload: dict[str, Any], products: list[Any]) -> None:
@@ -66,7 +66,7 @@ async def test_fastapi(inventory: App) -> None:
     transport = httpx.ASGITransport(app=module.app)
     async with httpx.AsyncClient(transport=transport, base_url="http://seller") as buyer:
         healthy = (await buyer.post("/api/get_products")).json()
-        outage(module, inventory)
+        await outage(module, inventory)
         stale = await buyer.post("/api/get_products")
     assert "errors" not in healthy and healthy["products"]
     assert stale.status_code == 200
@@ -81,7 +81,7 @@ async def test_mcp_server(inventory: App) -> None:
     with serve(module.app) as url:
         async with Client(f"{url}/mcp", cache=None) as client:
             healthy = await client.call_tool("get_products", {"brief": "video"})
-            outage(module, inventory)
+            await outage(module, inventory)
             stale = await client.call_tool("get_products", {"brief": "video"})
     assert healthy.is_error is False and "errors" not in healthy.structured_content
     assert stale.is_error is False
@@ -121,7 +121,7 @@ async def test_a2a_server(inventory: App, monkeypatch: pytest.MonkeyPatch) -> No
                 url, client_config=ClientConfig(streaming=False, httpx_client=http)
             )
             state, healthy = await ask(client)
-            outage(module, inventory)
+            await outage(module, inventory)
             stale_state, stale = await ask(client)
     assert state == stale_state == "TASK_STATE_COMPLETED"
     assert "errors" not in healthy

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import importlib
 import json
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+import adcp_stale_cache
 from adcp_stale_cache import (
     MemoryStore,
     SurfacePolicy,
@@ -36,9 +38,10 @@ from adcp_stale_cache.entry import Entry
 from adcp_stale_cache.failures import BUDGET_SPENT, CIRCUIT_OPEN, Failure, UpstreamUnavailable
 from adcp_stale_cache.flight import Answer, Flights, Refreshed
 from adcp_stale_cache.lookup import MAX_CLOCK_SKEW_SECONDS, Lookups
-from adcp_stale_cache.metrics import CacheMetrics
+from adcp_stale_cache.metrics import CacheMetrics, Fanout
 from adcp_stale_cache.policy import FailureKind
 from adcp_stale_cache.serving import NOT_FRESH, Serving
+from adcp_stale_cache.settings import Settings
 from adcp_stale_cache.stores.sqlite import SqliteStore
 from adcp_stale_cache.values import JSON
 
@@ -65,8 +68,13 @@ class Counting(CacheMetrics):
         self.seen.append(("miss", surface))
 
 
+def settings(clock: FakeClock, store: Any = None, **options: Any) -> Settings:
+    options = {"namespace": "ns", "breaker_clock": clock, **options}
+    return Settings(store or MemoryStore(clock=clock), clock, SURFACES, **options)
+
+
 def lookups(clock: FakeClock, store: Any = None) -> Lookups:
-    return Lookups(store or MemoryStore(clock=clock), SURFACES, clock, "ns")
+    return Lookups(settings(clock, store))
 
 
 # 1. Look up.
@@ -136,7 +144,7 @@ async def looked_up(clock: FakeClock, budget: float | None = None, held: bool = 
 async def test_a_spent_budget_refuses_before_the_breaker_and_a_budget_bounds_the_call(
     clock: FakeClock,
 ) -> None:
-    breakers = Breakers(BreakerPolicy(failure_threshold=1), clock, CacheMetrics())
+    breakers = Breakers(settings(clock, breaker=BreakerPolicy(failure_threshold=1)))
     spent = await looked_up(clock, budget=0, held=True)
     assert await breakers.admit(spent) == Refused(BUDGET_SPENT)
     short = await looked_up(clock, budget=0.5, held=True)
@@ -147,16 +155,15 @@ async def test_a_spent_budget_refuses_before_the_breaker_and_a_budget_bounds_the
 async def test_with_nothing_to_serve_a_spent_budget_still_calls_within_the_deadline(
     clock: FakeClock,
 ) -> None:
-    breakers = Breakers(BreakerPolicy(failure_threshold=1), clock, CacheMetrics())
+    breakers = Breakers(settings(clock, breaker=BreakerPolicy(failure_threshold=1)))
     cold = await looked_up(clock, budget=0)
     admitted = await breakers.admit(cold)
     assert isinstance(admitted, Admitted) and admitted.timeout == cold.timeout
 
 
 async def test_an_open_breaker_refuses_then_lets_one_probe_through(clock: FakeClock) -> None:
-    breakers = Breakers(
-        BreakerPolicy(failure_threshold=1, cooldown_seconds=5), clock, CacheMetrics()
-    )
+    policy = BreakerPolicy(failure_threshold=1, cooldown_seconds=5)
+    breakers = Breakers(settings(clock, breaker=policy))
     found = await looked_up(clock)
     down = Failure(FailureKind.CONNECTION, "CONNECTION_REFUSED", "refused")
     await breakers.report(INVENTORY, down, outage=True)
@@ -173,13 +180,13 @@ async def test_an_open_breaker_refuses_then_lets_one_probe_through(clock: FakeCl
 
 async def test_no_breakers_admit_every_call_and_a_shared_one_refuses(clock: FakeClock) -> None:
     found = await looked_up(clock)
-    assert isinstance(await Breakers(None, clock, CacheMetrics()).admit(found), Admitted)
+    assert isinstance(await Breakers(settings(clock, breaker=None)).admit(found), Admitted)
 
     class Elsewhere:
         async def open_elsewhere(self, upstream: Upstream) -> Failure:
             return CIRCUIT_OPEN
 
-    shared = Breakers(BreakerPolicy(), clock, CacheMetrics(), Elsewhere())  # type: ignore[arg-type]
+    shared = Breakers(settings(clock, shared_breakers=Elsewhere()))
     assert await shared.admit(found) == Refused(CIRCUIT_OPEN)
 
 
@@ -196,9 +203,8 @@ def test_the_compliance_harness_installs_test_modes_injector() -> None:
 
 
 def flights(clock: FakeClock, store: Any = None) -> Flights:
-    stages = lookups(clock, store)
-    return Flights(stages.store, stages.read, clock, CacheMetrics(),
-                   Breakers(None, clock, CacheMetrics()), SURFACES)  # fmt: skip
+    built = settings(clock, store, breaker=None)
+    return Flights(built, Lookups(built).read, Breakers(built))
 
 
 async def test_a_flight_stores_its_answer_and_callers_share_it(clock: FakeClock) -> None:
@@ -291,7 +297,7 @@ async def test_a_flight_remembers_its_refresh_as_the_request_that_made_it(
 
 async def test_serving_a_fresh_hit_and_an_unreadable_one(clock: FakeClock) -> None:
     metrics = Counting()
-    serving, looks = Serving(clock, metrics), lookups(clock)
+    serving, looks = Serving(settings(clock, metrics=Fanout(metrics))), lookups(clock)
     await looks.store.set(looks.store_key(INVENTORY, "k"), Entry(b'{"formats": [1]}', clock()), 60)
     with use_collector(None):
         hit = await looks.look_up(INVENTORY, "k", "list_creative_formats", [])
@@ -304,7 +310,7 @@ async def test_serving_a_fresh_hit_and_an_unreadable_one(clock: FakeClock) -> No
 
 
 async def test_serving_from_cache_tells_the_buyer_or_fails(clock: FakeClock) -> None:
-    serving = Serving(clock, CacheMetrics())
+    serving = Serving(settings(clock))
     found = await looked_up(clock)
     down = Failure(FailureKind.CONNECTION, "CONNECTION_REFUSED", "refused")
     with collect_advisories() as advisories:
@@ -324,7 +330,7 @@ async def test_every_caller_of_a_flight_gets_its_advisories_and_its_own_copy(
     down = Failure(FailureKind.CONNECTION, "CONNECTION_REFUSED", "refused")
     advisory = stale_response(INVENTORY, PRODUCTS, 90, down, 60)
     refreshed = Refreshed({"products": []}, b'{"products": []}', (("account", advisory),))
-    collector, serving = AdvisoryCollector(), Serving(clock, CacheMetrics())
+    collector, serving = AdvisoryCollector(), Serving(settings(clock))
     with use_collector(collector):
         first = serving.flown(await lookups(clock).look_up(INVENTORY, "k", PRODUCTS, []),
                               refreshed, JSON)  # fmt: skip
@@ -381,63 +387,101 @@ async def test_a_subclass_store_key_keys_every_fetch_and_purge(clock: FakeClock)
     assert await CacheControl(cache).invalidate(key="k", upstream=INVENTORY) == 1
 
 
-async def test_settings_reassigned_on_the_cache_reach_every_stage(clock: FakeClock) -> None:
-    cache = hub(clock, PRODUCTS)
-    configured = MemoryStore(clock=clock)
-    cache.store = configured  # configured at start-up, after construction
+async def test_settings_given_at_construction_reach_every_stage(clock: FakeClock) -> None:
+    class Gone(Exception):
+        pass
+
+    class Seen(CacheMetrics):
+        def __init__(self) -> None:
+            self.failures: list[str] = []
+
+        def upstream_failure(self, upstream: str, code: str) -> None:
+            self.failures.append(code)
+
+    seen, meaning = Seen(), {Gone: "SERVICE_UNAVAILABLE"}
+    cache = hub(clock, PRODUCTS, metrics=seen, failure_types=meaning, tracing=False)
+    assert cache.lookups.store is cache.flights.store is cache.store
+    answers = iter([{"products": [1]}])
 
     async def call() -> dict[str, Any]:
+        answer = next(answers, None)
+        if answer is None:
+            raise Gone
+        return answer
+
+    with use_collector(AdvisoryCollector(partition="p")):
+        await cache.fetch(INVENTORY, "k", call, surface="get_products")
+        clock.advance(61)
+        assert await cache.fetch(INVENTORY, "k", call, surface="get_products") == {"products": [1]}
+    assert len(await cache.store.scan()) == 1  # type: ignore[attr-defined]
+    assert seen.failures == ["SERVICE_UNAVAILABLE"]  # the flight classified it with the mapping
+
+
+# The hub's settings, and the names some had before the stages had modules.
+SETTINGS = "settings store surfaces clock metrics failure_types namespace schema_version"
+OLD_NAMES = "breaker_policy coordinate_refreshes strict_advisories refreshers"
+
+
+@pytest.mark.parametrize("name", f"{SETTINGS} {OLD_NAMES}".split())
+def test_a_setting_assigned_after_construction_fails_loudly(clock: FakeClock, name: str) -> None:
+    """A stage took each setting when it was built: an assignment would reach none of them."""
+    cache = hub(clock, PRODUCTS)
+    with pytest.raises(AttributeError):
+        setattr(cache, name, None)
+
+
+def test_the_old_names_are_gone_and_their_settings_read_where_they_live(
+    clock: FakeClock,
+) -> None:
+    cache = hub(clock, PRODUCTS, coordinate_refreshes=True, strict_advisories=True, breaker=None)
+    for old in [*OLD_NAMES.split(), "refresh_soon_all"]:
+        assert not hasattr(cache, old), old
+    assert cache.settings.coordinate_refreshes and cache.flights.lease
+    assert cache.settings.strict_advisories and cache.serving.strict_advisories
+    assert cache.settings.breaker is None and cache.breakers.policy is None
+    assert not hasattr(adcp_stale_cache, "attributes")
+    for moved in ("FORCED_FAILURE", "ForcedOutage", "ForcedOutages"):  # now in testing only
+        assert not hasattr(adcp_stale_cache.cache, moved), moved
+    with pytest.raises(ImportError):
+        importlib.import_module("adcp_stale_cache.attributes")
+
+
+async def test_a_sink_reported_to_hears_every_stage_and_the_metrics_stay(
+    clock: FakeClock,
+) -> None:
+    class Heard(CacheMetrics):
+        def __init__(self) -> None:
+            self.events: list[str] = []
+
+        def miss(self, surface: str, upstream: str) -> None:
+            self.events.append("miss")  # looked up (serving reports it)
+
+        def upstream_failure(self, upstream: str, code: str) -> None:
+            self.events.append("failure")  # the flight's
+
+        def breaker(self, upstream: str, is_open: bool) -> None:
+            self.events.append("breaker")  # the breakers'
+
+        def stale_serve(self, surface: str, upstream: str, code: str, advisory: bool) -> None:
+            self.events.append("stale")  # served
+
+    given, attached = Heard(), Heard()
+    cache = hub(clock, PRODUCTS, metrics=given, tracing=False)
+    cache.report_to(attached)
+    down = {"now": False}
+
+    async def call() -> dict[str, Any]:
+        if down["now"]:
+            raise ConnectionRefusedError
         return {"products": [1]}
 
     with use_collector(AdvisoryCollector(partition="p")):
         await cache.fetch(INVENTORY, "k", call, surface="get_products")
-    assert len(await configured.scan()) == 1
-
-    class Gone(Exception):
-        pass
-
-    cache.failure_types = {Gone: "SERVICE_UNAVAILABLE"}  # type: ignore[dict-item]
-    seen: list[str] = []
-
-    class Seen(CacheMetrics):
-        def upstream_failure(self, upstream: str, code: str) -> None:
-            seen.append(code)
-
-    cache.metrics = Seen()
-
-    async def gone() -> dict[str, Any]:
-        raise Gone
-
-    clock.advance(61)
-    with use_collector(AdvisoryCollector(partition="p")):
-        assert await cache.fetch(INVENTORY, "k", gone, surface="get_products") == {"products": [1]}
-    assert seen == ["SERVICE_UNAVAILABLE"]  # the flight classified it with the new mapping
-
-
-async def test_the_old_names_read_and_write_where_the_settings_live(clock: FakeClock) -> None:
-    cache = hub(clock, PRODUCTS)
-    with pytest.warns(DeprecationWarning):
-        cache.strict_advisories = True
-    assert cache.serving.strict_advisories is True
-    with pytest.warns(DeprecationWarning):
-        cache.breaker_policy = None
-    assert cache.breakers.policy is None
-    heard: list[str] = []
-    with pytest.warns(DeprecationWarning):
-        cache.refreshers = lambda key, labels, refresh, weight: heard.append(key)  # type: ignore[assignment]
-    calls: list[int] = []
-
-    async def call() -> dict[str, Any]:
-        calls.append(1)
-        return {"products": [len(calls)]}
-
-    with use_collector(AdvisoryCollector(partition="p")):
+        clock.advance(61)
+        down["now"] = True
         await cache.fetch(INVENTORY, "k", call, surface="get_products")
-    assert len(heard) == 1
-    with pytest.warns(DeprecationWarning):
-        cache.refresh_soon_all([("k", call)], 1)
-    await asyncio.gather(*cache.flights.tasks)
-    assert len(calls) == 2
+    assert {"miss", "failure", "breaker", "stale"} <= set(attached.events)
+    assert attached.events == given.events
 
 
 def _reachable(root: object, stop: tuple[type, ...]) -> list[object]:
@@ -555,7 +599,7 @@ def _classes() -> list[tuple[str, ast.ClassDef]]:
 def test_the_hub_stays_small_and_fetch_reads_as_its_pipeline() -> None:
     classes = dict(_classes())
     hub = classes["cache.py:UpstreamCache"]
-    assert hub.end_lineno - hub.lineno + 1 <= 270  # type: ignore[operator]
+    assert hub.end_lineno - hub.lineno + 1 <= 280  # type: ignore[operator]
     fetch = next(n for n in hub.body if getattr(n, "name", "") == "fetch")
     body = fetch.body[1:]  # type: ignore[attr-defined]  # without its docstring
     assert body[-1].end_lineno - body[0].lineno + 1 <= 45
