@@ -16,20 +16,14 @@ The control plane steers it through :mod:`~adcp_stale_cache.steering`'s seam onl
 
 from __future__ import annotations
 
+import contextlib
 import functools
-import sys
 import time
 import warnings
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, overload
+from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
-from .admission import (
-    Breakers,
-    InjectedOutage,
-    OutageInjector,
-    Refused,
-    compliance_injector,
-)
+from .admission import Breakers, InjectedOutage, OutageInjector, Refused
 from .attributes import Moved, Shared
 from .blocking import DEFAULT_BLOCKING_THREADS, Lanes, wait_for
 from .breaker import DEFAULT_BREAKER, BreakerPolicy
@@ -39,15 +33,15 @@ from .collector import current_collector
 from .directives import Directives
 from .failures import FailureTypes, FailureTypesLike, classify, failure_types_of
 from .flight import Answer, Flights
-from .lookup import MAX_CLOCK_SKEW_SECONDS, Lookups
+from .lookup import MAX_CLOCK_SKEW_SECONDS, Hit, Lookups
 from .metrics import CacheMetrics
 from .policy import SurfacePolicy, Surfaces, Upstream
-from .serving import NOT_FRESH, Serving
+from .serving import Serving
 from .shared_breakers import SharedBreakers
 from .steering import RefreshMemory, RememberedRefresh, callback_memory
 from .stores import MemoryStore, Store
 from .tracing import with_tracing
-from .values import JSON, Codec
+from .values import JSON, Codec, Unreadable
 
 __all__ = ["MAX_CLOCK_SKEW_SECONDS", "UpstreamCache"]
 
@@ -151,7 +145,7 @@ class UpstreamCache:
         self.clock = clock or store_clock
         self.namespace, self.schema_version = namespace, schema_version
         self.failure_types = failure_types_of(failure_types)
-        self.outages = outages if outages is not None or not test_mode else _compliance_outages()
+        self.outages = _test_mode(self, outages) if test_mode or outages is not None else None
         # Entries written under another schema version live under other keys: never read.
         keyspace = namespace if schema_version is None else f"{namespace}@{schema_version}"
         own_keys = type(self).store_key is not UpstreamCache.store_key  # a subclass's keys
@@ -196,23 +190,19 @@ class UpstreamCache:
         fails and no entry within max-stale exists; failures the policy does not count as an
         outage are re-raised as they are.
         """
-        injected = None if self.outages is None else self._injected(self.outages, upstream, surface)
-        found = await self.lookups.look_up(upstream, key, surface, tags)  # 1. look up
-        if injected is not None:  # compliance testing: an injected outage comes first
-            return await self.serving.injected(found, injected, self.flights, call, codec)
-        value = self.serving.fresh(found, codec)
-        if value is not NOT_FRESH:
-            return value
+        found = await self.lookups.look_up(upstream, key, surface, tags, codec)  # 1. look up
+        if isinstance(found, Hit):
+            return self.serving.hit(found, codec)
+        if found.miss:
+            self.metrics.miss(found.policy.name, found.upstream.name)
         admitted = await self.breakers.admit(found)  # 2. admit
         if isinstance(admitted, Refused):
             return self.serving.from_cache(found, found.fallback, admitted.failure, codec)
         answer = Answer(call, codec, cacheable, validate, revalidate, directives)
         flight, behind = await self.flights.fly(found, admitted, answer)  # 3. fly
-        if behind:  # the entry now, its refresh behind (or, unreadable, the refresh itself)
-            value = self.serving.from_cache(found, found.fallback, admitted.last_failure, codec,
-                                            or_wait=True)  # fmt: skip
-            if value is not NOT_FRESH:
-                return value
+        if behind:  # the entry now, its refresh behind (unreadable: the refresh is the answer)
+            with contextlib.suppress(Unreadable):
+                return self.serving.behind(found, admitted.last_failure, codec)
         try:
             refreshed = await flight
         except Exception as exc:  # 4. serve
@@ -308,14 +298,7 @@ class UpstreamCache:
         warnings.warn("refresh_soon_all is refresh_soon", DeprecationWarning, stacklevel=2)
         self.refresh_soon([(k, _taking_a_count(r)) for k, r in refreshes], concurrency)
 
-    # Compliance testing (see admission's OutageInjector; testing implements it).
-
-    def _injected(
-        self, outages: OutageInjector, upstream: Upstream, surface: str | SurfacePolicy | None
-    ) -> InjectedOutage | None:
-        """The injected outage this fetch claims (before it reads the store)."""
-        collector = current_collector()
-        return outages.claim(self.lookups.policy(surface, collector)[0], upstream, collector)
+    # Compliance testing: testing.py wraps fetch from outside (see _test_mode).
 
     def force_upstream_unavailable(
         self,
@@ -384,21 +367,9 @@ def _taking_a_count(refresh: Callable[[], Awaitable[Any]]) -> RememberedRefresh:
     return lambda before: refresh()
 
 
-def _compliance_outages() -> OutageInjector:
-    """The injector ``test_mode=True`` installs: the compliance harness's, which registers
-    itself when :mod:`adcp_stale_cache.testing` loads (the package loads it)."""
-    injector = compliance_injector()
-    if injector is None:
-        raise RuntimeError("test_mode needs adcp_stale_cache.testing (import adcp_stale_cache)")
-    return injector
+def _test_mode(cache: UpstreamCache, outages: OutageInjector | None) -> OutageInjector:
+    """The injector of a cache in test mode (the compliance harness's unless given), its
+    fetch wrapped so that injected outages are answered before the pipeline."""
+    from .testing import in_test_mode  # only here: the core never loads the harness
 
-
-if not TYPE_CHECKING:  # for readers of the old names only: a typo stays a type error
-
-    def __getattr__(name: str) -> Any:
-        """Names this module once imported for the compliance harness, read from where they
-        live now (deprecated: import them from :mod:`adcp_stale_cache.testing`)."""
-        if name in ("FORCED_FAILURE", "ForcedOutage", "ForcedOutages"):
-            warnings.warn(f"import {name} from adcp_stale_cache.testing", DeprecationWarning, 2)
-            return getattr(sys.modules[f"{__package__}.testing"], name)  # the package loaded it
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return in_test_mode(cache, outages)
