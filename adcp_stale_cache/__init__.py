@@ -26,7 +26,6 @@ from .middleware import StaleAdvisoryMiddleware
 from .peek import ToolCall
 from .policy import DEFAULT_STALE_ON, FailureKind, SurfacePolicy, Surfaces, Upstream
 from .stores import MemoryStore, Store
-from .testing import ForcedOutages as _ForcedOutages  # noqa: F401  # test_mode's injector
 from .values import JSON, Codec, JsonCodec, PydanticCodec, SharedJsonCodec
 
 __all__ = [

@@ -7,13 +7,11 @@ open breaker). :class:`Breakers` holds the per-upstream breakers the flight repo
 
 An *injected* outage (a compliance harness's ``force_upstream_unavailable``) is declared
 here as a protocol, :class:`OutageInjector`; :mod:`adcp_stale_cache.testing` implements it
-and ``UpstreamCache(test_mode=True)`` installs that implementation. The core never imports
-the harness.
+and answers it around the pipeline, never inside it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -27,15 +25,8 @@ from .breaker import (
 from .collector import AdvisoryCollector
 from .failures import BUDGET_SPENT, CIRCUIT_OPEN, Failure
 from .lookup import Lookup
-from .policy import FailureKind, SurfacePolicy, Upstream
+from .policy import SurfacePolicy, Upstream
 from .settings import Settings
-
-#: What an injected outage reports as its upstream's failure.
-FORCED_FAILURE = Failure(
-    FailureKind.UPSTREAM_ERROR,
-    "SERVICE_UNAVAILABLE",
-    "Upstream forced unavailable by the compliance test controller",
-)
 
 
 class InjectedOutage(Protocol):
@@ -77,20 +68,6 @@ class OutageInjector(Protocol):
 
     def __len__(self) -> int:
         """How many injected outages are waiting for the response they affect."""
-
-
-_compliance: list[Callable[[], OutageInjector]] = []
-
-
-def install_compliance(factory: Callable[[], OutageInjector]) -> None:
-    """Name what ``UpstreamCache(test_mode=True)`` installs: the compliance harness
-    (:mod:`adcp_stale_cache.testing`) names its injector when it loads; the package loads it."""
-    _compliance[:] = [factory]
-
-
-def compliance_injector() -> OutageInjector | None:
-    """A new injector of the installed kind (None: none installed)."""
-    return _compliance[0]() if _compliance else None
 
 
 @dataclass(slots=True)

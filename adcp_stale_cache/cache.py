@@ -16,18 +16,13 @@ The control plane steers it through :mod:`~adcp_stale_cache.steering`'s seam onl
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
-from .admission import (
-    Breakers,
-    InjectedOutage,
-    OutageInjector,
-    Refused,
-    compliance_injector,
-)
+from .admission import Breakers, InjectedOutage, OutageInjector, Refused
 from .blocking import DEFAULT_BLOCKING_THREADS, Lanes, wait_for
 from .breaker import DEFAULT_BREAKER, BreakerPolicy
 from .call_loop import CALLS
@@ -36,16 +31,16 @@ from .collector import current_collector
 from .directives import Directives
 from .failures import FailureTypes, FailureTypesLike, classify, failure_types_of
 from .flight import Answer, Flights
-from .lookup import MAX_CLOCK_SKEW_SECONDS, Lookups
+from .lookup import MAX_CLOCK_SKEW_SECONDS, Hit, Lookups
 from .metrics import CacheMetrics, Fanout
 from .policy import SurfacePolicy, Surfaces, Upstream
-from .serving import NOT_FRESH, Serving
+from .serving import Serving
 from .settings import Settings
 from .shared_breakers import SharedBreakers
 from .steering import RefreshMemory, RememberedRefresh
 from .stores import Clocked, MemoryStore, Store
 from .tracing import with_tracing
-from .values import JSON, Codec
+from .values import JSON, Codec, Unreadable
 
 __all__ = ["MAX_CLOCK_SKEW_SECONDS", "UpstreamCache"]
 
@@ -95,17 +90,11 @@ class UpstreamCache:
     upstream.
     """
 
-    # No attribute beyond these: assigning a setting (or an old name of one) raises.
-    __slots__ = (
-        "__weakref__",
-        "_settings",
-        "breakers",
-        "flights",
-        "lanes",
-        "lookups",
-        "outages",
-        "serving",
-    )
+    def __setattr__(self, name: str, value: object) -> None:
+        # The stages took every setting when they were built: an assignment would reach none.
+        if name in _FIXED:
+            raise AttributeError(f"UpstreamCache.{name} is fixed: pass it when building the cache")
+        object.__setattr__(self, name, value)
 
     def __init__(
         self,
@@ -145,13 +134,13 @@ class UpstreamCache:
             coordinate_refreshes=coordinate_refreshes,
             strict_advisories=strict_advisories,
         )
-        self.outages = outages if outages is not None or not test_mode else _compliance_outages()
         own_keys = type(self).store_key is not UpstreamCache.store_key  # a subclass's keys
         self.lookups = Lookups(settings, self.store_key if own_keys else None)
         self.breakers = Breakers(settings)
         self.flights = Flights(settings, self.lookups.read, self.breakers)
         self.serving = Serving(settings)
         self.lanes = Lanes(blocking_threads)
+        self.outages = _test_mode(self, outages) if test_mode or outages is not None else None
 
     @property
     def settings(self) -> Settings:
@@ -211,23 +200,19 @@ class UpstreamCache:
         fails and no entry within max-stale exists; failures the policy does not count as an
         outage are re-raised as they are.
         """
-        injected = None if self.outages is None else self._injected(self.outages, upstream, surface)
-        found = await self.lookups.look_up(upstream, key, surface, tags)  # 1. look up
-        if injected is not None:  # compliance testing: an injected outage comes first
-            return await self.serving.injected(found, injected, self.flights, call, codec)
-        value = self.serving.fresh(found, codec)
-        if value is not NOT_FRESH:
-            return value
+        found = await self.lookups.look_up(upstream, key, surface, tags, codec)  # 1. look up
+        if isinstance(found, Hit):
+            return self.serving.hit(found, codec)
+        if found.miss:
+            self.metrics.miss(found.policy.name, found.upstream.name)
         admitted = await self.breakers.admit(found)  # 2. admit
         if isinstance(admitted, Refused):
             return self.serving.from_cache(found, found.fallback, admitted.failure, codec)
         answer = Answer(call, codec, cacheable, validate, revalidate, directives)
         flight, behind = await self.flights.fly(found, admitted, answer)  # 3. fly
-        if behind:  # the entry now, its refresh behind (or, unreadable, the refresh itself)
-            value = self.serving.from_cache(found, found.fallback, admitted.last_failure, codec,
-                                            or_wait=True)  # fmt: skip
-            if value is not NOT_FRESH:
-                return value
+        if behind:  # the entry now, its refresh behind (unreadable: the refresh is the answer)
+            with contextlib.suppress(Unreadable):
+                return self.serving.behind(found, admitted.last_failure, codec)
         try:
             refreshed = await flight
         except Exception as exc:  # 4. serve
@@ -320,14 +305,7 @@ class UpstreamCache:
         flight of its store key when it starts: requests for the key meanwhile join it."""
         self.flights.refresh_soon(refreshes, concurrency)
 
-    # Compliance testing (see admission's OutageInjector; testing implements it).
-
-    def _injected(
-        self, outages: OutageInjector, upstream: Upstream, surface: str | SurfacePolicy | None
-    ) -> InjectedOutage | None:
-        """The injected outage this fetch claims (before it reads the store)."""
-        collector = current_collector()
-        return outages.claim(self.lookups.policy(surface, collector)[0], upstream, collector)
+    # Compliance testing: testing.py wraps fetch from outside (see _test_mode).
 
     def force_upstream_unavailable(
         self,
@@ -391,10 +369,28 @@ def _decorator(
     return decorate
 
 
-def _compliance_outages() -> OutageInjector:
-    """The injector ``test_mode=True`` installs: the compliance harness's, which registers
-    itself when :mod:`adcp_stale_cache.testing` loads (the package loads it)."""
-    injector = compliance_injector()
-    if injector is None:
-        raise RuntimeError("test_mode needs adcp_stale_cache.testing (import adcp_stale_cache)")
-    return injector
+# Settings (read-only properties raise by themselves), and the old names of some.
+_FIXED = frozenset(
+    {
+        "namespace",
+        "schema_version",
+        "breaker",
+        "tracing",
+        "test_mode",
+        "strict_advisories",
+        "share_breakers",
+        "detach_calls",
+        "blocking_threads",
+        "coordinate_refreshes",
+        "breaker_policy",
+        "refreshers",
+    }
+)
+
+
+def _test_mode(cache: UpstreamCache, outages: OutageInjector | None) -> OutageInjector:
+    """The injector of a cache in test mode (the compliance harness's unless given), its
+    fetch wrapped so that injected outages are answered before the pipeline."""
+    from .testing import in_test_mode  # only here: the core never loads the harness
+
+    return in_test_mode(cache, outages)

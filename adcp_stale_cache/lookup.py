@@ -1,8 +1,9 @@
 """Stage 1 of a fetch, **look up**: which policy applies, whose entry it is, what is held,
 and what the decision core says to do with it.
 
-Nothing here calls an upstream: a :class:`Lookup` is what the later stages (admission, the
-flight, serving) read. It knows nothing of them.
+Nothing here calls an upstream: a :class:`Hit` (a fresh entry, decoded) or a
+:class:`Lookup` is what the later stages (admission, the flight, serving) read. It knows
+nothing of them.
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
 from .collector import UNREAD, AdvisoryCollector, current_collector
 from .decision import Fresh, Refresh, plan
@@ -20,8 +21,13 @@ from .keys import cache_key
 from .labels import entry_labels
 from .policy import SurfacePolicy, Upstream
 from .settings import Settings
+from .values import Codec, Unreadable, decode
 
+T = TypeVar("T")
 logger = logging.getLogger("adcp_stale_cache")
+
+#: The plan for a fresh entry that cannot be read: a miss, with nothing to fall back on.
+_UNREADABLE = Refresh(fallback=None)
 
 #: How far in the future (another host's clock running ahead) a stored time may be.
 MAX_CLOCK_SKEW_SECONDS = 300.0
@@ -39,10 +45,10 @@ class Lookup:
     store_key: str
     tags: tuple[str, ...]  # the call's own (see labels)
     collector: AdvisoryCollector | None  # the current request's
-    entry: Entry | None
+    entry: Entry | None  # as held (one that could not be read too: see miss)
     step: Fresh | Refresh
-    private: bool = False  # this request's alone: a flight never stores it (see release_of)
-    _labels: tuple[str, ...] | None = None
+    private: bool  # this request's alone: a flight never stores it (see release_of)
+    _labels: tuple[str, ...] | None = field(default=None, init=False)
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -68,6 +74,12 @@ class Lookup:
         return self.step.previous if isinstance(self.step, Refresh) else None
 
     @property
+    def miss(self) -> bool:
+        """Whether nothing that can be read is held (none, or a fresh entry the codec could
+        not read: refreshed and overwritten)."""
+        return self.entry is None or self.previous is None
+
+    @property
     def behind(self) -> bool:
         """Whether the entry may be served now with its refresh behind it (the upstream's
         ``stale-while-revalidate`` window, or the surface's own)."""
@@ -76,6 +88,15 @@ class Lookup:
             and self.step.fallback is not None
             and (self.step.background or self.policy.stale_while_revalidate)
         )
+
+
+@dataclass(slots=True)
+class Hit(Lookup, Generic[T]):
+    """A fresh hit: the look-up, with the entry's ``value`` decoded (served at once)."""
+
+    entry: Entry
+    step: Fresh
+    value: T
 
 
 class Lookups:
@@ -95,9 +116,10 @@ class Lookups:
 
     async def look_up(
         self, upstream: Upstream, key: object, surface: str | SurfacePolicy | None,
-        tags: Iterable[str],
-    ) -> Lookup:  # fmt: skip
-        """Policy, partition, store key and labels of this fetch, its entry and its plan."""
+        tags: Iterable[str], codec: Codec[T],
+    ) -> Hit[T] | Lookup:  # fmt: skip
+        """Policy, partition, store key and labels of this fetch, its entry and its plan: a
+        :class:`Hit` when the entry is fresh and ``codec`` reads it."""
         collector = current_collector()
         policy, identified = self.policy(surface, collector)
         # Only a surface known by name may share entries across callers: a request whose
@@ -114,6 +136,14 @@ class Lookups:
         entry = await self.read(store_key)
         step = plan(entry, self.clock(), policy)
         tags = tags if isinstance(tags, tuple) else tuple(tags)  # as of the call, not later
+        if isinstance(step, Fresh):
+            try:
+                value = decode(codec, step.entry, upstream)
+            except Unreadable:  # a miss: refreshed and overwritten
+                step = _UNREADABLE
+            else:
+                return Hit(upstream, key, policy, shared, partition, store_key, tags, collector,
+                           step.entry, step, private, value)  # fmt: skip
         return Lookup(upstream, key, policy, shared, partition, store_key, tags, collector,
                       entry, step, private)  # fmt: skip
 

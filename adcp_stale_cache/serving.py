@@ -11,11 +11,9 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from collections.abc import Awaitable, Callable, Hashable, Mapping
-from dataclasses import replace
+from collections.abc import Hashable, Mapping
 from typing import Any, NamedTuple, TypeVar
 
-from .admission import FORCED_FAILURE, InjectedOutage
 from .advisory import AdcpError, stale_response
 from .collector import (
     AdvisoryCollector,
@@ -25,20 +23,12 @@ from .collector import (
     say_lost,
     stated,
 )
-from .decision import (
-    Fail,
-    Fresh,
-    Refresh,
-    ServeStale,
-    fresh_until,
-    on_failure,
-    whole_seconds,
-)
+from .decision import Fail, Fresh, ServeStale, fresh_until, on_failure
 from .entry import Entry
-from .failures import UNKNOWN_FAILURE, Failure, UpstreamUnavailable, classify
-from .flight import Flights, Refreshed
+from .failures import UNKNOWN_FAILURE, Failure, UpstreamUnavailable
+from .flight import Refreshed
 from .labels import built_from
-from .lookup import Lookup
+from .lookup import Hit, Lookup
 from .policy import SurfacePolicy, Upstream
 from .settings import Settings
 from .values import Codec, Unreadable, content_of, decode
@@ -63,9 +53,6 @@ _NO_COLLECTOR = (
     "fastmcp run serves it, or a thread the request's context did not reach: carry_context)",
 )
 
-#: What :meth:`Serving.fresh` answers when the entry is no fresh hit after all.
-NOT_FRESH: Any = object()
-
 
 class Serving:
     """Serves what the earlier stages found, on the cache's clock, reporting to its metrics.
@@ -75,21 +62,19 @@ class Serving:
         self.clock, self.metrics = settings.clock, settings.metrics
         self.strict_advisories = settings.strict_advisories
 
-    def fresh(self, found: Lookup, codec: Codec[T]) -> T:
-        """A fresh hit's value, or :data:`NOT_FRESH` (no fresh entry, or one that cannot be
-        read: then it is a miss, refreshed and overwritten)."""
-        if isinstance(found.step, Fresh):
-            try:
-                value = decode(codec, found.step.entry, found.upstream)
-            except Unreadable:
-                found.entry, found.step = None, Refresh(fallback=None)
-            else:
-                self.metrics.hit(found.policy.name, found.upstream.name)
-                _composed(found, found.step.entry, codec, fresh=True)
-                return value
-        if found.entry is None:
-            self.metrics.miss(found.policy.name, found.upstream.name)
-        return NOT_FRESH  # type: ignore[no-any-return]
+    def hit(self, found: Hit[Any], codec: Codec[T]) -> T:
+        """A fresh hit's value (the look-up decoded it), counted and told to the request."""
+        self.metrics.hit(found.policy.name, found.upstream.name)
+        _composed(found, found.entry, codec, fresh=True)
+        value: T = found.value  # (decoded by ``codec``)
+        return value
+
+    def behind(self, found: Lookup, failure: Failure | None, codec: Codec[T]) -> T:
+        """The entry held, served while its refresh flies behind it (``failure``: the
+        probing breaker's last; None for a revalidation). Raises
+        :class:`~adcp_stale_cache.values.Unreadable` when it cannot be read: then the
+        refresh is the answer."""
+        return self._served(found, found.fallback, failure, codec, None)
 
     def from_cache(
         self,
@@ -98,33 +83,40 @@ class Serving:
         failure: Failure | None,
         codec: Codec[T],
         exc: Exception | None = None,
-        *,
-        or_wait: bool = False,
     ) -> T:
-        """Serve ``latest`` stale (recording the advisory), as a plain hit, or fail.
+        """Serve ``latest`` stale (recording the advisory), as a plain hit, or fail."""
+        try:
+            return self._served(found, latest, failure, codec, exc)
+        except Unreadable:
+            pass  # no usable entry after all
+        raise self._unavailable(found, failure) from exc
 
-        ``failure`` is None for a stale-while-revalidate answer, where no call failed.
-        ``or_wait``: a refresh flies behind, so an entry that cannot be read is
-        :data:`NOT_FRESH` (the caller waits for the refresh), not a failure.
-        """
+    def _served(
+        self,
+        found: Lookup,
+        latest: Entry | None,
+        failure: Failure | None,
+        codec: Codec[T],
+        exc: Exception | None,
+    ) -> T:
+        """``latest`` stale (recording the advisory) or as a plain hit (refreshed meanwhile
+        by another call); past max-stale, or none, the failure."""
         upstream, policy = found.upstream, found.policy
         outcome = on_failure(latest, self.clock(), policy)
-        if not isinstance(outcome, Fail):
-            try:
-                value = decode(codec, outcome.entry, upstream)
-            except Unreadable:
-                if or_wait:
-                    return NOT_FRESH  # type: ignore[no-any-return]
-                # no usable entry after all: fail below
-            else:
-                if isinstance(outcome, ServeStale):
-                    self.record_stale(
-                        upstream, policy, outcome.age_seconds, failure, outcome.target_seconds
-                    )
-                # (Fresh: refreshed meanwhile by another call, a plain hit)
-                _composed(found, outcome.entry, codec, fresh=isinstance(outcome, Fresh))
-                return value
+        if isinstance(outcome, Fail):
+            raise self._unavailable(found, failure) from exc
+        value = decode(codec, outcome.entry, upstream)
+        if isinstance(outcome, ServeStale):
+            self.record_stale(
+                upstream, policy, outcome.age_seconds, failure, outcome.target_seconds
+            )
+        _composed(found, outcome.entry, codec, fresh=isinstance(outcome, Fresh))
+        return value
+
+    def _unavailable(self, found: Lookup, failure: Failure | None) -> UpstreamUnavailable:
+        """Nothing to answer with: counted, logged, raised by the caller."""
         failure = failure or UNKNOWN_FAILURE  # revalidating an entry that just expired
+        upstream, policy = found.upstream, found.policy
         self.metrics.unavailable(policy.name, upstream.name, failure.code)
         logger.warning(
             "upstream_unavailable upstream=%s surface=%s code=%s",
@@ -132,7 +124,7 @@ class Serving:
             policy.name,
             failure.code,
         )
-        raise UpstreamUnavailable(upstream, failure) from exc
+        return UpstreamUnavailable(upstream, failure)
 
     def record_stale(
         self,
@@ -194,34 +186,6 @@ class Serving:
             self.metrics.advisory_lost(surface, upstream)
             say_lost(upstream, surface, age, code, lost)
         self.metrics.stale_serve(surface, upstream, code, lost is None)
-
-    async def injected(
-        self, found: Lookup, outage: InjectedOutage, flights: Flights,
-        call: Callable[[], Awaitable[T]], codec: Codec[T],
-    ) -> T:  # fmt: skip
-        """An injected outage (see admission): serve the entry aged as asked (seeding a cold
-        cache for real, with the labels a purge selects it by)."""
-        upstream, policy = found.upstream, found.policy
-        if outage.empty_cache:  # as if nothing were cached: the failure stays a failure
-            self.metrics.unavailable(policy.name, upstream.name, FORCED_FAILURE.code)
-            raise UpstreamUnavailable(upstream, FORCED_FAILURE)
-        entry, now = found.entry, self.clock()
-        if entry is None:
-            try:
-                entry = await flights.seed(found, call, codec)
-            except Exception as exc:
-                failure = classify(exc, found.timeout, flights.failure_types)
-                raise UpstreamUnavailable(upstream, failure) from exc
-            if entry is None:  # nothing to age: the injected outage stays a failure
-                raise UpstreamUnavailable(upstream, FORCED_FAILURE)
-        age = outage.cache_age_seconds
-        if age is None:
-            age = max(whole_seconds(entry.age(now)), policy.freshness_target_seconds)
-        # The aged copy is served, never stored: the real entry keeps its real age (and the
-        # copy its labels and terms: what the answer's scope and token are read from).
-        terms = None if entry.terms is None else replace(entry.terms, age=0)
-        aged = replace(entry, stored_at=now - age, terms=terms)
-        return self.from_cache(found, aged, FORCED_FAILURE, codec)
 
     def flown(self, found: Lookup, refreshed: Refreshed[T], codec: Codec[T]) -> T:
         """What a flight answered, to one of the callers sharing it: the stale serves it was

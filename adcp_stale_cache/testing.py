@@ -14,18 +14,39 @@ cache is cold, the upstream is called once for real to seed the entry (test mode
 ``empty_cache=True`` (an extension of this library's controller, not the spec's) answers the
 next affected response as if nothing were cached: the failure stays a failure, with no
 ``STALE_RESPONSE``, so a conformance check can hold that rule too.
+
+Test mode wraps a cache's pipeline from outside (:class:`ComplianceFetch`): the core never
+imports this module; ``UpstreamCache(test_mode=True)`` loads it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from .admission import FORCED_FAILURE, install_compliance
-from .collector import AdvisoryCollector
-from .failures import MAX_STATED_SECONDS, stated_seconds
-from .policy import SurfacePolicy, Upstream
+from .admission import InjectedOutage, OutageInjector
+from .collector import AdvisoryCollector, current_collector
+from .decision import whole_seconds
+from .failures import MAX_STATED_SECONDS, Failure, UpstreamUnavailable, classify, stated_seconds
+from .lookup import Lookup
+from .policy import FailureKind, SurfacePolicy, Upstream
+from .values import JSON, Codec
 
-__all__ = ["FORCED_FAILURE", "ForcedOutage", "ForcedOutages"]
+if TYPE_CHECKING:
+    from .cache import UpstreamCache
+
+__all__ = ["FORCED_FAILURE", "ComplianceFetch", "ForcedOutage", "ForcedOutages", "in_test_mode"]
+
+T = TypeVar("T")
+
+#: What an injected outage reports as its upstream's failure.
+FORCED_FAILURE = Failure(
+    FailureKind.UPSTREAM_ERROR,
+    "SERVICE_UNAVAILABLE",
+    "Upstream forced unavailable by the compliance test controller",
+)
 
 
 @dataclass
@@ -107,8 +128,78 @@ class ForcedOutages:
         return len(self._outages)
 
 
-# What UpstreamCache(test_mode=True) installs (the core declares the protocol: admission).
-install_compliance(ForcedOutages)
+def in_test_mode(cache: UpstreamCache, outages: OutageInjector | None = None) -> OutageInjector:
+    """Put ``cache`` in test mode (``UpstreamCache(test_mode=True)`` does): its fetch answers
+    what ``outages`` injects (new :class:`ForcedOutages` unless given) before its pipeline.
+    Returns the injector."""
+    injector = outages if outages is not None else ForcedOutages()
+    # The instance's own fetch (a subclass's too) runs every fetch no outage claims.
+    cache.fetch = ComplianceFetch(cache, injector, cache.fetch).fetch  # type: ignore[method-assign]
+    return injector
+
+
+class ComplianceFetch:
+    """A cache's fetch in test mode: an injected outage is answered here, around the
+    pipeline (``fetch``, the cache's own), which answers every other fetch."""
+
+    def __init__(
+        self, cache: UpstreamCache, outages: OutageInjector, fetch: Callable[..., Awaitable[Any]]
+    ) -> None:
+        self.cache, self.outages, self.pipeline = cache, outages, fetch
+
+    async def fetch(
+        self,
+        upstream: Upstream,
+        key: object,
+        call: Callable[[], Awaitable[T]],
+        *,
+        surface: str | SurfacePolicy | None = None,
+        codec: Codec[T] = JSON,
+        tags: Iterable[str] = (),
+        **options: Any,
+    ) -> T:
+        """:meth:`~adcp_stale_cache.UpstreamCache.fetch`, an injected outage first."""
+        lookups, collector = self.cache.lookups, current_collector()
+        # Claimed before the store is read: the outage belongs to this response.
+        outage = self.outages.claim(lookups.policy(surface, collector)[0], upstream, collector)
+        if outage is None:
+            answer: T = await self.pipeline(
+                upstream, key, call, surface=surface, codec=codec, tags=tags, **options
+            )
+            return answer
+        found = await lookups.look_up(upstream, key, surface, tags, codec)
+        return await self.injected(found, outage, call, codec)
+
+    async def injected(
+        self,
+        found: Lookup,
+        outage: InjectedOutage,
+        call: Callable[[], Awaitable[T]],
+        codec: Codec[T],
+    ) -> T:
+        """Serve the entry aged as asked (a cold key seeded for real first, with the labels
+        a purge selects it by), or fail as if nothing were cached."""
+        cache, upstream, policy = self.cache, found.upstream, found.policy
+        if outage.empty_cache:  # as if nothing were cached: the failure stays a failure
+            cache.metrics.unavailable(policy.name, upstream.name, FORCED_FAILURE.code)
+            raise UpstreamUnavailable(upstream, FORCED_FAILURE)
+        entry, now = found.entry, cache.clock()
+        if entry is None:
+            try:
+                entry = await cache.flights.seed(found, call, codec)
+            except Exception as exc:
+                failure = classify(exc, found.timeout, cache.failure_types)
+                raise UpstreamUnavailable(upstream, failure) from exc
+            if entry is None:  # nothing to age: the injected outage stays a failure
+                raise UpstreamUnavailable(upstream, FORCED_FAILURE)
+        age = outage.cache_age_seconds
+        if age is None:
+            age = max(whole_seconds(entry.age(now)), policy.freshness_target_seconds)
+        # The aged copy is served, never stored: the real entry keeps its real age (and the
+        # copy its labels and terms: what the answer's scope and token are read from).
+        terms = None if entry.terms is None else dataclasses.replace(entry.terms, age=0)
+        aged = dataclasses.replace(entry, stored_at=now - age, terms=terms)
+        return cache.serving.from_cache(found, aged, FORCED_FAILURE, codec)
 
 
 def _forced_age(value: object) -> int:

@@ -101,7 +101,7 @@ async def _parts() -> dict[str, Any]:
     from adcp_stale_cache import SharedJsonCodec, StaleAdvisoryMiddleware, Upstream, UpstreamCache
     from adcp_stale_cache.collector import AdvisoryCollector, _current, current_collector
     from adcp_stale_cache.decision import plan
-    from adcp_stale_cache.lookup import Lookup
+    from adcp_stale_cache.lookup import Hit
     from adcp_stale_cache.middleware import _Response, route_path
     from adcp_stale_cache.peek import RequestPeek
     from adcp_stale_cache.values import decode
@@ -120,7 +120,8 @@ async def _parts() -> dict[str, Any]:
 
     await cache.fetch(upstream, "k", call, surface="get_products", codec=codec)
     lookups, metrics = cache.lookups, cache.serving.metrics
-    found = await lookups.look_up(upstream, "k", "get_products", ())
+    found = await lookups.look_up(upstream, "k", "get_products", (), codec)
+    assert isinstance(found, Hit)
     entry, key, now = found.entry, found.store_key, lookups.clock()
     middleware = StaleAdvisoryMiddleware(json_app(), surfaces=SURFACES)
     scope = {"type": "http", "method": "POST", "path": "/api/get_products", "root_path": "",
@@ -145,7 +146,7 @@ async def _parts() -> dict[str, Any]:
         await cache.fetch(upstream, "k", call, surface="get_products", codec=codec)
 
     async def look_up() -> None:
-        await lookups.look_up(upstream, "k", "get_products", ())
+        await lookups.look_up(upstream, "k", "get_products", (), codec)
 
     async def store_read() -> None:
         await cache.store.get(key)
@@ -163,7 +164,7 @@ async def _parts() -> dict[str, Any]:
         plan(entry, now, POLICY)
 
     async def lookup_record() -> None:
-        Lookup(upstream, "k", POLICY, True, None, key, (), None, entry, found.step)
+        Hit(upstream, "k", POLICY, True, None, key, (), None, found.entry, found.step, False, value)
 
     async def shared_decode() -> None:
         decode(codec, entry, upstream)  # type: ignore[arg-type]
@@ -172,7 +173,7 @@ async def _parts() -> dict[str, Any]:
         metrics.hit("get_products", "inv")
 
     async def serve() -> None:
-        cache.serving.fresh(found, codec)
+        cache.serving.hit(found, codec)
 
     async def new_collector() -> None:
         AdvisoryCollector(None).partition_from(

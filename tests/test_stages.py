@@ -7,6 +7,8 @@ import ast
 import asyncio
 import importlib
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -22,13 +24,7 @@ from adcp_stale_cache import (
     UpstreamCache,
     collect_advisories,
 )
-from adcp_stale_cache.admission import (
-    FORCED_FAILURE,
-    Admitted,
-    Breakers,
-    Refused,
-    compliance_injector,
-)
+from adcp_stale_cache.admission import Admitted, Breakers, Refused
 from adcp_stale_cache.advisory import stale_response
 from adcp_stale_cache.breaker import Breaker, BreakerPolicy
 from adcp_stale_cache.collector import AdvisoryCollector, use_collector
@@ -37,13 +33,13 @@ from adcp_stale_cache.decision import Fresh, Refresh
 from adcp_stale_cache.entry import Entry
 from adcp_stale_cache.failures import BUDGET_SPENT, CIRCUIT_OPEN, Failure, UpstreamUnavailable
 from adcp_stale_cache.flight import Answer, Flights, Refreshed
-from adcp_stale_cache.lookup import MAX_CLOCK_SKEW_SECONDS, Lookups
+from adcp_stale_cache.lookup import MAX_CLOCK_SKEW_SECONDS, Hit, Lookup, Lookups
 from adcp_stale_cache.metrics import CacheMetrics, Fanout
 from adcp_stale_cache.policy import FailureKind
-from adcp_stale_cache.serving import NOT_FRESH, Serving
+from adcp_stale_cache.serving import Serving
 from adcp_stale_cache.settings import Settings
 from adcp_stale_cache.stores.sqlite import SqliteStore
-from adcp_stale_cache.values import JSON
+from adcp_stale_cache.values import JSON, Unreadable
 
 from .conftest import FakeClock
 
@@ -83,9 +79,9 @@ def lookups(clock: FakeClock, store: Any = None) -> Lookups:
 async def test_look_up_keys_per_caller_unless_a_named_surface_shares(clock: FakeClock) -> None:
     stages = lookups(clock)
     with use_collector(AdvisoryCollector(partition="tenant-a")):
-        mine = await stages.look_up(INVENTORY, "k", "get_products", ["t"])
-        shared = await stages.look_up(INVENTORY, "k", "list_creative_formats", [])
-        unnamed = await stages.look_up(INVENTORY, "k", None, [])
+        mine = await stages.look_up(INVENTORY, "k", "get_products", ["t"], JSON)
+        shared = await stages.look_up(INVENTORY, "k", "list_creative_formats", [], JSON)
+        unnamed = await stages.look_up(INVENTORY, "k", None, [], JSON)
     assert mine.partition == "tenant-a" and not mine.shared
     assert shared.partition is None and shared.shared
     assert unnamed.partition == "tenant-a"  # the default policy never widens sharing
@@ -97,11 +93,10 @@ async def test_look_up_plans_a_fresh_hit_and_a_refresh_with_its_fallback(clock: 
     stages = lookups(clock)
     key = stages.store_key(INVENTORY, "k")
     await stages.store.set(key, Entry(b'{"products": []}', clock()), 3600)
-    assert isinstance(
-        (await stages.look_up(INVENTORY, "k", "list_creative_formats", [])).step, Fresh
-    )
+    hit = await stages.look_up(INVENTORY, "k", "list_creative_formats", [], JSON)
+    assert isinstance(hit, Hit) and isinstance(hit.step, Fresh) and hit.value == {"products": []}
     clock.advance(61)
-    stale = await stages.look_up(INVENTORY, "k", "list_creative_formats", [])
+    stale = await stages.look_up(INVENTORY, "k", "list_creative_formats", [], JSON)
     assert stale.fallback is not None and stale.previous is stale.fallback
 
 
@@ -138,7 +133,7 @@ async def looked_up(clock: FakeClock, budget: float | None = None, held: bool = 
         collector = AdvisoryCollector(policy)
         collector.budget.started_at = time.monotonic() - (10.0 - budget)  # spent the rest
     with use_collector(collector):
-        return await stages.look_up(INVENTORY, "k", policy, [])
+        return await stages.look_up(INVENTORY, "k", policy, [], JSON)
 
 
 async def test_a_spent_budget_refuses_before_the_breaker_and_a_budget_bounds_the_call(
@@ -190,13 +185,43 @@ async def test_no_breakers_admit_every_call_and_a_shared_one_refuses(clock: Fake
     assert await shared.admit(found) == Refused(CIRCUIT_OPEN)
 
 
-def test_the_compliance_harness_installs_test_modes_injector() -> None:
-    injector = compliance_injector()
-    assert injector is not None and injector is not compliance_injector()  # one per cache
-    outage = injector.force("get_products", "inventory", cache_age_seconds=7)
-    claimed = injector.claim(PRODUCTS, INVENTORY, None)
-    assert claimed is outage and claimed.cache_age_seconds == 7
-    assert FORCED_FAILURE.code == "SERVICE_UNAVAILABLE"
+async def test_look_up_misses_a_fresh_entry_it_cannot_read(clock: FakeClock) -> None:
+    stages = lookups(clock)
+    await stages.store.set(stages.store_key(INVENTORY, "k"), Entry(b"\xff not json", clock()), 60)
+    torn = await stages.look_up(INVENTORY, "k", "list_creative_formats", [], JSON)
+    assert not isinstance(torn, Hit) and torn.miss and torn.fallback is None
+    assert torn.entry is not None  # as held: what an injected outage ages (see testing)
+
+
+async def test_test_mode_wraps_the_pipeline_from_outside(clock: FakeClock) -> None:
+    from adcp_stale_cache.testing import FORCED_FAILURE, ComplianceFetch, ForcedOutages
+
+    plain, sandbox = hub(clock), hub(clock, test_mode=True)
+    assert "fetch" not in vars(plain) and plain.outages is None  # the pipeline, as it is
+    assert isinstance(sandbox.fetch.__self__, ComplianceFetch)  # type: ignore[attr-defined]
+    assert (
+        isinstance(sandbox.outages, ForcedOutages) and FORCED_FAILURE.code == "SERVICE_UNAVAILABLE"
+    )
+
+    class Audited(UpstreamCache):
+        fetched = 0
+
+        async def fetch(self, *args: Any, **kwargs: Any) -> Any:
+            self.fetched += 1
+            return await super().fetch(*args, **kwargs)
+
+    cache = Audited(MemoryStore(clock=clock), surfaces=Surfaces.of(SWR), test_mode=True)
+
+    async def call() -> dict[str, Any]:
+        return {"products": [1]}
+
+    assert await cache.fetch(INVENTORY, "k", call, surface="get_products") == {"products": [1]}
+    assert cache.fetched == 1  # no outage claimed it: the subclass's own fetch answered
+    cache.force_upstream_unavailable("get_products", "inventory", cache_age_seconds=70)
+    with collect_advisories() as advisories:
+        assert await cache.fetch(INVENTORY, "k", call, surface="get_products") == {"products": [1]}
+    assert cache.fetched == 1  # answered around the pipeline
+    assert advisories.errors()[0]["details"]["cache_age_seconds"] == 70
 
 
 # 3. Fly.
@@ -251,7 +276,7 @@ async def test_a_probe_or_a_revalidation_window_flies_behind_the_entry(clock: Fa
     await stages.store.set(looks.store_key(INVENTORY, "k", None), Entry(b"{}", clock()), 3600)
     clock.advance(61)
     with use_collector(None):
-        found = await looks.look_up(INVENTORY, "k", "list_creative_formats", [])
+        found = await looks.look_up(INVENTORY, "k", "list_creative_formats", [], JSON)
     breaker = Breaker(BreakerPolicy())
 
     async def call() -> dict[str, Any]:
@@ -283,7 +308,7 @@ async def test_a_flight_remembers_its_refresh_as_the_request_that_made_it(
         return {"products": []}
 
     with use_collector(AdvisoryCollector(partition="tenant-a")):
-        found = await lookups(clock, stages.store).look_up(INVENTORY, "k", "get_products", [])
+        found = await lookups(clock, stages.store).look_up(INVENTORY, "k", "get_products", [], JSON)
         await (await stages.fly(found, Admitted(5.0), Answer(call, JSON)))[0]
     ((key, refresh, weight),) = remembered
     assert key == found.store_key and weight > len(key)
@@ -295,18 +320,25 @@ async def test_a_flight_remembers_its_refresh_as_the_request_that_made_it(
 # 4. Serve.
 
 
-async def test_serving_a_fresh_hit_and_an_unreadable_one(clock: FakeClock) -> None:
+async def test_serving_a_hit_counts_it_and_an_unreadable_entry_behind_is_no_answer(
+    clock: FakeClock,
+) -> None:
     metrics = Counting()
     serving, looks = Serving(settings(clock, metrics=Fanout(metrics))), lookups(clock)
     await looks.store.set(looks.store_key(INVENTORY, "k"), Entry(b'{"formats": [1]}', clock()), 60)
     with use_collector(None):
-        hit = await looks.look_up(INVENTORY, "k", "list_creative_formats", [])
-    assert serving.fresh(hit, JSON) == {"formats": [1]}
-    await looks.store.set(looks.store_key(INVENTORY, "k"), Entry(b"\xff not json", clock()), 60)
+        hit = await looks.look_up(INVENTORY, "k", "list_creative_formats", [], JSON)
+    assert isinstance(hit, Hit) and serving.hit(hit, JSON) == {"formats": [1]}
+    assert metrics.seen == [("hit", "list_creative_formats")]
+    clock.advance(61)
+    await looks.store.set(looks.store_key(INVENTORY, "k"), Entry(b"\xff", clock() - 61), 60)
     with use_collector(None):
-        torn = await looks.look_up(INVENTORY, "k", "list_creative_formats", [])
-    assert serving.fresh(torn, JSON) is NOT_FRESH and torn.entry is None
-    assert metrics.seen == [("hit", "list_creative_formats"), ("miss", "list_creative_formats")]
+        torn = await looks.look_up(INVENTORY, "k", "list_creative_formats", [], JSON)
+    assert isinstance(torn, Lookup) and torn.fallback is not None
+    with pytest.raises(Unreadable):  # then the refresh behind it is the answer
+        serving.behind(torn, None, JSON)
+    with pytest.raises(UpstreamUnavailable):  # with nothing after it, the failure
+        serving.from_cache(torn, torn.fallback, None, JSON)
 
 
 async def test_serving_from_cache_tells_the_buyer_or_fails(clock: FakeClock) -> None:
@@ -332,7 +364,7 @@ async def test_every_caller_of_a_flight_gets_its_advisories_and_its_own_copy(
     refreshed = Refreshed({"products": []}, b'{"products": []}', (("account", advisory),))
     collector, serving = AdvisoryCollector(), Serving(settings(clock))
     with use_collector(collector):
-        first = serving.flown(await lookups(clock).look_up(INVENTORY, "k", PRODUCTS, []),
+        first = serving.flown(await lookups(clock).look_up(INVENTORY, "k", PRODUCTS, [], JSON),
                               refreshed, JSON)  # fmt: skip
     second = serving.flown(await looked_up(clock), refreshed, JSON)
     assert first == second == {"products": []} and first is not second
@@ -607,15 +639,64 @@ def test_the_hub_stays_small_and_fetch_reads_as_its_pipeline() -> None:
     assert {name: lines for name, lines in long.items() if lines > 300} == {}
 
 
-def test_no_core_module_imports_the_compliance_harness() -> None:
+def _imports_of_testing() -> set[str]:
+    """Where the package imports its compliance harness: "module:function" ("" at the top)."""
+    found = set()
     for path in PACKAGE.rglob("*.py"):
-        if path.name in ("testing.py", "__init__.py") and path.parent == PACKAGE:
-            continue  # the harness itself, and the package that loads it
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom):
-                assert not (node.module or "").endswith("testing"), path
-            if isinstance(node, ast.Import):
-                assert not any(a.name.endswith(".testing") for a in node.names), path
+        tree = ast.parse(path.read_text())
+        owner = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        for node in ast.walk(tree):
+            module = node.module if isinstance(node, ast.ImportFrom) else None
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if (module or "").endswith("testing") or any(n.endswith(".testing") for n in names):
+                scope: ast.AST = node
+                while scope in owner and not isinstance(scope, ast.FunctionDef):
+                    scope = owner[scope]
+                found.add(f"{path.relative_to(PACKAGE)}:{getattr(scope, 'name', '')}")
+    return found
+
+
+def test_only_test_mode_reaches_the_compliance_harness_lazily() -> None:
+    assert _imports_of_testing() == {"cache.py:_test_mode"}  # never __init__, nor a stage
+    script = "import sys, adcp_stale_cache as a; a.UpstreamCache(); print('.testing' in str(sys.modules))"
+    loaded = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert loaded.stdout.strip() == "False"
+
+
+def _module(name: str) -> ast.Module:
+    return ast.parse((PACKAGE / name).read_text())
+
+
+def _function(tree: ast.AST, name: str) -> ast.AST:
+    return next(n for n in ast.walk(tree) if getattr(n, "name", None) == name)
+
+
+def test_fetch_runs_one_way_with_no_sentinel() -> None:
+    fetch = _function(_module("cache.py"), "fetch")
+    identity = [n for n in ast.walk(fetch) if isinstance(n, (ast.Is, ast.IsNot))]
+    assert identity == []  # each stage's result taken as it is, never tested against a marker
+    serving = _module("serving.py")
+    imports = [n for n in ast.walk(serving) if isinstance(n, ast.ImportFrom)]
+    from_flight = {a.name for n in imports if n.module == "flight" for a in n.names}
+    assert from_flight <= {"Refreshed"}  # the flight's result, never the stage
+    called = {n.attr for n in ast.walk(serving) if isinstance(n, ast.Attribute)}
+    named = {n.id for n in ast.walk(serving) if isinstance(n, ast.Name)}
+    named |= {n.arg for n in ast.walk(serving) if isinstance(n, ast.arg)}
+    assert not called & {"flights", "seed", "fly", "latest"} and not named & {"Flights", "flights"}
+
+
+def test_no_stage_changes_the_look_up_it_was_handed() -> None:
+    for name in ("admission.py", "flight.py", "serving.py", "cache.py", "testing.py"):
+        for node in ast.walk(_module(name)):
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            if isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+                targets = [node.target]
+            for target in targets:
+                for part in ast.walk(target):
+                    if isinstance(part, ast.Attribute) and isinstance(part.value, ast.Name):
+                        assert part.value.id != "found", f"{name}: found.{part.attr} assigned"
 
 
 # Interleavings the simulation (tests/test_simulation.py) found, as plain examples.
