@@ -2,7 +2,7 @@
 
 Mount it inside any compression middleware (it must see the JSON, not gzip)::
 
-    app.add_middleware(StaleAdvisoryMiddleware, surfaces=cache.surfaces)
+    app.add_middleware(StaleAdvisoryMiddleware, cache=cache)
 
 Each request also gets a cache partition (default: a digest of the caller's credentials,
 tenant and host headers, see :func:`~adcp_stale_cache.keys.caller_partition`): cache keys
@@ -41,7 +41,7 @@ import logging
 import sys
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -58,6 +58,8 @@ from .responders import Answer
 from .routes import routes_of, unserved
 from .tool_names import report_untooled, served_names, tool_space
 
+if TYPE_CHECKING:
+    from .cache import UpstreamCache
 if sys.version_info < (3, 11):  # anyio raises the backport's groups there
     from exceptiongroup import BaseExceptionGroup  # type: ignore[import-not-found,unused-ignore]
 
@@ -65,12 +67,15 @@ logger = logging.getLogger("adcp_stale_cache.middleware")
 
 
 class StaleAdvisoryMiddleware:
-    """Attach each request's ``STALE_RESPONSE`` advisories to its response payload."""
+    """Attach each request's ``STALE_RESPONSE`` advisories to its response payload.
+
+    ``cache=`` takes the cache's surfaces; ``surfaces=`` gives them without a cache."""
 
     def __init__(
         self,
         app: ASGIApp,
         *,
+        cache: UpstreamCache | None = None,
         surfaces: Surfaces | None = None,
         partition: Callable[[Scope], str | None] | None = caller_partition,
         partition_from_call: Callable[[ToolCall], str | None] | None = None,
@@ -79,9 +84,11 @@ class StaleAdvisoryMiddleware:
     ) -> None:
         if partition_from_call is not None and partition is not caller_partition:
             raise ValueError("pass partition= or partition_from_call=, not both")
+        if cache is not None and surfaces is not None and surfaces is not cache.surfaces:
+            raise ValueError("surfaces= is not cache.surfaces: pass cache= alone, it gives them")
         self.app = app
         self.max_peek_bytes = max_peek_bytes
-        self.surfaces = surfaces or Surfaces()
+        self.surfaces = cache.surfaces if cache is not None else surfaces or Surfaces()
         self.partition = partition
         self.partition_from_call = partition_from_call
         self.stale_headers = stale_headers
