@@ -18,7 +18,8 @@ route path, the MCP tool name or the A2A skill.
 
 When the request recorded no advisory, every response message passes straight through,
 unbuffered and byte for byte. Otherwise the payload's ``errors[]`` is extended (one
-``STALE_RESPONSE`` per stale upstream), ``Content-Length`` recomputed and the status kept.
+``STALE_RESPONSE`` per stale upstream), ``Content-Length`` recomputed and the status kept
+(see responders: who writes an answer is picked at its start).
 An answer's ``context`` is always its own request's: when the answer is rewritten, or when
 the cache served the request a value holding a ``context`` (another buyer's, cached with an
 upstream's answer), an answer whose ``context`` is not the request's gets the request's

@@ -20,7 +20,7 @@ from .codecs.json import Delivery, Unmendable, delivery
 from .collector import AdvisoryCollector
 from .peek import RequestPeek
 
-logger = logging.getLogger("adcp_stale_cache.middleware")
+logger = logging.getLogger("adcp_stale_cache.middleware")  # the middleware's lines, as before
 
 _JSON = frozenset({b"application/json", b"application/json-rpc"})
 _EVENTS = b"text/event-stream"
