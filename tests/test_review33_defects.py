@@ -115,7 +115,6 @@ def test_review33_an_error_raised_while_a_cancellation_unwound_is_not_a_lost_con
     assert classify(group).kind is FailureKind.UNEXPECTED, classify(group)
 
 
-@OPEN
 @pytest.mark.timeout(60)
 def test_review33_a_redis_server_that_fails_to_start_is_reaped(monkeypatch: Any) -> None:
     """REVIEW 33 defect: ``tests/redis_server.RedisServer.start`` starts redis-server, then
