@@ -2,10 +2,10 @@
 the release, the suite's bounds) as a hostile user.
 
 Each test asserts what a seller (or the suite) should get; each FAILED on the library as
-reviewed (h-rev33 at main's tip, 8c6b608). A test still marked ``OPEN`` reproduces an open
-defect (``xfail(strict=True)``: the suite stays green until a fix lands, and a fixed defect's
-test then XPASSes and fails the run, so that its marker goes with the fix). Run one red as
-it is: ``pytest tests/test_review33_defects.py --runxfail``.
+reviewed (h-rev33 at main's tip, 8c6b608); each is fixed on h-rev33, and its test passes.
+A defect found later is marked ``OPEN`` (``xfail(strict=True)``: the suite stays green until
+its fix lands, and a fixed defect's test then XPASSes and fails the run, so that its marker
+goes with the fix).
 """
 
 from __future__ import annotations
