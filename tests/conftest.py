@@ -2,7 +2,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import faulthandler
 import json
+import os
+import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -134,12 +139,13 @@ SHARED_UNITS = {"test_scale_netns": "load", "test_load": "load"}
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
-    """``pytest`` runs the suite on every core when pytest-xdist is installed (``-n 0``: in
-    this process): each module on one worker, the slowest first."""
+    """``pytest`` runs the suite on every core when pytest-xdist is installed (``-n N``: on N
+    workers, ``-n 0``: in this process): each module on one worker, the slowest first."""
     if not config.pluginmanager.hasplugin("xdist") or hasattr(config, "workerinput"):
         return  # a worker runs what its controller sends: workers of its own would recurse
-    if config.option.numprocesses is None and config.option.dist == "no":
-        config.option.numprocesses = "auto"
+    if config.option.numprocesses != 0 and config.option.dist == "no":  # -n N too
+        if config.option.numprocesses is None:
+            config.option.numprocesses = "auto"
         config.option.dist = "loadfile"
         config.option.loadscopereorder = False  # the order is SLOWEST_FIRST's, not test counts
 
@@ -170,6 +176,40 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return SLOWEST_FIRST.index(stem) if stem in SLOWEST_FIRST else len(SLOWEST_FIRST)
 
     items.sort(key=rank)
+
+
+# pytest-timeout interrupts a test once; a test whose cleanup then hangs would hang the run.
+# Past its timeout and this margin, the process prints every thread's stack and exits (under
+# xdist the worker is reported crashed and the run goes on).
+HARD_STOP_MARGIN_SECONDS = float(os.environ.get("TESTS_HARD_STOP_MARGIN_SECONDS", "120"))
+
+
+def _hard_stop(config: pytest.Config, nodeid: str) -> None:
+    capture = config.pluginmanager.getplugin("capturemanager")
+    if capture is not None:
+        capture.suspend_global_capture(in_=True)
+    print(f"\n{nodeid}: still running past its timeout; stopping", file=sys.stderr, flush=True)
+    faulthandler.dump_traceback(file=sys.stderr)
+    os._exit(1)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    marker = item.get_closest_marker("timeout")
+    given = marker.args[0] if marker is not None and marker.args else None
+    seconds = float(given or item.config.getoption("timeout", None) or 0)
+    stop = None
+    if seconds > 0:
+        stop = threading.Timer(
+            seconds + HARD_STOP_MARGIN_SECONDS, _hard_stop, (item.config, item.nodeid)
+        )
+        stop.daemon = True
+        stop.start()
+    try:
+        yield
+    finally:
+        if stop is not None:
+            stop.cancel()
 
 
 class CountingMetrics(CacheMetrics):

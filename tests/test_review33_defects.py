@@ -154,3 +154,35 @@ def test_review33_the_demo_without_its_extra_says_so_once(tmp_path: Path) -> Non
     assert done.returncode != 0, said
     assert "Traceback" not in said, said
     assert said.count("pip install 'adcp-stale-cache[examples]'") == 1, said
+
+
+HANGS_IN_CLEANUP = """
+import asyncio, pytest
+
+@pytest.mark.timeout(1)
+def test_cleanup_hangs():
+    async def main():
+        try:
+            await asyncio.sleep(100)
+        finally:
+            await asyncio.sleep(100)  # a cleanup that outlives the timeout
+
+    asyncio.run(main())
+"""
+
+
+@pytest.mark.timeout(120)
+def test_review33_a_test_whose_cleanup_hangs_past_its_timeout_is_stopped(tmp_path: Path) -> None:
+    """REVIEW 33 defect: pytest-timeout interrupts a test once; a cleanup that then hangs held
+    the run forever. The suite's conftest stops the process past the timeout and a margin."""
+    (tmp_path / "test_hangs.py").write_text(HANGS_IN_CLEANUP)
+    started = time.monotonic()
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider",
+         "-n", "0", "-q", str(tmp_path / "test_hangs.py")],
+        cwd=ROOT, capture_output=True, text=True, timeout=100,
+        env={**os.environ, "TESTS_HARD_STOP_MARGIN_SECONDS": "3"},
+    )  # fmt: skip
+    assert run.returncode != 0
+    assert time.monotonic() - started < 60
+    assert "test_cleanup_hangs" in run.stdout + run.stderr  # the stack dump names the test
