@@ -49,7 +49,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .advisory import NO_ERRORS_MEMBER, failed_payload, service_unavailable
 from .codecs import RpcEventStream, Untouched, inject_body, inject_json
 from .codecs.json import NO_CONTEXT, UNKNOWN, Delivery, Unmendable, delivery, dumps
-from .collector import STATE_KEY, AdvisoryCollector, _current
+from .collector import STATE_KEY, AdvisoryCollector, enter_request, leave_request
 from .failures import UpstreamUnavailable
 from .keys import CREDENTIAL_HEADERS, caller_partition
 from .peek import MAX_PEEK_BYTES, RequestPeek, ToolCall
@@ -207,14 +207,14 @@ class StaleAdvisoryMiddleware:
             self.surfaces, collector, scope, receive, self.max_peek_bytes, surface is not None
         )
         if self.partition is not None or self.partition_from_call is not None:
-            collector.partition_from(functools.partial(self._partition, request, scope))
+            collector.context.partition_from(functools.partial(self._partition, request, scope))
         if request.peeking:
             if self.partition_from_call is not None:  # the hook sees the call, however early
                 await request.read_ahead()
             receive = request.receive
-            collector.request_field = request.field
+            collector.context.request_field = request.field
         response = _Response(collector, scope, request, send, self.stale_headers, self._replaced)
-        token = _current.set(collector)
+        token = enter_request(collector)
         try:
             await self.app(scope, receive, response.send)
         except Exception as exc:
@@ -223,11 +223,11 @@ class StaleAdvisoryMiddleware:
                 raise
             await _unavailable(unavailable, collector, request, send)
         finally:
-            _current.reset(token)
+            leave_request(token)
             if collector.unsettled:  # no answer written carried them
                 response._dropped(_unwritten(response.mode))
             collector.close()
-        if collector.served_context and response.mode == "pass" and not response.in_doubt:
+        if collector.trace.served_context and response.mode == "pass" and not response.in_doubt:
             _unchecked("only once the answer had started")
 
 
@@ -341,8 +341,8 @@ class _Response:
     def _begin(self, start: Message) -> None:
         self.mode = "pass"
         collector = self.collector
-        self.in_doubt = collector.served_context
-        if not collector and not self.request.calls and not collector.served_context:
+        self.in_doubt = collector.trace.served_context
+        if not collector and not self.request.calls and not collector.trace.served_context:
             return  # the common case: nothing to add, nothing to watch
         reason = _ineligible(self.scope, start)
         content_type = _content_type(start.get("headers", []))
@@ -354,7 +354,7 @@ class _Response:
             start["headers"] = [
                 (k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"
             ]
-        elif not collector and not collector.served_context:
+        elif not collector and not collector.trace.served_context:
             return
         elif reason is None and content_type in _JSON:
             self.mode = "buffer"
@@ -416,7 +416,7 @@ class _Response:
     def _delivery(self) -> Delivery:
         """The advisories to deliver now, and the request's context when the answer's may
         not be its own (a value served from the cache held one)."""
-        found = delivery(self._errors(), self.request.context, self.collector.served_context)
+        found = delivery(self._errors(), self.request.context, self.collector.trace.served_context)
         self.deliveries.append(found)
         return found
 

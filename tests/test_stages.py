@@ -131,7 +131,7 @@ async def looked_up(clock: FakeClock, budget: float | None = None, held: bool = 
     if budget is not None:
         policy = PRODUCTS.model_copy(update={"request_budget_seconds": 10.0})
         collector = AdvisoryCollector(policy)
-        collector.budget.started_at = time.monotonic() - (10.0 - budget)  # spent the rest
+        collector.context.budget.started_at = time.monotonic() - (10.0 - budget)  # spent the rest
     with use_collector(collector):
         return await stages.look_up(INVENTORY, "k", policy, [], JSON)
 
@@ -848,3 +848,32 @@ async def test_an_answer_built_from_a_fresh_hit_is_as_old_as_that_hit(clock: Fak
     answer = await ask()
     assert calls["catalog"] == 2, "data past its target served as a fresh hit"
     assert clock.now - answer["acct"]["read_at"] < 10
+
+
+def test_no_module_imports_a_private_name_from_another() -> None:
+    crossing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                private = [a.name for a in node.names if _private(a.name)]
+                crossing += [f"{path.relative_to(PACKAGE)}: {name}" for name in private]
+    assert crossing == []
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.endswith("__")
+
+
+def test_the_request_state_is_split_by_owner() -> None:
+    # The advisories, the request's context (its front door's) and what was served (the trace).
+    assert set(AdvisoryCollector.__slots__) == {
+        "_by_upstream", "closed", "context", "trace", "unsettled"
+    }  # fmt: skip
+    front_doors = {"collector.py", "middleware.py", "peek.py"}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name in front_doors:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            for target in node.targets if isinstance(node, ast.Assign) else ():
+                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Attribute):
+                    assert target.value.attr != "context", f"{path.name} writes a context"
