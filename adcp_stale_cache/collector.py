@@ -94,16 +94,22 @@ class RequestContext:
         """The context of a flight started from this request: same surface, partition (asked
         of this one, when first needed), pinned release and budget."""
         return RequestContext(
-            self.surface, None, lambda: self.partition, self.request_field, self.budget,
+            self.surface,
+            None,
+            lambda: self.partition,
+            self.request_field,
+            self.budget,
             in_flight=True,
-        )  # fmt: skip
+        )
 
-    def as_made(self) -> RequestContext:
-        """What a later re-run of this request's call needs, and no more: its surface, its
-        partition (or how to compute it: asking is not free, and may warn), and the release
-        it pinned as read now (its nested fetches key by it), never the request itself."""
+    def as_made(self) -> Callable[[], RequestContext]:
+        """How to make the context of a later re-run of this request's call, each with its
+        own budget: its surface, its partition (or how to compute it: asking is not free, and
+        may warn), and the release it pinned as read now (its nested fetches key by it)."""
         pins = {name: self.request_field(name) for name in PIN_FIELDS}
-        return RequestContext(self.surface, self._partition, self._partition_of, pins.get)
+        return functools.partial(
+            RequestContext, self.surface, self._partition, self._partition_of, pins.get
+        )
 
     def partition_from(self, partition_of: Callable[[], str | None]) -> None:
         """Compute the partition with ``partition_of``, on first use (the middleware's hook

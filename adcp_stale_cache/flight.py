@@ -130,11 +130,11 @@ def as_made(origin: AdvisoryCollector | None, refresh: RememberedRefresh) -> Rem
 
     # Its facts only, not the request's collector: remembered for thousands of keys, it
     # would keep every request's advisories alive. (is not None: an empty one is falsy.)
-    made = origin.context.as_made() if origin is not None else RequestContext()
+    made = origin.context.as_made() if origin is not None else RequestContext
 
     async def again(before: object = None) -> Any:
         # Its pin too: nested entries keyed as it made them.
-        token = enter_flight(AdvisoryCollector(context=made))
+        token = enter_flight(AdvisoryCollector(context=made()))
         try:
             return await refresh(before)
         finally:
