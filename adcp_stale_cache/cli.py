@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -11,6 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from ._version import __version__
+
+#: What the example apps (and so the demo) import: the ``examples`` extra's packages.
+EXAMPLES_EXTRA = ("uvicorn", "fastapi", "mcp", "a2a")
 
 
 def _signing_key(value: str) -> tuple[str, str]:
@@ -181,6 +185,11 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script."""
     args = _parser().parse_args(argv)
+    if args.command in ("demo", "example") and not _has_examples_extra():
+        print(
+            "the example apps need the 'examples' extra: pip install 'adcp-stale-cache[examples]'"
+        )
+        return 2
     if args.command == "demo":
         from .demo.story import run_demo
 
@@ -278,14 +287,15 @@ def _config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _has_examples_extra() -> bool:
+    """Whether the examples extra is installed: looked up, not imported (the demo's apps
+    import it in processes of their own), before any app starts."""
+    return all(importlib.util.find_spec(name) is not None for name in EXAMPLES_EXTRA)
+
+
 def _serve(args: argparse.Namespace) -> int:
-    try:
-        import uvicorn
-    except ImportError:
-        print(
-            "the example apps need the 'examples' extra: pip install 'adcp-stale-cache[examples]'"
-        )
-        return 2
+    import uvicorn
+
     app: Any
     if args.app == "creative-agent":
         from .demo.creative_agent import create_creative_agent_app

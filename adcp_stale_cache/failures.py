@@ -30,7 +30,7 @@ import math
 import re
 import socket
 import ssl
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TypeGuard
 
@@ -94,6 +94,9 @@ class Failure:
 CIRCUIT_OPEN = Failure(FailureKind.CONNECTION, "CIRCUIT_OPEN", "Upstream is failing; calls paused")
 #: Any other exception.
 UNKNOWN_FAILURE = Failure(FailureKind.UNEXPECTED, "UPSTREAM_ERROR", "Upstream call failed")
+_CONNECTION_FAILED = Failure(
+    FailureKind.CONNECTION, "CONNECTION_ERROR", "Connection to upstream failed"
+)
 #: The request's budget ran out before this upstream could be called.
 BUDGET_SPENT = Failure(FailureKind.TIMEOUT, "TIMEOUT", "Request time budget spent before the call")
 
@@ -229,12 +232,15 @@ def classify(
             # exception itself is not read by the heuristics (its name or message would
             # override what the adopter said of it).
             causes = list(causes_of(matched))[1:]
-            own = _from_chain(causes, timeout_seconds)
+            cancelled = _cancelled(list(causes_of(matched, contexts=False))[1:])
+            own = _from_chain(causes, timeout_seconds, cancelled)
             return meant if own.code in _GENERIC_CODES else own
-    return _from_chain(found, timeout_seconds)
+    return _from_chain(found, timeout_seconds, _cancelled(causes_of(exc, contexts=False)))
 
 
-def _from_chain(found: list[BaseException], timeout_seconds: float | None) -> Failure:
+def _from_chain(
+    found: list[BaseException], timeout_seconds: float | None, cancelled: bool
+) -> Failure:
     for candidate in found:
         failure = _explicit(candidate)
         if failure is not None:
@@ -249,7 +255,14 @@ def _from_chain(found: list[BaseException], timeout_seconds: float | None) -> Fa
                     f"Upstream did not answer within {_seconds(timeout_seconds)}",
                 )
             return failure
+    if cancelled:  # a kept-open MCP session whose server died ends its calls so
+        return _CONNECTION_FAILED
     return UNKNOWN_FAILURE
+
+
+def _cancelled(raised: Iterable[BaseException]) -> bool:
+    """Whether a cancellation was raised (not merely being handled when another error was)."""
+    return any(isinstance(e, asyncio.CancelledError) for e in raised)
 
 
 def _mapped(
@@ -397,8 +410,9 @@ def _first_code(errors: object) -> str | None:
     return None
 
 
-def causes_of(exc: BaseException) -> Iterator[BaseException]:
-    """The exception, the members of its groups, and its cause/context chains, each once."""
+def causes_of(exc: BaseException, *, contexts: bool = True) -> Iterator[BaseException]:
+    """The exception, the members of its groups, and its cause/context chains, each once.
+    ``contexts=False`` leaves out what was being handled when one was raised."""
     seen: set[int] = set()
     stack = [exc]
     while stack and len(seen) < 64:
@@ -410,7 +424,7 @@ def causes_of(exc: BaseException) -> Iterator[BaseException]:
         members = getattr(current, "exceptions", None)  # an ExceptionGroup (3.11+ or backport)
         if isinstance(members, (list, tuple)):
             stack.extend(m for m in members if isinstance(m, BaseException))
-        for linked in (current.__cause__, current.__context__):
+        for linked in (current.__cause__, current.__context__ if contexts else None):
             if linked is not None:
                 stack.append(linked)
 
@@ -483,10 +497,8 @@ _TRANSPORT_RULES = (
                 & {"TransportError", "NetworkError", "ConnectError", "ADCPConnectionError"}
             )
             or bool(_client_classes(e) & _CLIENT_CONNECTION_ERRORS)
-            # A kept-open MCP session whose server died surfaces as a bare CancelledError.
-            or isinstance(e, asyncio.CancelledError)
         ),
-        Failure(FailureKind.CONNECTION, "CONNECTION_ERROR", "Connection to upstream failed"),
+        _CONNECTION_FAILED,
     ),
 )
 

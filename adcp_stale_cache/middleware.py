@@ -2,7 +2,7 @@
 
 Mount it inside any compression middleware (it must see the JSON, not gzip)::
 
-    app.add_middleware(StaleAdvisoryMiddleware, surfaces=cache.surfaces)
+    app.add_middleware(StaleAdvisoryMiddleware, cache=cache)
 
 Each request also gets a cache partition (default: a digest of the caller's credentials,
 tenant and host headers, see :func:`~adcp_stale_cache.keys.caller_partition`): cache keys
@@ -18,7 +18,8 @@ route path, the MCP tool name or the A2A skill.
 
 When the request recorded no advisory, every response message passes straight through,
 unbuffered and byte for byte. Otherwise the payload's ``errors[]`` is extended (one
-``STALE_RESPONSE`` per stale upstream), ``Content-Length`` recomputed and the status kept.
+``STALE_RESPONSE`` per stale upstream), ``Content-Length`` recomputed and the status kept
+(see responders: who writes an answer is picked at its start).
 An answer's ``context`` is always its own request's: when the answer is rewritten, or when
 the cache served the request a value holding a ``context`` (another buyer's, cached with an
 upstream's answer), an answer whose ``context`` is not the request's gets the request's
@@ -41,22 +42,25 @@ import logging
 import sys
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .advisory import NO_ERRORS_MEMBER, failed_payload, service_unavailable
-from .codecs import RpcEventStream, Untouched, inject_body, inject_json
-from .codecs.json import NO_CONTEXT, UNKNOWN, Delivery, Unmendable, delivery, dumps
+from .advisory import failed_payload, service_unavailable
+from .codecs import Untouched
+from .codecs.json import NO_CONTEXT, UNKNOWN, dumps
 from .collector import STATE_KEY, AdvisoryCollector, enter_request, leave_request
 from .failures import UpstreamUnavailable
 from .keys import CREDENTIAL_HEADERS, caller_partition
 from .peek import MAX_PEEK_BYTES, RequestPeek, ToolCall
 from .policy import SurfacePolicy, Surfaces
+from .responders import Answer
 from .routes import routes_of, unserved
 from .tool_names import report_untooled, served_names, tool_space
 
+if TYPE_CHECKING:
+    from .cache import UpstreamCache
 if sys.version_info < (3, 11):  # anyio raises the backport's groups there
     from exceptiongroup import BaseExceptionGroup  # type: ignore[import-not-found,unused-ignore]
 
@@ -64,12 +68,15 @@ logger = logging.getLogger("adcp_stale_cache.middleware")
 
 
 class StaleAdvisoryMiddleware:
-    """Attach each request's ``STALE_RESPONSE`` advisories to its response payload."""
+    """Attach each request's ``STALE_RESPONSE`` advisories to its response payload.
+
+    ``cache=`` takes the cache's surfaces; ``surfaces=`` gives them without a cache."""
 
     def __init__(
         self,
         app: ASGIApp,
         *,
+        cache: UpstreamCache | None = None,
         surfaces: Surfaces | None = None,
         partition: Callable[[Scope], str | None] | None = caller_partition,
         partition_from_call: Callable[[ToolCall], str | None] | None = None,
@@ -78,9 +85,11 @@ class StaleAdvisoryMiddleware:
     ) -> None:
         if partition_from_call is not None and partition is not caller_partition:
             raise ValueError("pass partition= or partition_from_call=, not both")
+        if cache is not None and surfaces is not None and surfaces is not cache.surfaces:
+            raise ValueError("surfaces= is not cache.surfaces: pass cache= alone, it gives them")
         self.app = app
         self.max_peek_bytes = max_peek_bytes
-        self.surfaces = surfaces or Surfaces()
+        self.surfaces = cache.surfaces if cache is not None else surfaces or Surfaces()
         self.partition = partition
         self.partition_from_call = partition_from_call
         self.stale_headers = stale_headers
@@ -213,22 +222,19 @@ class StaleAdvisoryMiddleware:
                 await request.read_ahead()
             receive = request.receive
             collector.context.request_field = request.field
-        response = _Response(collector, scope, request, send, self.stale_headers, self._replaced)
+        answer = Answer(collector, request, scope, send, self.stale_headers, self._replaced)
         token = enter_request(collector)
         try:
-            await self.app(scope, receive, response.send)
+            await self.app(scope, receive, answer.send)
         except Exception as exc:
             unavailable = upstream_unavailable(exc)
-            if unavailable is None or response.mode != "undecided":  # (answered: too late)
+            if unavailable is None or answer.forward is not None:  # (answered: too late)
                 raise
             await _unavailable(unavailable, collector, request, send)
         finally:
             leave_request(token)
-            if collector.unsettled:  # no answer written carried them
-                response._dropped(_unwritten(response.mode))
-            collector.close()
-        if collector.trace.served_context and response.mode == "pass" and not response.in_doubt:
-            _unchecked("only once the answer had started")
+            answer.close()
+        answer.check_late_context()
 
 
 def upstream_unavailable(error: BaseException) -> UpstreamUnavailable | None:
@@ -288,156 +294,6 @@ def route_path(scope: Scope) -> str:
     return path
 
 
-class _Response:
-    """The state of one response: passing through, buffering JSON, or rewriting events."""
-
-    __slots__ = (
-        "_send", "chunks", "collector", "deliveries", "in_doubt", "mode",
-        "replaced", "request", "scope", "stale_headers", "start", "stream",
-    )  # fmt: skip
-
-    def __init__(
-        self,
-        collector: AdvisoryCollector,
-        scope: Scope,
-        request: RequestPeek,
-        send: Send,
-        stale_headers: bool = True,
-        replaced: Callable[[], None] | None = None,
-    ) -> None:
-        self.stale_headers = stale_headers
-        self.replaced = replaced
-        self.collector = collector
-        self.scope = scope
-        self.request = request
-        self._send = send
-        self.mode = "undecided"  # then "pass", "buffer" or "stream"
-        self.start: Message = {}
-        self.chunks: list[bytes] = []
-        self.stream: RpcEventStream | None = None
-        self.deliveries: list[Delivery] = []  # what was handed over, context mends counted
-        self.in_doubt = False  # the cache had served a value holding a context at the start
-
-    async def send(self, message: Message) -> None:
-        if self.mode == "pass":  # the common case, first
-            await self._send(message)
-        elif message["type"] == "http.response.start" and self.mode == "undecided":
-            self._begin(message)
-            if self.mode != "buffer":
-                await self._send(message)
-        elif message["type"] != "http.response.body" or self.mode == "pass":
-            if self.mode == "buffer":  # http.response.pathsend, say: the start goes first
-                self._dropped(Untouched(f"{message['type']} body", "file_body"))
-                self.mode = "pass"
-                await self._send(self.start)
-            await self._send(message)
-        elif self.mode == "buffer":
-            self.chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                await self._finish()
-        else:
-            await self._stream(message)
-
-    def _begin(self, start: Message) -> None:
-        self.mode = "pass"
-        collector = self.collector
-        self.in_doubt = collector.trace.served_context
-        if not collector and not self.request.calls and not collector.trace.served_context:
-            return  # the common case: nothing to add, nothing to watch
-        reason = _ineligible(self.scope, start)
-        content_type = _content_type(start.get("headers", []))
-        if reason is None and content_type == b"text/event-stream" and len(self.request.calls) == 1:
-            self.mode = "stream"
-            self.stream = RpcEventStream(
-                self.request.calls[0], self._delivery, self._dropped, self.collector.delivered
-            )
-            start["headers"] = [
-                (k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"
-            ]
-        elif not collector and not collector.trace.served_context:
-            return
-        elif reason is None and content_type in _JSON:
-            self.mode = "buffer"
-            self.start = start
-        elif reason is None and not collector and content_type != b"text/event-stream":
-            self.mode = "buffer"  # a context in doubt, whatever the label: read if JSON
-            self.start = start
-        elif collector:
-            label = content_type.decode("latin-1") or "missing"
-            self._dropped(reason or Untouched(f"content type {label}", "not_json"))
-        elif reason is None:  # events no one call can be told to answer: unchecked, said
-            _unchecked("the answer is an event stream of no single readable call")
-
-    async def _finish(self) -> None:
-        body = b"".join(self.chunks)
-        self.chunks = []
-        errors = self._delivery()
-        injected = False
-        try:
-            body = (
-                inject_body(body, self.request.calls, errors)
-                if self.request.calls
-                # On a route not declared plain, JSON-RPC answers belong to calls, never here.
-                else inject_json(body, errors, rpc_is_envelope=not self.request.declared)
-            )
-            injected = bool(errors)
-        except Untouched as exc:
-            if errors:
-                self._dropped(exc)
-            elif isinstance(exc, Unmendable):
-                logger.warning("answer_context_not_mended reason=%s", exc)
-        if errors.replaced and self.replaced is not None:
-            self.replaced()  # one answer (its payload and any mirror of it)
-        if injected:
-            self.collector.delivered()
-        if not injected and not errors.replaced:  # nothing changed: as it came, headers too
-            await self._send(self.start)
-            await self._send({"type": "http.response.body", "body": body, "more_body": False})
-            return
-        replaced = (b"content-length", b"age", b"cache-status")
-        headers = [(k, v) for k, v in self.start.get("headers", []) if k.lower() not in replaced]
-        headers.append((b"content-length", str(len(body)).encode()))
-        if injected and self.stale_headers and not self.request.calls:
-            headers.extend(_http_cache_headers(errors))
-        await self._send({**self.start, "headers": headers})
-        await self._send({"type": "http.response.body", "body": body, "more_body": False})
-
-    async def _stream(self, message: Message) -> None:
-        assert self.stream is not None
-        more = message.get("more_body", False)
-        body = self.stream.feed(message.get("body", b""))
-        if not more:
-            body += self.stream.close()
-        if not more and self.replaced is not None and any(d.replaced for d in self.deliveries):
-            self.replaced()
-        if body or not more:
-            await self._send({"type": "http.response.body", "body": body, "more_body": more})
-
-    def _delivery(self) -> Delivery:
-        """The advisories to deliver now, and the request's context when the answer's may
-        not be its own (a value served from the cache held one)."""
-        found = delivery(self._errors(), self.request.context, self.collector.trace.served_context)
-        self.deliveries.append(found)
-        return found
-
-    def _errors(self) -> list[dict[str, Any]]:
-        """The advisories to deliver now (counted once the answer holds them)."""
-        errors = self.collector.errors()
-        if errors and self.request.call(self.scope).tool in NO_ERRORS_MEMBER:
-            why = "the tool's answers have no errors[] (tell it in incomplete[])"
-            self._dropped(Untouched(why, "no_errors_member"))
-            return []
-        return errors
-
-    def _dropped(self, why: Untouched) -> None:
-        """The answer goes without the advisories not yet delivered: counted lost."""
-        if self.request.oversized:  # its call unread, so its answer could not be found
-            unread = "the request body was too large to read its call: max_peek_bytes"
-            self.collector.lost("too_large", f"{why} ({unread})")
-        else:
-            self.collector.lost(why.reason, str(why))
-
-
 # What names a credential or a principal (a header, a query parameter, a tool argument):
 # any of these the default partition does not read may be what tells callers apart.
 _CREDENTIAL_WORDS = ("auth", "token", "principal", "secret", "api-key", "api_key", "tenant")
@@ -464,53 +320,3 @@ def _unread_credential(scope: Scope, arguments: Any) -> str | None:
 def _credential_like(name: str) -> bool:
     name = name.lower().replace("apikey", "api-key")
     return any(word in name for word in _CREDENTIAL_WORDS)
-
-
-_JSON = frozenset({b"application/json", b"application/json-rpc"})
-
-
-def _unchecked(why: str) -> None:
-    """A value holding a context was served to a request whose answer cannot be checked."""
-    logger.warning("answer_context_unchecked: the cache served a value holding a context, "
-                   "but %s: it went out as the app wrote it", why)  # fmt: skip
-
-
-def _http_cache_headers(errors: list[dict[str, Any]]) -> list[tuple[bytes, bytes]]:
-    """``Age`` and RFC 9211 ``Cache-Status`` of a stale plain-HTTP answer (its oldest part)."""
-    details = [e.get("details") or {} for e in errors]
-    oldest = max(details, key=lambda d: int(d.get("cache_age_seconds", 0)))
-    age = int(oldest.get("cache_age_seconds", 0))
-    ttl = int(oldest.get("freshness_target_seconds", 0)) - age
-    status = f"adcp-stale-cache; fwd=stale; ttl={ttl}".encode()
-    return [(b"age", str(age).encode()), (b"cache-status", status)]
-
-
-def _ineligible(scope: Scope, start: Message) -> Untouched | None:
-    """Why a response cannot carry advisories, or None when it may."""
-    status = int(start.get("status", 200))
-    if not 200 <= status < 300 or status == 204:
-        return Untouched(f"status {status}", "error_status" if status >= 400 else "no_body")
-    if scope.get("method") == "HEAD":
-        return Untouched("HEAD request", "no_body")
-    for key, value in start.get("headers", []):
-        if key.lower() == b"content-encoding" and value.lower() != b"identity":
-            why = "Content-Encoding is set: mount this middleware inside compression middleware"
-            return Untouched(why, "compressed")
-    return None
-
-
-def _unwritten(mode: str) -> Untouched:
-    """Why advisories still unsettled when the app is done went without an answer."""
-    if mode == "undecided":  # the app raised, or answered nothing
-        return Untouched("the app sent no answer to write them into", "no_answer")
-    # A StreamingResponse fetching as it streams, or an event stream whose answer never came.
-    why = "recorded after the response started, or no event of the stream answered the call"
-    return Untouched(why, "after_start")
-
-
-def _content_type(headers: list[tuple[bytes, bytes]]) -> bytes:
-    for key, value in headers:
-        if key.lower() == b"content-type":
-            media = value.split(b";")[0].strip().lower()
-            return b"application/json" if media.endswith(b"+json") else media
-    return b""

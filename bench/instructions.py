@@ -102,8 +102,9 @@ async def _parts() -> dict[str, Any]:
     from adcp_stale_cache.collector import AdvisoryCollector, _current, current_collector
     from adcp_stale_cache.decision import plan
     from adcp_stale_cache.lookup import Hit
-    from adcp_stale_cache.middleware import _Response, route_path
+    from adcp_stale_cache.middleware import route_path
     from adcp_stale_cache.peek import RequestPeek
+    from adcp_stale_cache.responders import Answer
     from adcp_stale_cache.values import decode
 
     from .__main__ import POLICY, SURFACES, json_app, products
@@ -184,7 +185,7 @@ async def _parts() -> dict[str, Any]:
         RequestPeek(SURFACES, collector, scope, receive, 1 << 20, True)
 
     async def new_response() -> None:
-        _Response(collector, scope, peek, send, True, middleware._replaced)
+        Answer(collector, peek, scope, send, True, middleware._replaced)
 
     async def surface_of_path() -> None:
         middleware._surface_at(route_path(scope))
@@ -196,9 +197,9 @@ async def _parts() -> dict[str, Any]:
         await RequestPeek(SURFACES, collector, scope, receive, 1 << 20, True).receive()
 
     async def send_hops() -> None:
-        response = _Response(collector, scope, peek, send, True, middleware._replaced)
-        await response.send(start)
-        await response.send(body)
+        answer = Answer(collector, peek, scope, send, True, middleware._replaced)
+        await answer.send(start)
+        await answer.send(body)
 
     ops = locals()
     return {name: ops[name] for name in PARTS}

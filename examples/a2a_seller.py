@@ -85,4 +85,4 @@ routes = [
     *create_agent_card_routes(agent_card=card),
     *create_jsonrpc_routes(request_handler=handler, rpc_url="/", enable_v0_3_compat=True),
 ]
-app = StaleAdvisoryMiddleware(Starlette(routes=routes), surfaces=surfaces)
+app = StaleAdvisoryMiddleware(Starlette(routes=routes), cache=cache)

@@ -119,7 +119,7 @@ def main() -> None:
         transport="both",
         asgi_middleware=[]
         if args.skill_middleware
-        else [(StaleAdvisoryMiddleware, {"surfaces": surfaces})],
+        else [(StaleAdvisoryMiddleware, {"cache": cache})],
         middleware=[skill_middleware(surfaces)] if args.skill_middleware else [],
         test_controller=stale_cache_test_controller(cache) if args.test_controller else None,
     )

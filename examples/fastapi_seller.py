@@ -31,7 +31,7 @@ inventory = httpx.AsyncClient(
 )
 
 app = FastAPI()
-app.add_middleware(StaleAdvisoryMiddleware, surfaces=surfaces)
+app.add_middleware(StaleAdvisoryMiddleware, cache=cache)
 
 
 @app.post("/api/get_products")

@@ -166,8 +166,7 @@ def build_app(
 ) -> Any:
     """The seller's ASGI app: fastmcp's streamable HTTP app inside the advisory middleware.
 
-    The cache and the surfaces live beside the registry, built once: the middleware reads
-    the same surfaces the cache applies.
+    The cache lives beside the registry, built once: the middleware takes its surfaces.
     """
     cache = UpstreamCache(surfaces=surfaces, detach_calls=True)
     registry = FormatRegistry(agents, cache, credentials)
@@ -183,7 +182,7 @@ def build_app(
         summary = f"{len(response.formats)} creative formats"
         return ToolResult(content=summary, structured_content=response)
 
-    return StaleAdvisoryMiddleware(server.http_app(path="/mcp"), surfaces=surfaces)
+    return StaleAdvisoryMiddleware(server.http_app(path="/mcp"), cache=cache)
 
 
 def main() -> None:

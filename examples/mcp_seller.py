@@ -38,4 +38,4 @@ async def get_products(brief: str = "") -> dict[str, Any]:
 
 
 # The advisory goes into structuredContent and the JSON text block; isError stays false.
-app = StaleAdvisoryMiddleware(server.streamable_http_app(), surfaces=surfaces)
+app = StaleAdvisoryMiddleware(server.streamable_http_app(), cache=cache)

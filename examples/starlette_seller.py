@@ -58,6 +58,6 @@ app = Starlette(
     routes=[Route("/api/list_creative_formats", list_creative_formats, methods=["POST"])],
     middleware=[
         Middleware(GZipMiddleware),  # outermost: compression sees the advisories
-        Middleware(StaleAdvisoryMiddleware, surfaces=surfaces),
+        Middleware(StaleAdvisoryMiddleware, cache=cache),
     ],
 )

@@ -53,6 +53,16 @@ class RedisCluster:
         return done.stdout
 
     def start(self) -> RedisCluster:
+        """Start the nodes and make them a cluster; a start that fails stops them (the
+        caller gets no cluster to stop)."""
+        try:
+            self._form()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _form(self) -> None:
         for port, bus in zip(self.ports, self.bus_ports, strict=True):
             command = ["redis-server", "--port", str(port), "--cluster-port", str(bus),
                        "--bind", self.host, "--protected-mode", "no", "--cluster-enabled", "yes",
@@ -74,7 +84,6 @@ class RedisCluster:
         # first writes landed was seen holding another shard's keys, at its own master's
         # offset, "up" (and a failover then promoted it).
         self.wait_replicated()
-        return self
 
     def wait_agreed(self, timeout: float = 30) -> None:
         """Wait until every node agrees on the slots configuration. Until then a replica

@@ -9,6 +9,8 @@ import pytest
 
 from adcp_stale_cache.demo.processes import free_port, wait_for_port
 
+from .servers import START_SECONDS
+
 
 class RedisServer:
     """One redis-server process on 127.0.0.1, no persistence; stop and start it at will."""
@@ -37,7 +39,11 @@ class RedisServer:
         self.process = subprocess.Popen(
             command, stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL
         )
-        wait_for_port(self.port)
+        try:  # with process=: a server that exited fails the wait (the port may be another's)
+            wait_for_port(self.port, START_SECONDS, process=self.process)
+        except BaseException:  # the caller gets no server to stop: stop it here
+            self.kill()
+            raise
         return self
 
     def kill(self) -> None:

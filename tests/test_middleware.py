@@ -16,15 +16,19 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from adcp_stale_cache import (
+    MemoryStore,
     StaleAdvisoryMiddleware,
     SurfacePolicy,
     Surfaces,
     Upstream,
+    UpstreamCache,
     current_collector,
     stale_response,
 )
 from adcp_stale_cache.failures import Failure
 from adcp_stale_cache.policy import FailureKind
+
+from .conftest import CountingUpstream
 
 PRODUCTS = SurfacePolicy(name="get_products", field="products", paths=("/api/get_products",))
 SURFACES = Surfaces.of(PRODUCTS)
@@ -356,3 +360,40 @@ async def test_declared_plain_route_is_not_read_as_json_rpc() -> None:
     assert [e["field"] for e in body["errors"]] == ["products"]  # top level, the route's surface
     assert "errors" not in body["result"]
     assert response.headers["age"] == "12"
+
+
+async def test_the_cache_gives_the_middleware_its_surfaces(clock: Any) -> None:
+    """``cache=``: the surfaces are given once, to the cache; a stale serve on a declared
+    path is told under that surface's field, with no surface named at the fetch."""
+    formats = SurfacePolicy(
+        name="list_creative_formats",
+        field="formats",
+        paths=("/api/list_creative_formats",),
+        freshness_target_seconds=60,
+        max_stale_seconds=3600,
+    )
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(formats), clock=clock)
+    upstream = CountingUpstream()
+
+    async def handler(request: Request) -> JSONResponse:
+        return JSONResponse(await cache.fetch(Upstream(name="creative"), "all", upstream))
+
+    routes = [Route("/api/list_creative_formats", handler, methods=["POST"])]
+    app = StaleAdvisoryMiddleware(Starlette(routes=routes), cache=cache)
+    assert app.surfaces is cache.surfaces
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://seller") as client:
+        assert (await client.post("/api/list_creative_formats")).json() == {"products": [1]}
+        clock.advance(61)
+        upstream.down = True
+        body = (await client.post("/api/list_creative_formats")).json()
+    assert body["products"] == [1]
+    assert [(e["code"], e["field"]) for e in body["errors"]] == [("STALE_RESPONSE", "formats")]
+
+
+def test_surfaces_given_twice_must_be_the_cache_s() -> None:
+    cache = UpstreamCache(surfaces=SURFACES)
+    app = Starlette()
+    assert StaleAdvisoryMiddleware(app, cache=cache, surfaces=SURFACES).surfaces is SURFACES
+    with pytest.raises(ValueError, match="pass cache= alone"):
+        StaleAdvisoryMiddleware(app, cache=cache, surfaces=Surfaces.of(PRODUCTS))

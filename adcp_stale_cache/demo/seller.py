@@ -430,7 +430,7 @@ def create_seller_app(
     app.router.routes.extend(mcp_app.routes)  # /mcp itself: a Mount would redirect to /mcp/
     skills = {name: (lambda params, name=name: skill(name, params)) for name in names}
     app.router.routes.extend(create_a2a_routes(skills, name="example-seller", url=f"{public_url}/"))
-    app.add_middleware(StaleAdvisoryMiddleware, surfaces=surfaces)
+    app.add_middleware(StaleAdvisoryMiddleware, cache=cache)
     app.add_middleware(_RememberAuthorization)
     return app
 

@@ -46,7 +46,7 @@ from ..hops import delivered, directives_of, revalidated
 from ..keys import digest
 from ..policy import FailureKind, Upstream
 from ..wholesale import canonical, release_of
-from .deadline import within
+from .deadline import checked_timeout, within
 
 #: How the adapter reaches the agent: ``(tool, params) -> the answer's wire payload`` (a
 #: dict, ``adcp_error`` and all); raises for transport failures.
@@ -93,7 +93,8 @@ class AdcpAgent:
     ``token`` is sent as ``Authorization: Bearer``, and joins the keys (beside the
     upstream's own ``credentials``, if any): agents called with two tenants' tokens never
     share an entry. No call to the agent (``call=`` or the ``adcp`` client's) waits longer
-    than ``timeout``: past it, a ``TIMEOUT`` outage.
+    than ``timeout`` (a finite number of seconds above 0, else :class:`ValueError`): past
+    it, a ``TIMEOUT`` outage.
     """
 
     def __init__(
@@ -108,6 +109,7 @@ class AdcpAgent:
     ) -> None:
         if upstream.url is None and call is None:
             raise ValueError("an AdCP agent needs the URL of its MCP endpoint (or call=)")
+        timeout = checked_timeout(timeout)
         if token is not None:  # what is sent keys the entries, whatever else the upstream holds
             held = upstream.credentials
             keyed = token if held is None else digest([b"token", token, held.get_secret_value()])

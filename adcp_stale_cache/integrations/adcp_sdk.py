@@ -4,7 +4,7 @@
 (JSON and SSE) and any extra route::
 
     serve(handler, transport="both",
-          asgi_middleware=[(StaleAdvisoryMiddleware, {"surfaces": cache.surfaces})])
+          asgi_middleware=[(StaleAdvisoryMiddleware, {"cache": cache})])
 
 **Skill middleware** (dict level): wraps each skill dispatch in the handler's own task on
 both transports, opens the collector there and appends the advisories to the returned dict

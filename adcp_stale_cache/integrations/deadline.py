@@ -3,16 +3,31 @@ the cache serves stale over), never a wait for an answer a client lost."""
 
 from __future__ import annotations
 
-import asyncio
+import math
 from collections.abc import Awaitable
 from typing import TypeVar
+
+from ..singleflight import call_with_deadline
 
 T = TypeVar("T")
 
 
+def checked_timeout(seconds: float) -> float:
+    """``seconds`` when it bounds a call (a finite number above 0), else :class:`ValueError`:
+    0 would fail every call unasked, inf or None would wait for ever."""
+    is_number = isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
+    if not is_number or not 0 < seconds < math.inf:  # NaN compares false: refused too
+        raise ValueError(f"timeout must be a finite number of seconds above 0, not {seconds!r}")
+    return float(seconds)
+
+
 async def within(call: Awaitable[T], seconds: float, what: str) -> T:
-    """``call``'s result, or :class:`TimeoutError` naming ``what`` after ``seconds``."""
+    """``call``'s result, or :class:`TimeoutError` naming ``what`` after ``seconds``.
+
+    The call is cancelled then, not awaited: a client's cleanup that talks to the frozen
+    server (an MCP session's closing DELETE) must not hold the answer past its bound.
+    """
     try:
-        return await asyncio.wait_for(call, seconds)
-    except asyncio.TimeoutError:  # not TimeoutError itself before Python 3.11
+        return await call_with_deadline(lambda: call, seconds)
+    except TimeoutError:  # the deadline's (a call's own TimeoutError is a timeout alike)
         raise TimeoutError(f"no answer from {what} within {seconds:g}s") from None

@@ -21,7 +21,7 @@ from typing import Any
 from ..codecs import present
 from ..codecs.json import loads
 from ..failures import InvalidPayload, UpstreamError, UpstreamHTTPError, causes_of, retry_after_of
-from .deadline import within
+from .deadline import checked_timeout, within
 
 try:  # mcp 2.x
     import httpx2
@@ -58,8 +58,10 @@ async def call_mcp_tool(
     with the payload's ``adcp_error`` code when it has one),
     :class:`~adcp_stale_cache.InvalidPayload` when the result holds no JSON object and
     :class:`~adcp_stale_cache.failures.UpstreamHTTPError` when the server answered a 5xx or
-    a 429 (an outage, served stale).
+    a 429 (an outage, served stale). Raises :class:`ValueError` for a ``timeout`` that
+    bounds nothing (not a finite number above 0).
     """
+    timeout = checked_timeout(timeout)
     call = _call(url, tool, arguments, headers, timeout)
     return await within(call, timeout, f"MCP tool {tool!r}")
 
