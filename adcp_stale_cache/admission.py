@@ -123,7 +123,7 @@ class Breakers:
         """The answer for a fetch that found no fresh hit."""
         timeout = found.timeout
         collector = found.collector
-        budget = collector.budget_left(found.policy) if collector is not None else None
+        budget = collector.context.budget_left(found.policy) if collector is not None else None
         # The budget holds a call back only for an entry to serve instead: with nothing
         # usable, the call is the only answer there is.
         if budget is not None and found.fallback is not None:

@@ -1,8 +1,9 @@
-"""Per-request advisory collector, and how the cache finds the current request's one.
+"""A request's state, split by owner, and how the cache finds the current request's.
 
-The ASGI middleware (or :func:`collect_advisories` outside ASGI) opens a collector for each
-request; every stale serve while that request is handled records into it; the middleware
-appends what was recorded to the response payload's ``errors[]``.
+The front door (the ASGI middleware, an SDK hook, :func:`collect_advisories`) makes a
+request's :class:`RequestContext` and opens its :class:`AdvisoryCollector`; every stale serve
+records into the collector, and the front door appends it to the answer's ``errors[]``. A
+flight (and a conditional answer) keeps a :class:`Trace` of what it served.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import math
 import sys
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -64,87 +65,51 @@ class Budget:
         return now - self.started_at
 
 
-#: How one advisory's fate is reported once its answer is written: None when the answer
-#: carried it, else why not (a reason in a word, and in a sentence).
-Settle = Callable[[tuple[str, str] | None], None]
+class RequestContext:
+    """What the front door (a middleware, an SDK hook, :func:`collect_advisories`) knows of
+    one request: its surface, its caller partition, the release it pins, its budget. Made
+    by the front door, which alone writes it; the pipeline only reads it."""
 
-
-class AdvisoryCollector:
-    """Advisories of one request: one per upstream, the oldest age winning.
-
-    ``counted_at_delivery``: the one who delivers (a middleware) says whether the answer
-    carried them (:meth:`delivered`, :meth:`lost`), and each is counted then, delivered or
-    lost; otherwise (:func:`collect_advisories`) each counts as delivered once recorded.
-    """
-
-    __slots__ = (
-        "_by_upstream", "_partition", "_partition_of", "budget", "closed", "composition", "nested",
-        "read_labels", "read_since", "request_field", "served_context", "surface", "unsettled",
-    )  # fmt: skip
+    __slots__ = ("_partition", "_partition_of", "budget", "in_flight", "request_field", "surface")
 
     def __init__(
         self,
         surface: SurfacePolicy | None = None,
         partition: str | None = None,
         partition_of: Callable[[], str | None] | None = None,
+        request_field: Callable[[str], Any] | None = None,
+        budget: Budget | None = None,
         *,
-        counted_at_delivery: bool = False,
+        in_flight: bool = False,
     ) -> None:
-        self.surface = surface
+        self.surface = surface  # the middleware names it once it reads the call (see peek)
         self._partition = partition
         self._partition_of = partition_of  # computed on first use: most requests never need it
-        self.budget = Budget()
-        self._by_upstream: dict[Hashable, AdcpError] = {}
-        # The reports of advisories whose answer is not written yet (see Serving.told), by
-        # upstream. None: reported as they are recorded.
-        self.unsettled: dict[Hashable, Settle | None] | None = {} if counted_at_delivery else None
-        self.nested = False  # a flight's own collector (see within)
-        self.closed = False  # its request answered (see close)
-        # While a conditional answer is composed (see conditional): the stored content of
-        # every entry the request's fetches answered with. None: not recorded.
-        self.composition: list[Composed] | None = None
-        # A flight's own (see within): the labels of every entry its call read, which the
-        # answer it stores carries too, so that purging what it was built from purges it.
-        self.read_labels: set[str] | None = None
-        # A flight's own too: when the oldest data its call read was read at its source
-        # (wall clock): the answer it stores is as old as that (see flight).
-        self.read_since = math.inf
-        # A field of the AdCP request being answered (the middleware reads the request's
-        # body), for what keys by it: the pinned release (see adcp_version).
-        self.request_field: Callable[[str], Any] = _no_field
-        # A value served from the store (or from another caller's flight) held a "context":
-        # the middleware then checks that the answer's context is this request's own.
-        self.served_context = False
+        # A field of the AdCP request being answered, for what keys by it: the pinned release.
+        self.request_field = request_field if request_field is not None else _no_field
+        self.budget = budget if budget is not None else Budget()
+        self.in_flight = in_flight  # a flight's (see within): its request warned already
 
-    @classmethod
-    def within(cls, parent: AdvisoryCollector | None) -> AdvisoryCollector:
-        """A collector for one upstream flight started from ``parent``'s request: same
-        surface, partition and budget, its own advisories (every caller sharing the flight
-        gets them, and a value built on stale data is not stored as fresh)."""
-        # Counted by each caller the flight answers, as it writes (or drops) them.
-        if parent is None:
-            collector = cls(counted_at_delivery=True)
-        else:
-            collector = cls(
-                parent.surface, None, lambda: parent.partition, counted_at_delivery=True
-            )
-            collector.budget = parent.budget
-            collector.request_field = parent.request_field
-        collector.nested = True
-        collector.read_labels = set()
-        return collector
+    def within(self) -> RequestContext:
+        """The context of a flight started from this request: same surface, partition (asked
+        of this one, when first needed), pinned release and budget."""
+        return RequestContext(
+            self.surface,
+            None,
+            lambda: self.partition,
+            self.request_field,
+            self.budget,
+            in_flight=True,
+        )
 
-    def origin(
-        self,
-    ) -> tuple[
-        SurfacePolicy | None, str | None, Callable[[], str | None] | None, Callable[[str], Any]
-    ]:
-        """What a later re-run of this request's call needs, and no more: its surface, its
-        partition (or how to compute it when no one has asked yet: asking is not free, and
-        may warn: see the middleware), and the release it pinned (its nested fetches key
-        by it: see ``varies_by_version``), as read now, not the request itself."""
+    def as_made(self) -> Callable[[], RequestContext]:
+        """How to make the context of a later re-run of this request's call, each with its
+        own budget: its surface, its partition (or how to compute it: asking is not free, and
+        may warn), and the release it pinned as read now (its nested fetches key by it)."""
         pins = {name: self.request_field(name) for name in PIN_FIELDS}
-        return self.surface, self._partition, self._partition_of, pins.get
+        return functools.partial(
+            RequestContext, self.surface, self._partition, self._partition_of, pins.get
+        )
 
     def partition_from(self, partition_of: Callable[[], str | None]) -> None:
         """Compute the partition with ``partition_of``, on first use (the middleware's hook
@@ -179,6 +144,91 @@ class AdvisoryCollector:
         if policy.request_budget_seconds is None:
             return None
         return policy.request_budget_seconds - self.budget.spent()
+
+
+class Trace:
+    """What the entries served in one scope were: a flight's (the labels and oldest data its
+    call read, see :meth:`AdvisoryCollector.within`), or a conditional answer's parts while
+    it is composed (see conditional); and whether one held a ``context``."""
+
+    __slots__ = ("composition", "labels", "read_since", "served_context")
+
+    def __init__(self, labels: set[str] | None = None) -> None:
+        # While a conditional answer is composed: every entry its fetches answered with.
+        self.composition: list[Composed] | None = None
+        # A flight's: the labels of what its call read, which its answer carries too.
+        self.labels = labels
+        # A flight's too: when the oldest data its call read was read at its source (wall
+        # clock): the answer it stores is as old as that.
+        self.read_since = math.inf
+        # A value served from the store (or another caller's flight) held a "context": the
+        # answer's context must then be checked to be this request's own.
+        self.served_context = False
+
+    def read(self, labels: Iterable[str], read_at_source: float | None) -> None:
+        """A flight's call read an entry with ``labels``, read at its source then (None:
+        not stored)."""
+        if self.labels is not None:
+            self.labels.update(labels)
+            if read_at_source is not None and read_at_source < self.read_since:
+                self.read_since = read_at_source
+
+
+#: How one advisory's fate is reported once its answer is written: None when the answer
+#: carried it, else why not (a reason in a word, and in a sentence).
+Settle = Callable[[tuple[str, str] | None], None]
+
+
+class AdvisoryCollector:
+    """Advisories of one request: one per upstream, the oldest age winning. Its
+    :attr:`context` is the request's (see :class:`RequestContext`), its :attr:`trace` what
+    was served in it (see :class:`Trace`).
+
+    ``counted_at_delivery``: the one who delivers (a middleware) says whether the answer
+    carried them (:meth:`delivered`, :meth:`lost`), and each is counted then, delivered or
+    lost; otherwise (:func:`collect_advisories`) each counts as delivered once recorded.
+    """
+
+    __slots__ = ("_by_upstream", "closed", "context", "trace", "unsettled")
+
+    def __init__(
+        self,
+        surface: SurfacePolicy | None = None,
+        partition: str | None = None,
+        partition_of: Callable[[], str | None] | None = None,
+        *,
+        counted_at_delivery: bool = False,
+        context: RequestContext | None = None,
+        trace: Trace | None = None,
+    ) -> None:
+        self.context = (
+            context if context is not None else RequestContext(surface, partition, partition_of)
+        )
+        self.trace = trace if trace is not None else Trace()
+        self._by_upstream: dict[Hashable, AdcpError] = {}
+        # The reports of advisories whose answer is not written yet (see Serving.told), by
+        # upstream. None: reported as they are recorded.
+        self.unsettled: dict[Hashable, Settle | None] | None = {} if counted_at_delivery else None
+        self.closed = False  # its request answered (see close)
+
+    @classmethod
+    def within(cls, parent: AdvisoryCollector | None) -> AdvisoryCollector:
+        """A collector for one upstream flight started from ``parent``'s request: its context
+        (see :meth:`RequestContext.within`), its own advisories (every caller sharing the
+        flight gets them, and a value built on stale data is not stored as fresh) and trace."""
+        # Counted by each caller the flight answers, as it writes (or drops) them.
+        context = RequestContext(in_flight=True) if parent is None else parent.context.within()
+        return cls(counted_at_delivery=True, context=context, trace=Trace(set()))
+
+    @property
+    def surface(self) -> SurfacePolicy | None:
+        """The surface of the request (see :attr:`context`)."""
+        return self.context.surface
+
+    @property
+    def partition(self) -> str | None:
+        """The cache partition of the request's caller (see :attr:`context`)."""
+        return self.context.partition
 
     def record(self, upstream: Hashable, advisory: AdcpError, report: Settle | None = None) -> bool:
         """Keep one advisory per upstream: several stale keys report the oldest entry.
@@ -243,8 +293,9 @@ class AdvisoryCollector:
             if report is not None:
                 report(fate)
             elif fate is not None:  # recorded by hand, not by a cache: said all the same
-                surface = self.surface.name if self.surface is not None else "?"
-                say_lost(*stated(self._by_upstream[upstream], surface), fate)
+                surface = self.context.surface
+                name = surface.name if surface is not None else "?"
+                say_lost(*stated(self._by_upstream[upstream], name), fate)
 
     def errors(self) -> list[dict[str, Any]]:
         """The recorded advisories in wire form, ready for a payload's ``errors[]``."""
@@ -258,7 +309,7 @@ _AFTER_ANSWER = ("after_answer", "recorded after its request was answered (a tas
 #: The request fields that pin an AdCP release, first the one that wins.
 PIN_FIELDS = ("adcp_version", "adcp_major_version")
 
-#: What :attr:`AdvisoryCollector.request_field` gives when the request could not be read.
+#: What :attr:`RequestContext.request_field` gives when the request could not be read.
 UNREAD: Any = type("Unread", (), {"__repr__": lambda self: "UNREAD"})()
 
 
@@ -303,6 +354,29 @@ _current: ContextVar[AdvisoryCollector | None] = ContextVar(
 _flight: ContextVar[AdvisoryCollector | None] = ContextVar(
     "adcp_stale_cache_flight_collector", default=None
 )
+
+
+def enter_request(collector: AdvisoryCollector) -> contextvars.Token[AdvisoryCollector | None]:
+    """Make ``collector`` the current request's (a front door's): undo with
+    :func:`leave_request`."""
+    return _current.set(collector)
+
+
+def leave_request(token: contextvars.Token[AdvisoryCollector | None]) -> None:
+    """Undo the :func:`enter_request` that gave ``token``."""
+    _current.reset(token)
+
+
+def enter_flight(collector: AdvisoryCollector) -> contextvars.Token[AdvisoryCollector | None]:
+    """Make ``collector`` the current one inside an upstream flight (the cache's own task):
+    it comes before the request's. Undo with :func:`leave_flight`."""
+    return _flight.set(collector)
+
+
+def leave_flight(token: contextvars.Token[AdvisoryCollector | None]) -> None:
+    """Undo the :func:`enter_flight` that gave ``token``."""
+    _flight.reset(token)
+
 
 #: Where the middleware keeps a request's collector in ``scope["state"]`` (``request.state``).
 STATE_KEY = "adcp_stale_cache"
@@ -358,12 +432,12 @@ class Collecting:
         request: object = None,
         *,
         counted_at_delivery: bool = False,
+        context: RequestContext | None = None,
     ) -> None:
         self._surface, self._partition, self._request = surface, partition, request
-        self.collector = AdvisoryCollector(
-            surface, partition, counted_at_delivery=counted_at_delivery
-        )
-        self.collector.request_field = request_fields(request)
+        if context is None:
+            context = RequestContext(surface, partition, request_field=request_fields(request))
+        self.collector = AdvisoryCollector(counted_at_delivery=counted_at_delivery, context=context)
         self._token: contextvars.Token[AdvisoryCollector | None] | None = None
 
     def __call__(self, fn: Callable[P, R]) -> Callable[P, R]:

@@ -10,7 +10,7 @@ by wrapping what composes its answer::
 
 The token is derived from what the answer was composed of: the stored content of every
 cached entry the request's fetches answered with (see
-:attr:`~adcp_stale_cache.collector.AdvisoryCollector.composition`), and the request's
+:attr:`~adcp_stale_cache.collector.Trace.composition`), and the request's
 canonical scope (:func:`~adcp_stale_cache.wholesale.feed_scope`). It changes exactly when
 that content changes, agrees across processes sharing the store and survives restarts. The
 evaluation is the spec's (:func:`~adcp_stale_cache.wholesale.evaluate`). A request whose
@@ -134,13 +134,14 @@ async def answer_wholesale(
     known = await _from_memory(memo, key, request, collector, cache) if memo else None
     if known is not None:
         return unchanged_answer(known.token, known.scope, context=request.get("context"))
-    outer = collector.composition, collector.read_labels
-    collector.composition, collector.read_labels = [], set()
+    trace = collector.trace  # the answer's parts, and what they were built from
+    outer = trace.composition, trace.labels
+    trace.composition, trace.labels = [], set()
     try:
         answer = await compose()
-        composition, labels = collector.composition, collector.read_labels
+        composition, labels = trace.composition, trace.labels
     finally:
-        collector.composition, collector.read_labels = outer
+        trace.composition, trace.labels = outer
     if not _products_answer(answer):  # the rejected arm, a failure: no token, as composed
         if memo is not None:
             memo.forget(key)  # what was remembered is not the answer any more
@@ -161,7 +162,7 @@ async def answer_wholesale(
         raise InvalidConditionalRequest(invalid_request(str(exc))) from exc
     current = not _stale(collector)
     if memo is not None and current:  # a stale composition is never remembered
-        partition = collector.partition if per_caller(labels) else None
+        partition = collector.context.partition if per_caller(labels) else None
         memo.remember(key, token, scope, partition, composition)
     if evaluate(request, token, known=current) is Outcome.UNCHANGED:
         return unchanged_answer(token, scope, context=request.get("context"))
@@ -182,7 +183,7 @@ async def _from_memory(
         or (outages is not None and len(outages) > 0)
         or evaluate(request, known.token) is not Outcome.UNCHANGED
         or _stale(collector)
-        or (known.partition is not None and known.partition != collector.partition)
+        or (known.partition is not None and known.partition != collector.context.partition)
     ):
         return None
     return known if await ProbeMemo.still_current(known, cache.store, cache.clock()) else None
@@ -191,7 +192,7 @@ async def _from_memory(
 def _account_of(request: Mapping[str, Any], collector: AdvisoryCollector, tool: str) -> str:
     """The identity an account-scoped token is keyed by: the caller partition the cache
     keys by, else the request's account."""
-    return collector.partition or json.dumps(
+    return collector.context.partition or json.dumps(
         canonical(request.get("account"), tool, at=("account",))
     )
 

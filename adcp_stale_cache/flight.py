@@ -27,7 +27,13 @@ from .admission import Admitted, Breakers
 from .advisory import AdcpError
 from .blocking import as_probe
 from .breaker import Breaker
-from .collector import AdvisoryCollector, _flight, current_collector
+from .collector import (
+    AdvisoryCollector,
+    RequestContext,
+    current_collector,
+    enter_flight,
+    leave_flight,
+)
 from .decision import Fail, ServeStale, on_failure, target_seconds
 from .directives import Directives
 from .entry import Entry, Terms
@@ -124,19 +130,15 @@ def as_made(origin: AdvisoryCollector | None, refresh: RememberedRefresh) -> Rem
 
     # Its facts only, not the request's collector: remembered for thousands of keys, it
     # would keep every request's advisories alive. (is not None: an empty one is falsy.)
-    surface, partition, partition_of, fields = (
-        origin.origin() if origin is not None else (None, None, None, None)
-    )
+    made = origin.context.as_made() if origin is not None else RequestContext
 
     async def again(before: object = None) -> Any:
-        collector = AdvisoryCollector(surface, partition, partition_of)
-        if fields is not None:
-            collector.request_field = fields  # its pin: nested entries keyed as it made them
-        token = _flight.set(collector)
+        # Its pin too: nested entries keyed as it made them.
+        token = enter_flight(AdvisoryCollector(context=made()))
         try:
             return await refresh(before)
         finally:
-            _flight.reset(token)
+            leave_flight(token)
 
     return again
 
@@ -360,15 +362,15 @@ class Flights:
             before = await self.purges.count()
         # Nested cached calls record their stale serves here, for every caller.
         inner = AdvisoryCollector.within(current_collector())
-        token = _flight.set(inner)
+        token = enter_flight(inner)
         try:
             value = await call_with_deadline(call, timeout, self.call_loop)
         finally:
-            _flight.reset(token)
+            leave_flight(token)
         if answer.validate is not None:
             answer.validate(value)
         # Built from other entries: labelled by them too, so that purging one purges it.
-        read = inner.read_labels.difference(found.labels) if inner.read_labels else ()
+        read = inner.trace.labels.difference(found.labels) if inner.trace.labels else ()
         labels = (*found.labels, *sorted(read)) if read else found.labels
         if inner:  # built on stale data: served with its advisories, never stored fresh
             return Refreshed(value, None, tuple(inner.recorded()), labels)
@@ -385,7 +387,7 @@ class Flights:
             return Refreshed(value, None, (), labels, at_source=at_source)
         # Built from entries read through the cache: as old as the oldest (its terms' age,
         # as an Age its upstream said would be), not fresh for a whole target from now.
-        built_age = now - inner.read_since
+        built_age = now - inner.trace.read_since
         if built_age > (terms.age if terms is not None else 0.0):
             terms = dataclasses.replace(terms or Terms(), age=built_age)
         entry = Entry(data, now, labels, terms=terms)

@@ -126,7 +126,7 @@ class Lookups:
         # surface was not recognised (a path mounted under a prefix, a misspelt tool) keys
         # per caller whatever the default policy says, so a slip never widens sharing.
         shared = policy.shared_across_callers and identified
-        partition = None if shared or collector is None else collector.partition
+        partition = None if shared or collector is None else collector.context.partition
         private = False  # answered for this request alone: never stored
         if policy.varies_by_version:  # an answer shaped for one release is not another's
             release = self.release_of(collector)
@@ -151,7 +151,7 @@ class Lookups:
         """The release a fetch's entry is keyed by (see ``varies_by_version``), or
         ``UNREAD`` for a request whose pin could not be read: its answer is then its own,
         never stored, never served to another request, pinned or not."""
-        pinned = None if collector is None else collector.pinned_release()
+        pinned = None if collector is None else collector.context.pinned_release()
         if pinned is UNREAD and not self._warned_unread:
             self._warned_unread = True
             logger.warning("adcp_version_unread: a surface varies by AdCP release but a "
@@ -179,9 +179,10 @@ class Lookups:
             return surface, True
         if surface is not None:
             return self.surfaces.get(surface), True
-        if collector is not None and collector.surface is not None:
-            return collector.surface, True
-        if collector is not None and not collector.nested and not self._warned_default:
+        context = collector.context if collector is not None else None
+        if context is not None and context.surface is not None:
+            return context.surface, True
+        if context is not None and not context.in_flight and not self._warned_default:
             self._warned_default = True  # once: a misrouted app would say it on every request
             logger.warning(
                 "surface_unknown: a fetch in a request named no surface and the request "

@@ -50,7 +50,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .advisory import failed_payload, service_unavailable
 from .codecs import Untouched
 from .codecs.json import NO_CONTEXT, UNKNOWN, dumps
-from .collector import STATE_KEY, AdvisoryCollector, _current
+from .collector import STATE_KEY, AdvisoryCollector, enter_request, leave_request
 from .failures import UpstreamUnavailable
 from .keys import CREDENTIAL_HEADERS, caller_partition
 from .peek import MAX_PEEK_BYTES, RequestPeek, ToolCall
@@ -216,14 +216,14 @@ class StaleAdvisoryMiddleware:
             self.surfaces, collector, scope, receive, self.max_peek_bytes, surface is not None
         )
         if self.partition is not None or self.partition_from_call is not None:
-            collector.partition_from(functools.partial(self._partition, request, scope))
+            collector.context.partition_from(functools.partial(self._partition, request, scope))
         if request.peeking:
             if self.partition_from_call is not None:  # the hook sees the call, however early
                 await request.read_ahead()
             receive = request.receive
-            collector.request_field = request.field
+            collector.context.request_field = request.field
         answer = Answer(collector, request, scope, send, self.stale_headers, self._replaced)
-        token = _current.set(collector)
+        token = enter_request(collector)
         try:
             await self.app(scope, receive, answer.send)
         except Exception as exc:
@@ -232,7 +232,7 @@ class StaleAdvisoryMiddleware:
                 raise
             await _unavailable(unavailable, collector, request, send)
         finally:
-            _current.reset(token)
+            leave_request(token)
             answer.close()
         answer.check_late_context()
 

@@ -158,4 +158,4 @@ class RequestPeek:
         names = {call.surface for call in self.calls}
         policy = self.surfaces.find(names.pop()) if len(names) == 1 else None
         if policy is not None:
-            self.collector.surface = policy
+            self.collector.context.surface = policy

@@ -63,7 +63,7 @@ class Answer:
             return self.downstream
         self.forward = self.downstream
         collector, calls = self.collector, len(self.request.calls)
-        self.in_doubt = collector.served_context
+        self.in_doubt = collector.trace.served_context
         if collector or calls or self.in_doubt:  # else the common case: nothing to do
             chosen = responder_for(start, self.scope, calls, bool(collector), self.in_doubt)
             if isinstance(chosen, Untouched) and collector:
@@ -86,7 +86,7 @@ class Answer:
             why = "the tool's answers have no errors[] (tell it in incomplete[])"
             self.dropped(Untouched(why, "no_errors_member"))
             errors = []
-        return delivery(errors, self.request.context, self.collector.served_context)
+        return delivery(errors, self.request.context, self.collector.trace.served_context)
 
     def dropped(self, why: Untouched) -> None:
         """The answer goes without the advisories not yet delivered: counted lost."""
@@ -105,7 +105,11 @@ class Answer:
     def check_late_context(self) -> None:
         """Say so when the cache served a value holding a context only once this answer had
         started to pass through: it went unchecked."""
-        if self.collector.served_context and self.forward is self.downstream and not self.in_doubt:
+        if (
+            self.collector.trace.served_context
+            and self.forward is self.downstream
+            and not self.in_doubt
+        ):
             _unchecked("only once the answer had started")
 
 

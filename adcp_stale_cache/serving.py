@@ -204,24 +204,24 @@ class Serving:
         # Not stored (uncacheable, built on stale data...): its encoding, once, for both
         # the content it gives a conditional answer and the search for a context.
         data = refreshed.data if refreshed.data is not None else _encoded(refreshed.value, codec)
-        if collector.composition is not None:
+        trace = collector.trace
+        if trace.composition is not None:
             stored = refreshed.entry
             if stored is not None:
-                collector.composition.append(_part(found, stored, codec, fresh=True))
+                trace.composition.append(_part(found, stored, codec, fresh=True))
             else:  # its content all the same, never remembered
-                collector.composition.append(
+                trace.composition.append(
                     Composed(
                         content_of(codec, data)
                         if data is not None
                         else repr(refreshed.value).encode()
                     )
                 )
-        if collector.read_labels is not None:
-            collector.read_labels.update((*refreshed.labels, built_from(found.store_key)))
-            if refreshed.entry is not None:
-                _read_since(collector, refreshed.entry)
+        if trace.labels is not None:
+            read_at = _at_source(refreshed.entry) if refreshed.entry is not None else None
+            trace.read((*refreshed.labels, built_from(found.store_key)), read_at)
         if _CONTEXT in data if data is not None else _names_context(refreshed.value):
-            collector.served_context = True  # another caller's flight may have been asked
+            trace.served_context = True  # another caller's flight may have been asked
         return refreshed.value if refreshed.data is None else codec.loads(refreshed.data)
 
 
@@ -253,20 +253,19 @@ def _composed(found: Lookup, entry: Entry, codec: Codec[Any], *, fresh: bool) ->
     collector = found.collector
     if collector is None:
         return
-    if collector.composition is not None:
-        collector.composition.append(_part(found, entry, codec, fresh=fresh))
-    if collector.read_labels is not None:
-        collector.read_labels.update((*entry.labels, built_from(found.store_key)))
-        _read_since(collector, entry)
+    trace = collector.trace
+    if trace.composition is not None:
+        trace.composition.append(_part(found, entry, codec, fresh=fresh))
+    if trace.labels is not None:
+        trace.read((*entry.labels, built_from(found.store_key)), _at_source(entry))
     if _CONTEXT in entry.data:  # a byte search: a false alarm only costs the answer a check
-        collector.served_context = True
+        trace.served_context = True
 
 
-def _read_since(collector: AdvisoryCollector, entry: Entry) -> None:
-    """A flight's call read ``entry``: the answer it builds is no younger than that data."""
-    at_source = entry.stored_at - (entry.terms.age if entry.terms is not None else 0.0)
-    if at_source < collector.read_since:
-        collector.read_since = at_source
+def _at_source(entry: Entry) -> float:
+    """When ``entry``'s data was read at its source: a flight's answer built on it is no
+    younger than that."""
+    return entry.stored_at - (entry.terms.age if entry.terms is not None else 0.0)
 
 
 # Unquoted: a value stored as a JSON string (a sub-agent's answer kept as text) holds it

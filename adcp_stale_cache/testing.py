@@ -73,7 +73,7 @@ class ForcedOutage:
     ) -> bool:
         """True when this call is affected: by its own surface, or by the tool the request
         answers (a tool's answer read through a surface of another name, say a shared one)."""
-        asked = collector.surface if collector is not None else None
+        asked = collector.context.surface if collector is not None else None
         return self.matches(policy, upstream) or (
             asked is not None and asked is not policy and self.matches(asked, upstream)
         )

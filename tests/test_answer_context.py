@@ -216,7 +216,7 @@ async def test_each_answer_of_a_batch_gets_its_own_calls_context() -> None:
             result = {"content": [], "structuredContent": payload, "isError": False}
             answers.append({"jsonrpc": "2.0", "id": call["id"], "result": result})
         collector = request.scope["state"]["adcp_stale_cache"]
-        collector.served_context = True  # as when the cache served a value holding one
+        collector.trace.served_context = True  # as when the cache served a value holding one
         return JSONResponse(answers)
 
     wrapped = StaleAdvisoryMiddleware(Starlette(routes=[Route("/rpc", batch_route,
@@ -273,7 +273,7 @@ async def test_a_null_context_is_no_context_and_unchanged_answers_keep_their_hea
 
     async def route(request: Request) -> Response:
         await request.body()
-        request.scope["state"]["adcp_stale_cache"].served_context = True
+        request.scope["state"]["adcp_stale_cache"].trace.served_context = True
         return Response(b'{"products": [], "context": {"correlation_id": "c"}}',
                         headers={"age": "42", "cache-status": "edge; hit"},
                         media_type="application/json")  # fmt: skip
@@ -289,7 +289,7 @@ async def test_a_null_context_is_no_context_and_unchanged_answers_keep_their_hea
 async def test_a_foreign_context_that_cannot_be_mended_is_said_loudly(caplog: Any) -> None:
     async def route(request: Request) -> Response:
         await request.body()
-        request.scope["state"]["adcp_stale_cache"].served_context = True
+        request.scope["state"]["adcp_stale_cache"].trace.served_context = True
         return Response(
             b'{"cpm": NaN, "context": {"correlation_id": "a"}}', media_type="application/json"
         )
@@ -319,7 +319,7 @@ def rpc_seller(answer_payload: dict[str, Any], *, media_type: str = "application
             if message.get("method") == "ping":
                 result = {}
             answers.append({"jsonrpc": "2.0", "id": message["id"], "result": result})
-        request.scope["state"]["adcp_stale_cache"].served_context = True
+        request.scope["state"]["adcp_stale_cache"].trace.served_context = True
         out = answers[0] if single else answers
         text = json.dumps(out)  # (ids past 64 bits kept exactly, as a Python server does)
         return Response(text, media_type=media_type)
@@ -366,7 +366,7 @@ async def test_json_rpc_read_as_a_server_reads_it(body: bytes) -> None:
 async def test_an_answer_labelled_otherwise_is_read_as_json_when_in_doubt(media_type: str) -> None:
     async def route(request: Request) -> Response:
         await request.body()
-        request.scope["state"]["adcp_stale_cache"].served_context = True
+        request.scope["state"]["adcp_stale_cache"].trace.served_context = True
         return Response(json.dumps(LEAKED), media_type=media_type)
 
     app = StaleAdvisoryMiddleware(Starlette(routes=[Route("/api/get_products", route,
@@ -416,7 +416,7 @@ async def test_a_context_served_after_the_answer_started_is_said(caplog: Any) ->
 
         async def parts() -> Any:
             yield b'{"products": [], '
-            collector.served_context = True  # the cache served it mid-stream
+            collector.trace.served_context = True  # the cache served it mid-stream
             yield b'"context": {"correlation_id": "buyer-a"}}'
 
         return StreamingResponse(parts(), media_type="application/json")

@@ -27,12 +27,12 @@ from adcp_stale_cache import (
 from adcp_stale_cache.admission import Admitted, Breakers, Refused
 from adcp_stale_cache.advisory import stale_response
 from adcp_stale_cache.breaker import Breaker, BreakerPolicy
-from adcp_stale_cache.collector import AdvisoryCollector, use_collector
+from adcp_stale_cache.collector import AdvisoryCollector, current_collector, use_collector
 from adcp_stale_cache.control import CacheControl
 from adcp_stale_cache.decision import Fresh, Refresh
 from adcp_stale_cache.entry import Entry
 from adcp_stale_cache.failures import BUDGET_SPENT, CIRCUIT_OPEN, Failure, UpstreamUnavailable
-from adcp_stale_cache.flight import Answer, Flights, Refreshed
+from adcp_stale_cache.flight import Answer, Flights, Refreshed, as_made
 from adcp_stale_cache.lookup import MAX_CLOCK_SKEW_SECONDS, Hit, Lookup, Lookups
 from adcp_stale_cache.metrics import CacheMetrics, Fanout
 from adcp_stale_cache.policy import FailureKind
@@ -131,9 +131,29 @@ async def looked_up(clock: FakeClock, budget: float | None = None, held: bool = 
     if budget is not None:
         policy = PRODUCTS.model_copy(update={"request_budget_seconds": 10.0})
         collector = AdvisoryCollector(policy)
-        collector.budget.started_at = time.monotonic() - (10.0 - budget)  # spent the rest
+        collector.context.budget.started_at = time.monotonic() - (10.0 - budget)  # spent the rest
     with use_collector(collector):
         return await stages.look_up(INVENTORY, "k", policy, [], JSON)
+
+
+async def test_each_re_run_of_a_remembered_refresh_has_a_budget_of_its_own() -> None:
+    policy = PRODUCTS.model_copy(update={"request_budget_seconds": 10.0})
+    origin = AdvisoryCollector(policy, partition="tenant-a")
+    origin.context.budget.started_at = time.monotonic() - 10.0  # its request spent it all
+    seen: list[tuple[str | None, float]] = []
+
+    async def refresh(before: object = None) -> None:
+        context = current_collector().context  # type: ignore[union-attr]
+        left = context.budget_left(policy)
+        assert left is not None
+        seen.append((context.partition, left))
+        context.budget.started_at = time.monotonic() - 10.0  # this run spends all of it
+
+    again = as_made(origin, refresh)
+    await again(None)
+    await again(None)
+    assert [partition for partition, _ in seen] == ["tenant-a", "tenant-a"]
+    assert all(left > 9.0 for _, left in seen), seen
 
 
 async def test_a_spent_budget_refuses_before_the_breaker_and_a_budget_bounds_the_call(
@@ -848,3 +868,31 @@ async def test_an_answer_built_from_a_fresh_hit_is_as_old_as_that_hit(clock: Fak
     answer = await ask()
     assert calls["catalog"] == 2, "data past its target served as a fresh hit"
     assert clock.now - answer["acct"]["read_at"] < 10
+
+
+def test_no_module_imports_a_private_name_from_another() -> None:
+    crossing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                private = [a.name for a in node.names if _private(a.name)]
+                crossing += [f"{path.relative_to(PACKAGE)}: {name}" for name in private]
+    assert crossing == []
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.endswith("__")
+
+
+def test_the_request_state_is_split_by_owner() -> None:
+    # The advisories, the request's context (its front door's) and what was served (the trace).
+    slots = set(AdvisoryCollector.__slots__)
+    assert slots == {"_by_upstream", "closed", "context", "trace", "unsettled"}
+    front_doors = {"collector.py", "middleware.py", "peek.py"}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name in front_doors:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            for target in node.targets if isinstance(node, ast.Assign) else ():
+                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Attribute):
+                    assert target.value.attr != "context", f"{path.name} writes a context"

@@ -140,7 +140,7 @@ async def test_outside_the_middleware_nothing_is_pinned() -> None:
     policy = SurfacePolicy(name="get_products", varies_by_version=True)
     cache = UpstreamCache(MemoryStore(), surfaces=Surfaces.of(policy))
     with collect_advisories() as collector:
-        assert collector.pinned_release() is None
+        assert collector.context.pinned_release() is None
 
         async def call() -> dict[str, Any]:
             return {"products": []}
@@ -152,9 +152,9 @@ def test_a_collector_given_its_request_reads_its_pin() -> None:
     from adcp_stale_cache.collector import UNREAD
 
     with collect_advisories(request={"adcp_version": "3.1"}) as collector:
-        assert collector.pinned_release() == 'adcp_version="3.1"'
+        assert collector.context.pinned_release() == 'adcp_version="3.1"'
     with collect_advisories(request=["no", "request"]) as collector:
-        assert collector.pinned_release() is UNREAD  # what cannot be read is never shared
+        assert collector.context.pinned_release() is UNREAD  # what cannot be read is never shared
 
 
 async def test_a_refresh_reruns_nested_fetches_under_the_pin_that_made_them() -> None:

@@ -47,7 +47,13 @@ from ..advisory import NO_ERRORS_MEMBER
 from ..cache import UpstreamCache
 from ..codecs import Untouched, inject_payload
 from ..codecs.json import KEEP, NO_CONTEXT, Delivery, context_of, delivery
-from ..collector import UNREAD, AdvisoryCollector, Collecting, current_collector
+from ..collector import (
+    UNREAD,
+    AdvisoryCollector,
+    Collecting,
+    RequestContext,
+    current_collector,
+)
 from ..keys import digest
 from ..policy import Surfaces
 
@@ -72,7 +78,9 @@ def skill_middleware(surfaces: Surfaces) -> SkillMiddleware:
         with Collecting(surface, partition, params, counted_at_delivery=True) as collector:
             result = await call_next()
         # The SDK echoes the request's context only into an answer that has none.
-        found = delivery(collector.errors(), lambda: context_of(params), collector.served_context)
+        found = delivery(
+            collector.errors(), lambda: context_of(params), collector.trace.served_context
+        )
         return _carrying(result, found, collector, skill_name)
 
     return stale_advisories
@@ -146,17 +154,19 @@ def with_advisories(surfaces: Surfaces, tool: str | None = None) -> Callable[[Ha
                 params = _argument(args, kwargs, "params", 1)
                 opened = Collecting(surface, partition, params, counted_at_delivery=True)
             else:
-                named = surface or outer.surface
-                opened = Collecting(named, outer.partition, counted_at_delivery=True)
-                opened.collector.budget = outer.budget  # one request, one budget
-                opened.collector.request_field = outer.request_field
+                known = outer.context  # one request: one budget, one pinned release
+                named = surface or known.surface
+                request = RequestContext(
+                    named, known.partition, None, known.request_field, known.budget
+                )
+                opened = Collecting(named, None, counted_at_delivery=True, context=request)
             with opened as collector:
                 result = await method(*args, **kwargs)
-            if outer is not None and collector.served_context:
-                outer.served_context = True  # the way out still checks the answer's context
+            if outer is not None and collector.trace.served_context:
+                outer.trace.served_context = True  # the way out still checks the answer's context
             # A context in doubt goes: the SDK echoes the request's own into an answer that
             # has none (and a kept idempotent answer then holds none to replay).
-            context = NO_CONTEXT if collector.served_context else KEEP
+            context = NO_CONTEXT if collector.trace.served_context else KEEP
             found = Delivery(collector.errors(), context)
             return _carrying(result, found, collector, tool or method.__name__)
 

@@ -40,7 +40,7 @@ from ..cache import UpstreamCache
 from ..codecs import Untouched
 from ..codecs.json import Delivery, context_of
 from ..codecs.mcp import inject_tool_result
-from ..collector import AdvisoryCollector, current_collector, use_collector
+from ..collector import AdvisoryCollector, RequestContext, current_collector, use_collector
 from ..keys import caller_partition
 from ..peek import ToolCall
 from ..policy import Surfaces
@@ -123,8 +123,9 @@ class AdvisoryMiddleware(Middleware):
         name, arguments = context.message.name, context.message.arguments or {}
         partition_of = self._partition_of(name, arguments)
         surface = self.surfaces.find(name)
-        collector = AdvisoryCollector(surface, None, partition_of, counted_at_delivery=True)
-        collector.request_field = arguments.get  # the tool's arguments are the AdCP request
+        # The tool's arguments are the AdCP request.
+        request = RequestContext(surface, None, partition_of, arguments.get)
+        collector = AdvisoryCollector(counted_at_delivery=True, context=request)
         with use_collector(collector):
             try:
                 result = await call_next(context)
@@ -132,7 +133,7 @@ class AdvisoryMiddleware(Middleware):
                 collector.lost("is_error", "the tool raised: its answer is an error")
                 collector.close()
                 raise
-        if collector or collector.served_context:
+        if collector or collector.trace.served_context:
             self._deliver(result, collector, context_of(arguments))
         collector.close()  # what a task outliving the call records is lost as it comes
         return result
