@@ -1,18 +1,10 @@
 """Serve stale on upstream error, and tell AdCP buyers so with ``STALE_RESPONSE``."""
 
 from ._version import __version__
-from .advisory import AdcpError, StaleResponseDetails, service_unavailable, stale_response
-from .cache import UpstreamCache
-from .collector import (
-    AdvisoryCollector,
-    AdvisoryLost,
-    carry_context,
-    collect_advisories,
-    current_collector,
-    use_collector,
-)
-from .control import CacheControl
-from .failures import (
+from .asgi.middleware import StaleAdvisoryMiddleware
+from .asgi.peek import ToolCall
+from .core.advisory import AdcpError, StaleResponseDetails, service_unavailable, stale_response
+from .core.failures import (
     Failure,
     InvalidPayload,
     UpstreamError,
@@ -21,12 +13,20 @@ from .failures import (
     classify,
     http_status_failure,
 )
-from .httpx_transport import CachingTransport
-from .middleware import StaleAdvisoryMiddleware
-from .peek import ToolCall
-from .policy import DEFAULT_STALE_ON, FailureKind, SurfacePolicy, Surfaces, Upstream
+from .core.policy import DEFAULT_STALE_ON, FailureKind, SurfacePolicy, Surfaces, Upstream
+from .core.values import JSON, Codec, JsonCodec, PydanticCodec, SharedJsonCodec
+from .integrations.httpx_transport import CachingTransport
+from .ops.control import CacheControl
+from .pipeline.cache import UpstreamCache
+from .pipeline.collector import (
+    AdvisoryCollector,
+    AdvisoryLost,
+    carry_context,
+    collect_advisories,
+    current_collector,
+    use_collector,
+)
 from .stores import MemoryStore, Store
-from .values import JSON, Codec, JsonCodec, PydanticCodec, SharedJsonCodec
 
 __all__ = [
     "DEFAULT_STALE_ON",

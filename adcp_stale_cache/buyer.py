@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .advisory import STALE_RESPONSE
 from .codecs.json import loads
+from .core.advisory import STALE_RESPONSE
 
 
 @dataclass(frozen=True)

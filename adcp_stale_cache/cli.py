@@ -233,8 +233,8 @@ def _invalidate(args: argparse.Namespace) -> int:
     """Purge a shared store by upstream, surface and tags; prints how many entries."""
     import asyncio
 
-    from .cache import UpstreamCache
-    from .control import CacheControl, PurgeIncomplete
+    from .ops.control import CacheControl, PurgeIncomplete
+    from .pipeline.cache import UpstreamCache
 
     store: Any
     if args.redis:
@@ -270,10 +270,10 @@ def _invalidate(args: argparse.Namespace) -> int:
 
 
 def _config(args: argparse.Namespace) -> int:
-    from .config import ConfigError, load_config
+    from .ops.config import ConfigError, load_config
 
     if args.action == "reference":
-        from .config_reference import reference_markdown
+        from .ops.config_reference import reference_markdown
 
         sys.stdout.write(reference_markdown())
         return 0

@@ -26,16 +26,22 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .admission import InjectedOutage, OutageInjector
-from .collector import AdvisoryCollector, current_collector
-from .decision import whole_seconds
-from .failures import MAX_STATED_SECONDS, Failure, UpstreamUnavailable, classify, stated_seconds
-from .lookup import Lookup
-from .policy import FailureKind, SurfacePolicy, Upstream
-from .values import JSON, Codec
+from .core.decision import whole_seconds
+from .core.failures import (
+    MAX_STATED_SECONDS,
+    Failure,
+    UpstreamUnavailable,
+    classify,
+    stated_seconds,
+)
+from .core.policy import FailureKind, SurfacePolicy, Upstream
+from .core.values import JSON, Codec
+from .pipeline.admission import InjectedOutage, OutageInjector
+from .pipeline.collector import AdvisoryCollector, current_collector
+from .pipeline.lookup import Lookup
 
 if TYPE_CHECKING:
-    from .cache import UpstreamCache
+    from .pipeline.cache import UpstreamCache
 
 __all__ = ["FORCED_FAILURE", "ComplianceFetch", "ForcedOutage", "ForcedOutages", "in_test_mode"]
 

@@ -36,8 +36,8 @@ from adcp_stale_cache import (
     UpstreamCache,
 )
 from adcp_stale_cache.codecs import inject_json
+from adcp_stale_cache.core.entry import Entry
 from adcp_stale_cache.demo.data import products
-from adcp_stale_cache.entry import Entry
 
 Op = Callable[[], Awaitable[Any]]
 POLICY = SurfacePolicy(name="get_products", field="products", paths=("/api/get_products",),

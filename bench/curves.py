@@ -37,8 +37,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from adcp_stale_cache import MemoryStore, SurfacePolicy, Surfaces, Upstream, UpstreamCache
-from adcp_stale_cache.control import CacheControl
-from adcp_stale_cache.entry import Entry
+from adcp_stale_cache.core.entry import Entry
+from adcp_stale_cache.ops.control import CacheControl
 
 from .redis_curves import redis_curves, redis_server
 

@@ -99,13 +99,13 @@ async def _parts() -> dict[str, Any]:
     import functools
 
     from adcp_stale_cache import SharedJsonCodec, StaleAdvisoryMiddleware, Upstream, UpstreamCache
-    from adcp_stale_cache.collector import AdvisoryCollector, _current, current_collector
-    from adcp_stale_cache.decision import plan
-    from adcp_stale_cache.lookup import Hit
-    from adcp_stale_cache.middleware import route_path
-    from adcp_stale_cache.peek import RequestPeek
-    from adcp_stale_cache.responders import Answer
-    from adcp_stale_cache.values import decode
+    from adcp_stale_cache.asgi.middleware import route_path
+    from adcp_stale_cache.asgi.peek import RequestPeek
+    from adcp_stale_cache.asgi.responders import Answer
+    from adcp_stale_cache.core.decision import plan
+    from adcp_stale_cache.core.values import decode
+    from adcp_stale_cache.pipeline.collector import AdvisoryCollector, _current, current_collector
+    from adcp_stale_cache.pipeline.lookup import Hit
 
     from .__main__ import POLICY, SURFACES, json_app, products
 

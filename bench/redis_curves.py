@@ -55,8 +55,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 from adcp_stale_cache import SurfacePolicy, Surfaces, Upstream, UpstreamCache
-from adcp_stale_cache.control import CacheControl
 from adcp_stale_cache.demo.processes import free_port, wait_for_port
+from adcp_stale_cache.ops.control import CacheControl
 from adcp_stale_cache.stores import TieredStore
 from adcp_stale_cache.stores.redis import RedisStore
 

@@ -1,4 +1,4 @@
-"""Generate ``adcp_stale_cache/request_shapes.py`` from AdCP's request schemas:
+"""Generate ``adcp_stale_cache/adcp/request_shapes.py`` from AdCP's request schemas:
 ``python -m bench.request_shapes [SCHEMAS_ROOT] [--check]``.
 
 SCHEMAS_ROOT holds one folder per release (``3.1/``, ``3.2/``), each with the release's
@@ -48,7 +48,7 @@ ORDERED = re.compile(r"\border\b|\bordered\b|\bpriority\b|\branked\b", re.IGNORE
 #: A member without a default (None is a default a schema may give).
 _NONE = object()
 
-OUTPUT = Path(__file__).resolve().parent.parent / "adcp_stale_cache" / "request_shapes.py"
+OUTPUT = Path(__file__).resolve().parent.parent / "adcp_stale_cache" / "adcp/request_shapes.py"
 
 
 def default_root() -> Path:

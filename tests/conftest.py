@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from adcp_stale_cache.metrics import CacheMetrics
+from adcp_stale_cache.ops.metrics import CacheMetrics
 
 SHARED_SCHEMAS = Path(__file__).resolve().parents[2] / "shared" / "adcp-schemas"
 

@@ -23,7 +23,7 @@ from fastmcp import FastMCP
 
 from adcp_stale_cache import SurfacePolicy, Surfaces, Upstream, UpstreamCache
 from adcp_stale_cache.integrations.fastmcp import AdvisoryMiddleware
-from adcp_stale_cache.metrics import CacheMetrics
+from adcp_stale_cache.ops.metrics import CacheMetrics
 
 SURFACES = Surfaces.of(
     SurfacePolicy(

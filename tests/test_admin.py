@@ -11,8 +11,8 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from adcp_stale_cache import SurfacePolicy, Surfaces, Upstream, UpstreamCache
-from adcp_stale_cache.admin import COOKIE, admin_app
-from adcp_stale_cache.control import CacheControl
+from adcp_stale_cache.ops.admin import COOKIE, admin_app
+from adcp_stale_cache.ops.control import CacheControl
 
 from .conftest import CountingUpstream
 

@@ -377,8 +377,8 @@ def test_threads_recording_while_the_loop_settles_count_each_advisory_once() -> 
 
 
 def run_races(policy: SurfacePolicy) -> None:
-    from adcp_stale_cache.advisory import stale_response
-    from adcp_stale_cache.collector import AdvisoryCollector
+    from adcp_stale_cache.core.advisory import stale_response
+    from adcp_stale_cache.pipeline.collector import AdvisoryCollector
 
     for _ in range(50):
         collector = AdvisoryCollector(policy, counted_at_delivery=True)

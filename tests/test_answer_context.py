@@ -24,7 +24,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from adcp_stale_cache import StaleAdvisoryMiddleware, SurfacePolicy, Surfaces, Upstream
-from adcp_stale_cache.cache import UpstreamCache
+from adcp_stale_cache.pipeline.cache import UpstreamCache
 from adcp_stale_cache.stores import MemoryStore
 
 from .conftest import FakeClock

@@ -23,7 +23,7 @@ from adcp_stale_cache import (
     UpstreamUnavailable,
     collect_advisories,
 )
-from adcp_stale_cache.breaker import BreakerPolicy
+from adcp_stale_cache.pipeline.breaker import BreakerPolicy
 
 COOLDOWN, DEADLINE = 0.3, 0.5
 AGENT = Upstream(name="signals-platform")

@@ -29,13 +29,13 @@ from adcp_stale_cache import (
     Upstream,
     UpstreamCache,
     UpstreamUnavailable,
-    blocking,
     carry_context,
     collect_advisories,
     use_collector,
 )
-from adcp_stale_cache.breaker import BreakerPolicy
-from adcp_stale_cache.call_loop import CALLS
+from adcp_stale_cache.pipeline import blocking
+from adcp_stale_cache.pipeline.breaker import BreakerPolicy
+from adcp_stale_cache.pipeline.call_loop import CALLS
 
 from .servers import serve
 

@@ -343,7 +343,7 @@ async def test_broken_store_degrades_to_no_cache(clock: FakeClock) -> None:
 async def test_stale_serves_log_and_count_once_per_upstream_per_request(
     clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from adcp_stale_cache.metrics import CacheMetrics
+    from adcp_stale_cache.ops.metrics import CacheMetrics
 
     class Counting(CacheMetrics):
         def __init__(self) -> None:
@@ -378,7 +378,7 @@ async def test_a_stale_serve_no_collector_carries_is_an_advisory_lost(
     its own WARNING and counter, apart from the stale serves whose advisory was delivered."""
     from prometheus_client import CollectorRegistry
 
-    from adcp_stale_cache.metrics import PrometheusMetrics
+    from adcp_stale_cache.ops.metrics import PrometheusMetrics
 
     registry = CollectorRegistry()
     cache = cache_with(clock, metrics=PrometheusMetrics(registry))
@@ -408,7 +408,7 @@ async def test_a_value_built_on_stale_data_for_no_collector_is_an_advisory_lost(
 ) -> None:
     """The stale serve happened in a nested fetch (the flight's own collector carried it), but
     the caller has no collector to hand the advisory on to: lost all the same."""
-    from adcp_stale_cache.metrics import CacheMetrics
+    from adcp_stale_cache.ops.metrics import CacheMetrics
 
     class Lost(CacheMetrics):
         def __init__(self) -> None:

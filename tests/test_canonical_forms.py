@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adcp_stale_cache.request_shapes import MEMBERS, SHAPES
-from adcp_stale_cache.wholesale import (
+from adcp_stale_cache.adcp.request_shapes import MEMBERS, SHAPES
+from adcp_stale_cache.adcp.wholesale import (
     NOT_THE_SCOPE,
     Scope,
     canonical,
@@ -32,7 +32,7 @@ def test_the_table_is_what_the_bundled_schemas_say() -> None:
     from bench.request_shapes import generate
 
     root = Path(adcp.__file__).parent / "_schemas"
-    assert generate(root) == (ROOT / "adcp_stale_cache" / "request_shapes.py").read_text()
+    assert generate(root) == (ROOT / "adcp_stale_cache" / "adcp/request_shapes.py").read_text()
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/adcp-schemas is not checked out here")

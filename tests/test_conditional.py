@@ -15,8 +15,8 @@ from adcp_stale_cache import (
     UpstreamCache,
     collect_advisories,
 )
-from adcp_stale_cache.conditional import InvalidConditionalRequest, answer_wholesale
-from adcp_stale_cache.wholesale import Scope, canonical
+from adcp_stale_cache.adcp.conditional import InvalidConditionalRequest, answer_wholesale
+from adcp_stale_cache.adcp.wholesale import Scope, canonical
 
 from .conftest import FakeClock
 
@@ -213,7 +213,7 @@ async def test_the_scope_follows_the_keying_and_a_public_claim_of_per_caller_row
             declared = await answer_wholesale(request(), compose, scope=Scope.PUBLIC)
         assert declared["cache_scope"] == "public"
         assert "cache_scope_contradicts_keying" in caplog.text
-        from adcp_stale_cache.conditional import ScopeContradictsKeying
+        from adcp_stale_cache.adcp.conditional import ScopeContradictsKeying
 
         with pytest.raises(ScopeContradictsKeying):
             await answer_wholesale(request(), compose, scope=Scope.PUBLIC, strict=True)
@@ -242,7 +242,7 @@ async def test_a_matching_probe_is_answered_without_composing(clock: FakeClock) 
 async def test_a_purge_ends_the_memory_in_every_process(clock: FakeClock, purge: str) -> None:
     """A purge through another process on the shared store, with the feed changed: the next
     probe composes, and gets the new feed; never the token of what was purged."""
-    from adcp_stale_cache.control import CacheControl
+    from adcp_stale_cache.ops.control import CacheControl
 
     store = MemoryStore(clock=clock)
     a, b = Seller(clock, store), Seller(clock, store)
@@ -503,7 +503,7 @@ async def test_an_entry_stored_with_an_age_is_never_unchanged_past_its_target(
     """Issue 32, 5: an entry stored 1.5 s old (an upstream's ``Age``, a sub-agent's, a
     composite's) is past its 2 s target 0.5 s later; the memory counted it fresh for 2 s and
     answered ``unchanged`` while the upstream was down, with no ``STALE_RESPONSE``."""
-    from adcp_stale_cache.directives import Directives
+    from adcp_stale_cache.core.directives import Directives
 
     cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock,
                           breaker=None)  # fmt: skip

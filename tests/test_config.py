@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from adcp_stale_cache import StaleAdvisoryMiddleware
-from adcp_stale_cache.config import ConfigError, StaleCacheConfig, load_config
-from adcp_stale_cache.config_reference import reference_markdown
+from adcp_stale_cache.ops.config import ConfigError, StaleCacheConfig, load_config
+from adcp_stale_cache.ops.config_reference import reference_markdown
 from adcp_stale_cache.stores import MemoryStore, TieredStore
 
 if sys.version_info >= (3, 11):
@@ -220,7 +220,7 @@ def test_every_redis_url_form_works_as_the_store_shorthand_and_no_password_is_sh
     """Issue 22, Low: the store shorthand refused the Cluster and Sentinel URLs the docs offer,
     quoting the whole URL with its password; a mistyped ``redis_url`` scheme was quoted with
     its password; ``redacted()`` left ``?password=`` in the query."""
-    from adcp_stale_cache.config import ConfigError, load_config
+    from adcp_stale_cache.ops.config import ConfigError, load_config
     from adcp_stale_cache.stores.redis_urls import redacted
 
     for url in ("redis+cluster://:s3cret@10.0.0.1:7000,10.0.0.2:7000",
@@ -254,7 +254,7 @@ def test_every_redis_url_form_works_as_the_store_shorthand_and_no_password_is_sh
     for url in ("redis://h:6379/0?password=Top@s3cret", "rediss://h/0?ssl_ca_certs=/ca@corp.pem"
                 "&password=s3cret", "redis://:pw@host/0?ssl_certfile=/a@b.pem&password=s3cret"):  # fmt: skip
         assert "s3cret" not in redacted(url), redacted(url)
-    from adcp_stale_cache.config import StoreSettings
+    from adcp_stale_cache.ops.config import StoreSettings
 
     with pytest.raises(ValueError) as direct:  # the Python API, not the loader
         StoreSettings(redis_url="redis://:s3cret@h:x/0")

@@ -23,8 +23,8 @@ from adcp_stale_cache import (
     UpstreamUnavailable,
     collect_advisories,
 )
-from adcp_stale_cache.control import CacheControl
-from adcp_stale_cache.entry import Entry
+from adcp_stale_cache.core.entry import Entry
+from adcp_stale_cache.ops.control import CacheControl
 from adcp_stale_cache.stores import TieredStore
 from adcp_stale_cache.stores.sqlite import SqliteStore
 
@@ -296,7 +296,7 @@ async def test_a_process_that_cannot_hear_purges_serves_no_copy_as_fresh_for_lon
 
 
 async def test_snapshot_shows_breakers_failures_stale_serves_and_entry_ages() -> None:
-    from adcp_stale_cache.breaker import BreakerPolicy
+    from adcp_stale_cache.pipeline.breaker import BreakerPolicy
 
     cache = UpstreamCache(
         MemoryStore(clock=time.monotonic), surfaces=Surfaces.of(PRODUCTS, FORMATS),
@@ -331,7 +331,7 @@ async def test_snapshot_shows_breakers_failures_stale_serves_and_entry_ages() ->
 
 
 async def test_warm_fills_keys_before_the_first_request_and_skips_failures() -> None:
-    from adcp_stale_cache.control import Warm
+    from adcp_stale_cache.ops.control import Warm
 
     cache = make_cache()
     up, broken = CountingUpstream(), CountingUpstream()
@@ -394,8 +394,8 @@ def test_the_command_line_never_reports_a_purge_redis_did_not_take() -> None:
 
 async def test_a_purge_a_shared_store_failed_says_so() -> None:
     pytest.importorskip("redis.asyncio", reason="the redis extra is needed")
-    from adcp_stale_cache.control import PurgeIncomplete
     from adcp_stale_cache.demo.processes import free_port
+    from adcp_stale_cache.ops.control import PurgeIncomplete
     from adcp_stale_cache.stores.redis import RedisStore
 
     cache = make_cache(TieredStore(RedisStore(url=f"redis://127.0.0.1:{free_port()}/0")))
@@ -410,7 +410,7 @@ async def test_a_purge_a_shared_store_failed_says_so() -> None:
 async def test_refresh_reruns_the_selected_calls_now_in_one_flight_each(caplog: Any) -> None:
     from prometheus_client import CollectorRegistry
 
-    from adcp_stale_cache.metrics import PrometheusMetrics
+    from adcp_stale_cache.ops.metrics import PrometheusMetrics
 
     caplog.set_level(logging.INFO, logger="adcp_stale_cache.control")
     registry = CollectorRegistry()
@@ -484,7 +484,7 @@ async def test_refresh_reruns_a_call_as_the_request_that_made_it() -> None:
     """Issue 22, item 3: a remembered call making a nested cached fetch on a per-caller
     surface runs, on refresh, with the partition of the tenant whose request made it, never
     the operator's (which every tenant would then share)."""
-    from adcp_stale_cache.collector import AdvisoryCollector, use_collector
+    from adcp_stale_cache.pipeline.collector import AdvisoryCollector, use_collector
 
     shared = FORMATS.model_copy(update={"shared_across_callers": True})
     per_caller = PRODUCTS  # keyed per caller
@@ -624,7 +624,7 @@ async def test_the_refresh_memory_is_bounded_in_bytes_and_keeps_no_request_alive
     """Issue 22, item 8: the refresh memory was bounded by keys only, while a conditional
     refresh holds the value it revalidates (10,000 keys of 1 MB feeds: 10 GB), and every
     remembered refresh kept its request's whole collector (its advisories) alive."""
-    from adcp_stale_cache.control import Selection
+    from adcp_stale_cache.ops.control import Selection
 
     cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock,
                           breaker=None)  # fmt: skip

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from adcp_stale_cache.decision import (
+from adcp_stale_cache.core.decision import (
     Fail,
     Fresh,
     Refresh,
@@ -13,8 +13,8 @@ from adcp_stale_cache.decision import (
     plan,
     whole_seconds,
 )
-from adcp_stale_cache.entry import Entry
-from adcp_stale_cache.policy import SurfacePolicy
+from adcp_stale_cache.core.entry import Entry
+from adcp_stale_cache.core.policy import SurfacePolicy
 
 STORED = 100.0
 

@@ -19,8 +19,8 @@ from adcp_stale_cache import (
     UpstreamCache,
     collect_advisories,
 )
+from adcp_stale_cache.core.entry import Entry, Terms
 from adcp_stale_cache.demo.processes import App, free_port
-from adcp_stale_cache.entry import Entry, Terms
 
 from .servers import START_SECONDS
 

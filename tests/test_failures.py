@@ -39,8 +39,8 @@ from adcp_stale_cache import (
     collect_advisories,
     http_status_failure,
 )
+from adcp_stale_cache.core.status_text import status_in_text
 from adcp_stale_cache.demo.processes import free_port
-from adcp_stale_cache.status_text import status_in_text
 
 from .servers import serve
 
@@ -146,7 +146,7 @@ def test_cyclic_chains_terminate() -> None:
 
 
 def test_a_code_is_an_adcp_code_whole_or_not_at_all() -> None:
-    from adcp_stale_cache.failures import UpstreamError, is_adcp_code
+    from adcp_stale_cache.core.failures import UpstreamError, is_adcp_code
 
     assert is_adcp_code("SERVICE_UNAVAILABLE") and not is_adcp_code("SERVICE_UNAVAILABLE\n")
     assert not is_adcp_code("refused by db-01.internal") and not is_adcp_code(5)

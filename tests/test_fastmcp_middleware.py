@@ -40,7 +40,7 @@ from starlette.routing import Mount, Route
 from adcp_stale_cache import StaleAdvisoryMiddleware, SurfacePolicy, Surfaces
 from adcp_stale_cache.demo.processes import free_port
 from adcp_stale_cache.integrations.fastmcp import AdvisoryMiddleware
-from adcp_stale_cache.metrics import CacheMetrics
+from adcp_stale_cache.ops.metrics import CacheMetrics
 
 from .conftest import CountingMetrics
 from .fastmcp_run import call_tool, fastmcp_run, session_at

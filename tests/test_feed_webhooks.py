@@ -18,9 +18,9 @@ from adcp.signing import StaticJwksResolver, generate_signing_keypair, load_priv
 from adcp.webhooks import WebhookVerifyOptions, sign_webhook
 
 from adcp_stale_cache import MemoryStore, Surfaces, UpstreamCache
-from adcp_stale_cache.control import CacheControl
 from adcp_stale_cache.integrations.adcp_agent import AdcpAgent
 from adcp_stale_cache.integrations.feed_webhooks import FeedWebhooks
+from adcp_stale_cache.ops.control import CacheControl
 
 from .conftest import FakeClock
 from .test_adcp_agent import SUB, UPSTREAM, WHOLESALE, FakeAgent

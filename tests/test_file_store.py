@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from adcp_stale_cache import SurfacePolicy, Surfaces, Upstream, UpstreamCache, collect_advisories
+from adcp_stale_cache.core.entry import Entry
 from adcp_stale_cache.demo.processes import App, free_port
-from adcp_stale_cache.entry import Entry
 from adcp_stale_cache.stores import MemoryStore, TieredStore
 from adcp_stale_cache.stores.sqlite import SqliteStore
 
@@ -265,7 +265,7 @@ def test_a_garbage_cache_file_does_not_stop_the_seller(tmp_path: Path) -> None:
     ],
 )
 def test_config_builds_memory_over_the_file(setting: dict[str, Any], expected: str) -> None:
-    from adcp_stale_cache.config import StaleCacheConfig
+    from adcp_stale_cache.ops.config import StaleCacheConfig
 
     config = StaleCacheConfig.from_mapping({**setting, "schema_version": "7"})
     store = config.build_store()
@@ -275,7 +275,7 @@ def test_config_builds_memory_over_the_file(setting: dict[str, Any], expected: s
 
 
 def test_store_urls_from_the_environment_and_bad_ones(tmp_path: Path) -> None:
-    from adcp_stale_cache.config import ConfigError, load_config
+    from adcp_stale_cache.ops.config import ConfigError, load_config
 
     config = load_config(environ={"ADCP_STALE_CACHE_STORE": f"sqlite://{tmp_path}/c.db"})
     assert config.store.file_path == f"{tmp_path}/c.db"
@@ -305,7 +305,7 @@ def test_three_workers_share_the_file_through_an_outage(tmp_path: Path) -> None:
 def test_store_failures_are_a_metric(tmp_path: Path) -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from adcp_stale_cache.metrics import PrometheusMetrics
+    from adcp_stale_cache.ops.metrics import PrometheusMetrics
 
     (tmp_path / "a-file").write_text("")
     file = SqliteStore(tmp_path / "a-file" / "c.db")
@@ -346,7 +346,7 @@ async def test_a_purge_at_the_default_bound_reports_what_it_did(tmp_path: Path) 
     """Issue 22, item 12: a purge of every row of a full file (100,000 entries, 5 tags each)
     outlived the per-query deadline. It raised PurgeIncomplete ("0 entries taken") and kept
     the store away for a second, while the store's thread went on to commit it."""
-    from adcp_stale_cache.control import CacheControl
+    from adcp_stale_cache.ops.control import CacheControl
 
     path = tmp_path / "cache.db"
     store = SqliteStore(path)

@@ -28,11 +28,11 @@ from adcp_stale_cache import (
     Surfaces,
     Upstream,
     UpstreamUnavailable,
-    tool_names,
 )
+from adcp_stale_cache.asgi import tool_names
+from adcp_stale_cache.core.failures import Failure
+from adcp_stale_cache.core.policy import FailureKind
 from adcp_stale_cache.demo.processes import App, free_port
-from adcp_stale_cache.failures import Failure
-from adcp_stale_cache.policy import FailureKind
 
 from .servers import START_SECONDS, serve
 from .test_examples import load, readme_quickstart

@@ -22,8 +22,8 @@ from adcp_stale_cache import (
     stale_response,
 )
 from adcp_stale_cache.codecs.sse import EventSplitter, event_data
-from adcp_stale_cache.failures import Failure
-from adcp_stale_cache.policy import FailureKind
+from adcp_stale_cache.core.failures import Failure
+from adcp_stale_cache.core.policy import FailureKind
 
 POLICY = SurfacePolicy(name="get_products", field="products", paths=("/api/get_products",))
 SURFACES = Surfaces.of(POLICY)

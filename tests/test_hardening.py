@@ -31,10 +31,10 @@ from adcp_stale_cache import (
     UpstreamUnavailable,
     collect_advisories,
 )
-from adcp_stale_cache.breaker import BreakerPolicy
-from adcp_stale_cache.entry import Entry
-from adcp_stale_cache.failures import classify
-from adcp_stale_cache.keys import digest
+from adcp_stale_cache.core.entry import Entry
+from adcp_stale_cache.core.failures import classify
+from adcp_stale_cache.core.keys import digest
+from adcp_stale_cache.pipeline.breaker import BreakerPolicy
 
 from .conftest import CountingUpstream as Inventory
 from .conftest import FakeClock
@@ -281,7 +281,7 @@ def test_unkeyable_values_are_refused_with_a_clear_error() -> None:
 
 
 def test_repeated_credential_headers_are_keyed_with_every_value_kept_apart() -> None:
-    from adcp_stale_cache.keys import caller_partition
+    from adcp_stale_cache.core.keys import caller_partition
 
     def scope(*values: bytes) -> dict[str, Any]:
         return {"headers": [(b"authorization", v) for v in values]}
@@ -415,7 +415,7 @@ async def test_lone_surrogate_in_an_mcp_sse_answer_keeps_the_stream_whole() -> N
 @pytest.mark.parametrize("value", ["inf", "Infinity", "1e999", "nan", "-5", "30"])
 async def test_odd_retry_after_never_breaks_the_failure_answer(value: str) -> None:
     from adcp_stale_cache import UpstreamUnavailable, service_unavailable
-    from adcp_stale_cache.failures import UpstreamError
+    from adcp_stale_cache.core.failures import UpstreamError
 
     cache = UpstreamCache(surfaces=Surfaces.of(POLICY))
 
@@ -578,7 +578,7 @@ def test_sse_splitter_scans_each_byte_a_bounded_number_of_times(monkeypatch: Any
 def test_error_codes_as_metric_labels_are_bounded() -> None:
     from prometheus_client import CollectorRegistry
 
-    from adcp_stale_cache.metrics import PrometheusMetrics
+    from adcp_stale_cache.ops.metrics import PrometheusMetrics
 
     registry = CollectorRegistry()
     metrics = PrometheusMetrics(registry)
@@ -695,7 +695,7 @@ async def test_pathsend_after_a_buffered_start_still_sends_the_start(tmp_path: A
 def test_config_slips_are_one_line_errors(
     environ: dict[str, str], says: str, tmp_path: Any
 ) -> None:
-    from adcp_stale_cache.config import ConfigError, load_config
+    from adcp_stale_cache.ops.config import ConfigError, load_config
 
     path = tmp_path / "c.toml"
     path.write_text('[surfaces.get-products]\nfield = "products"\n[surfaces.get_products]\n')

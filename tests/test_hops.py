@@ -15,7 +15,7 @@ from adcp_stale_cache import (
     UpstreamUnavailable,
     collect_advisories,
 )
-from adcp_stale_cache.hops import delivered, directives_of
+from adcp_stale_cache.adcp.hops import delivered, directives_of
 
 from .conftest import FakeClock
 
@@ -241,7 +241,7 @@ def test_sdk_entries_are_kept_once_per_code_and_field() -> None:
 async def test_an_answer_too_old_to_serve_never_opens_the_breaker(clock: FakeClock) -> None:
     """The upstream answered: too old for us is no outage of its own (a fresh answer next is
     asked for, not refused by an open breaker)."""
-    from adcp_stale_cache.breaker import BreakerPolicy
+    from adcp_stale_cache.pipeline.breaker import BreakerPolicy
 
     cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock,
                           breaker=BreakerPolicy(failure_threshold=1))  # fmt: skip

@@ -24,7 +24,7 @@ from adcp_stale_cache import (
 )
 from adcp_stale_cache.codecs import Untouched
 from adcp_stale_cache.codecs.json import NotJson, dumps, loads
-from adcp_stale_cache.failures import Failure, FailureKind
+from adcp_stale_cache.core.failures import Failure, FailureKind
 
 from .test_hardening import POLICY
 
@@ -120,7 +120,7 @@ async def test_a_context_nested_past_what_re_encodes_still_gets_its_503() -> Non
 
 
 def test_a_key_nested_past_the_stack_is_refused_with_the_clear_error() -> None:
-    from adcp_stale_cache.keys import digest
+    from adcp_stale_cache.core.keys import digest
 
     with pytest.raises(TypeError, match="exact cache key"):  # as every unkeyable value is
         digest([("get_products", loads(READABLE_DEEP))])

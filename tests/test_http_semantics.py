@@ -24,7 +24,7 @@ from adcp_stale_cache import (
     UpstreamUnavailable,
     collect_advisories,
 )
-from adcp_stale_cache.directives import parse
+from adcp_stale_cache.core.directives import parse
 
 from .conftest import FakeClock
 
@@ -205,7 +205,7 @@ async def test_last_modified_revalidates_with_if_modified_since(
 async def test_a_304_counts_as_a_success_for_the_breaker(
     clock: FakeClock, upstream: Scripted
 ) -> None:
-    from adcp_stale_cache.breaker import BreakerPolicy
+    from adcp_stale_cache.pipeline.breaker import BreakerPolicy
 
     client = client_for(clock, honor=False, surface=policy(freshness_target_seconds=1),
                         breaker=BreakerPolicy(failure_threshold=2))  # fmt: skip
@@ -431,7 +431,7 @@ async def test_negative_caching_is_brief_and_never_an_outage_fallback(
 async def test_exists_but_denied_is_cached_exactly_as_not_found(clock: FakeClock) -> None:
     """AdCP's existence-leak uniformity: negative caching, headers, timings and metric
     events never tell a 403 ("exists, not yours") from a 404 ("no such thing")."""
-    from adcp_stale_cache.metrics import CacheMetrics
+    from adcp_stale_cache.ops.metrics import CacheMetrics
 
     class Recording(CacheMetrics):
         def __init__(self) -> None:
@@ -497,9 +497,9 @@ async def test_denied_and_not_found_look_alike_through_the_whole_seller(clock: F
     from starlette.routing import Route
 
     from adcp_stale_cache import StaleAdvisoryMiddleware, service_unavailable
-    from adcp_stale_cache.control import CacheControl, Warm
-    from adcp_stale_cache.metrics import CombinedMetrics, PrometheusMetrics
-    from adcp_stale_cache.tracing import SpanEvents
+    from adcp_stale_cache.ops.control import CacheControl, Warm
+    from adcp_stale_cache.ops.metrics import CombinedMetrics, PrometheusMetrics
+    from adcp_stale_cache.ops.tracing import SpanEvents
 
     async def observe(status: int) -> list[Any]:
         registry = CollectorRegistry()
@@ -576,8 +576,8 @@ async def test_denied_and_not_found_look_alike_through_the_whole_seller(clock: F
 def test_numbers_too_long_for_any_conversion_are_capped_never_raised(digits: int) -> None:
     """``Age``, ``max-age`` and ``Retry-After`` of thousands of digits (``int()`` refuses
     4,300 and more; a double holds none past 308) state RFC 9111's cap, 2^31 seconds."""
-    from adcp_stale_cache.directives import parse
-    from adcp_stale_cache.failures import MAX_STATED_SECONDS, retry_after_of
+    from adcp_stale_cache.core.directives import parse
+    from adcp_stale_cache.core.failures import MAX_STATED_SECONDS, retry_after_of
 
     huge = "9" * digits
     said = parse({"age": huge, "cache-control": f"max-age={huge}, stale-if-error={huge}"})

@@ -216,7 +216,7 @@ async def test_unlisted_methods_bypass_the_cache(client: httpx.AsyncClient) -> N
 
 
 async def test_repeated_credential_headers_all_vary_the_key() -> None:
-    from adcp_stale_cache.httpx_transport import CachingTransport as Transport
+    from adcp_stale_cache.integrations.httpx_transport import CachingTransport as Transport
 
     transport = Transport(UpstreamCache(), Upstream(name="u"))
     one = httpx.Request("GET", "http://u/x", headers=[("Authorization", "Bearer a")])
@@ -232,8 +232,8 @@ def test_a_stored_response_is_not_read_back_to_check_it() -> None:
     """The response codec's writes load back by construction (status, header strings, body
     bytes): storing one decodes nothing, where a codec without that promise is read back once
     per store (a 304 revalidation decoded its 100 KB answer three times, now twice)."""
-    from adcp_stale_cache.httpx_transport import RESPONSES
-    from adcp_stale_cache.values import encode
+    from adcp_stale_cache.core.values import encode
+    from adcp_stale_cache.integrations.httpx_transport import RESPONSES
 
     class Counting(type(RESPONSES)):  # type: ignore[misc]
         loads_calls = 0

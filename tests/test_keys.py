@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from adcp_stale_cache.keys import _store_key, cache_key
+from adcp_stale_cache.core.keys import _store_key, cache_key
 
 
 def test_remembered_keys_equal_computed_ones() -> None:
@@ -29,7 +29,7 @@ def test_unhashable_keys_are_digested_by_content() -> None:
 
 
 def test_long_parts_are_digested_not_remembered() -> None:
-    from adcp_stale_cache.keys import _recent_key
+    from adcp_stale_cache.core.keys import _recent_key
 
     before = _recent_key.cache_info().currsize
     body = b"x" * 5000

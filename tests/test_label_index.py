@@ -2,7 +2,7 @@
 the entries that carry them, and selects exactly what a scan of every entry selects.
 
 A hypothesis test runs random writes, overwrites, deletes, expiries, evictions and purges on
-two stores side by side: one purges by :class:`~adcp_stale_cache.control.Selection` (the
+two stores side by side: one purges by :class:`~adcp_stale_cache.ops.control.Selection` (the
 index), the other by a plain callable asking the same question of every entry (the scan).
 After every step both hold the same entries with the same marks, every purge counts the
 same, and the index holds exactly the (label, key) pairs of the entries held.
@@ -24,8 +24,8 @@ from unittest import mock
 
 import pytest
 
-from adcp_stale_cache.control import Selection
-from adcp_stale_cache.entry import Entry
+from adcp_stale_cache.core.entry import Entry
+from adcp_stale_cache.ops.control import Selection
 from adcp_stale_cache.stores import MemoryStore
 from adcp_stale_cache.stores import sqlite as sqlite_store
 from adcp_stale_cache.stores.label_index import LabelIndex, selected_by

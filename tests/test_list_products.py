@@ -19,8 +19,8 @@ import httpx
 import pytest
 
 from adcp_stale_cache import StaleAdvisoryMiddleware, SurfacePolicy, Surfaces, Upstream
-from adcp_stale_cache.advisory import stale_response
-from adcp_stale_cache.collector import current_collector
+from adcp_stale_cache.core.advisory import stale_response
+from adcp_stale_cache.pipeline.collector import current_collector
 from adcp_stale_cache.stores import MemoryStore
 
 from .spec_schemas import spec_schema
@@ -249,7 +249,7 @@ async def test_the_middleware_never_adds_errors_to_a_list_products_answer() -> N
 
 async def test_signals_are_unchanged_only_in_wholesale_mode() -> None:
     from adcp_stale_cache import collect_advisories
-    from adcp_stale_cache.feeds import answer_signals
+    from adcp_stale_cache.adcp.feeds import answer_signals
 
     async def rows() -> list[Any]:
         return [{"signal_agent_segment_id": "s"}]

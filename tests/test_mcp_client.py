@@ -84,10 +84,10 @@ def test_an_mcp_server_answering_503_is_an_outage_not_a_bug() -> None:
     from starlette.responses import Response
     from starlette.routing import Route
 
+    from adcp_stale_cache.core.failures import FailureKind, classify
+    from adcp_stale_cache.core.policy import DEFAULT_STALE_ON
     from adcp_stale_cache.demo.processes import free_port, wait_for_port
-    from adcp_stale_cache.failures import FailureKind, classify
     from adcp_stale_cache.integrations.mcp_client import MCP_V1, call_mcp_tool
-    from adcp_stale_cache.policy import DEFAULT_STALE_ON
 
     if MCP_V1:
         pytest.skip("mcp 1.x raises httpx's own status error, read as it is")
@@ -209,7 +209,7 @@ def test_a_server_that_never_answers_is_a_timeout_within_the_call_s_bound() -> N
     the call ends with a TIMEOUT outage after its ``timeout``, never waits on."""
     import socket
 
-    from adcp_stale_cache.failures import classify
+    from adcp_stale_cache.core.failures import classify
 
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
@@ -225,8 +225,8 @@ def test_a_server_that_never_answers_is_a_timeout_within_the_call_s_bound() -> N
 def test_an_answer_lost_on_a_broken_off_stream_is_an_outage_not_a_hang(answer: Any) -> None:
     """mcp 1.x drops a response stream that ends with no answer in it, without a word: the
     session waited for ever (issue 33's hang, at the buyer). The call's bound ends it."""
-    from adcp_stale_cache.failures import classify
-    from adcp_stale_cache.policy import DEFAULT_STALE_ON
+    from adcp_stale_cache.core.failures import classify
+    from adcp_stale_cache.core.policy import DEFAULT_STALE_ON
 
     from .servers import serve
 

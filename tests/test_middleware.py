@@ -25,8 +25,8 @@ from adcp_stale_cache import (
     current_collector,
     stale_response,
 )
-from adcp_stale_cache.failures import Failure
-from adcp_stale_cache.policy import FailureKind
+from adcp_stale_cache.core.failures import Failure
+from adcp_stale_cache.core.policy import FailureKind
 
 from .conftest import CountingUpstream
 

@@ -26,8 +26,8 @@ from adcp_stale_cache import (
     Upstream,
     UpstreamCache,
 )
+from adcp_stale_cache.core.keys import caller_partition
 from adcp_stale_cache.demo.processes import free_port
-from adcp_stale_cache.keys import caller_partition
 
 from .servers import serve
 

@@ -31,7 +31,7 @@ from adcp_stale_cache import (
 from adcp_stale_cache.buyer import payload_of
 from adcp_stale_cache.codecs import inject_body, inject_json, parse_calls
 from adcp_stale_cache.codecs.mcp import inject_tool_result
-from adcp_stale_cache.values import encode
+from adcp_stale_cache.core.values import encode
 
 adcp_types = pytest.importorskip("adcp.types", reason="the adcp extra is needed")
 

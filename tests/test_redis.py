@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from adcp_stale_cache import SurfacePolicy, Surfaces, Upstream, UpstreamCache, collect_advisories
-from adcp_stale_cache.breaker import BreakerPolicy
-from adcp_stale_cache.entry import Entry
+from adcp_stale_cache.core.entry import Entry
+from adcp_stale_cache.pipeline.breaker import BreakerPolicy
 from adcp_stale_cache.stores import MemoryStore, TieredStore
 from adcp_stale_cache.stores.redis import RedisStore, decode, encode
 
@@ -365,7 +365,7 @@ async def test_the_file_answers_while_redis_is_down_even_after_a_restart(
 async def test_shared_breakers_spare_other_processes_their_first_timeouts(
     redis_server: RedisServer, share: bool
 ) -> None:
-    from adcp_stale_cache.breaker import BreakerPolicy
+    from adcp_stale_cache.pipeline.breaker import BreakerPolicy
     from adcp_stale_cache.stores import TieredStore
 
     surface = SurfacePolicy(name="get_products", field="products", freshness_target_seconds=0,
@@ -424,7 +424,7 @@ async def test_after_any_purge_a_redis_outage_keeps_the_memory_fallback(
     its "no entry" as "no shared copy" and, after any purge (of other entries too), forgot
     every memory copy stored before it, so an upstream outage then failed instead of being
     served stale. A shared store that did not answer says nothing."""
-    from adcp_stale_cache.control import CacheControl
+    from adcp_stale_cache.ops.control import CacheControl
 
     cache = cache_on(redis_server.url)
     up = CountingUpstream()
@@ -449,7 +449,7 @@ async def test_a_purge_during_another_processs_coordinated_refresh_fails_no_wait
     the refresh lease kept that process's answer out, as it should; but the process waiting
     on the lease read "released, nothing stored" as an outage and failed its caller while
     the upstream was healthy. It now asks the upstream itself."""
-    from adcp_stale_cache.control import CacheControl
+    from adcp_stale_cache.ops.control import CacheControl
 
     a, b = (cache_on(redis_server.url, coordinate_refreshes=True) for _ in range(2))
 

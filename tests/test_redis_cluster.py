@@ -20,7 +20,7 @@ from adcp_stale_cache import (
     UpstreamCache,
     collect_advisories,
 )
-from adcp_stale_cache.control import CacheControl
+from adcp_stale_cache.ops.control import CacheControl
 from adcp_stale_cache.stores import TieredStore
 
 from .redis_cluster import RedisCluster

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from adcp_stale_cache.core.entry import Entry
 from adcp_stale_cache.demo.processes import free_port, wait_for_port
-from adcp_stale_cache.entry import Entry
 from adcp_stale_cache.stores.redis_urls import client_from_url, redacted
 
 from .redis_cluster import caught_up

@@ -42,7 +42,7 @@ def test_the_wheel_takes_the_package_alone() -> None:
     assert not {"include", "force-include", "shared-data", "sources", "only-include"} & set(wheel)
     package = ROOT / "adcp_stale_cache"
     assert (package / "py.typed").is_file()
-    assert sorted(p.name for p in (package / "admin" / "static").iterdir()) == [
+    assert sorted(p.name for p in (package / "ops/admin" / "static").iterdir()) == [
         "admin.css", "admin.html", "admin.js", "login.html",
     ]  # fmt: skip
 

@@ -17,9 +17,9 @@ from adcp_stale_cache import (
     UpstreamUnavailable,
     collect_advisories,
 )
-from adcp_stale_cache.breaker import Admission, Breaker, BreakerPolicy
-from adcp_stale_cache.failures import Failure
-from adcp_stale_cache.policy import FailureKind
+from adcp_stale_cache.core.failures import Failure
+from adcp_stale_cache.core.policy import FailureKind
+from adcp_stale_cache.pipeline.breaker import Admission, Breaker, BreakerPolicy
 
 from .conftest import CountingUpstream as Upstreamish
 from .conftest import FakeClock
@@ -233,7 +233,7 @@ async def test_partitions_never_share_entries(clock: FakeClock) -> None:
 
 
 def test_caller_partition_is_hashed_and_distinct() -> None:
-    from adcp_stale_cache.keys import caller_partition
+    from adcp_stale_cache.core.keys import caller_partition
 
     def scope(*headers: tuple[bytes, bytes]) -> dict[str, Any]:
         return {"headers": [(b"host", b"seller.example"), *headers]}

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from adcp_stale_cache.asgi.responders import EventStreamResponder, JsonResponder, responder_for
 from adcp_stale_cache.codecs import Untouched
-from adcp_stale_cache.responders import EventStreamResponder, JsonResponder, responder_for
 
 JSON, EVENTS, HTML = "application/json", "text/event-stream", "text/html"
 

@@ -26,7 +26,7 @@ from adcp_stale_cache import (
     Upstream,
     UpstreamCache,
 )
-from adcp_stale_cache.failures import classify
+from adcp_stale_cache.core.failures import classify
 
 from .conftest import CountingMetrics
 
@@ -79,7 +79,7 @@ def test_review31_a_loop_per_request_does_not_pile_up_redis_connections() -> Non
     import re
     import time
 
-    from adcp_stale_cache.entry import Entry
+    from adcp_stale_cache.core.entry import Entry
     from adcp_stale_cache.stores.redis import RedisStore
 
     from .redis_server import RedisServer, redis_cli
@@ -192,7 +192,7 @@ def test_review31_breaker_closes_when_each_request_closes_its_own_loop() -> None
     import time
 
     from adcp_stale_cache import collect_advisories
-    from adcp_stale_cache.breaker import BreakerPolicy
+    from adcp_stale_cache.pipeline.breaker import BreakerPolicy
 
     cooldown, deadline = 0.3, 0.5
     surface = SurfacePolicy(
@@ -408,7 +408,7 @@ def test_review31_fetch_blocking_asks_a_recovered_upstream_within_cooldown_and_d
     import time
 
     from adcp_stale_cache import collect_advisories
-    from adcp_stale_cache.breaker import BreakerPolicy
+    from adcp_stale_cache.pipeline.breaker import BreakerPolicy
 
     cooldown, deadline, stuck_for = 0.3, 0.3, 4.0
     surface = SurfacePolicy(
@@ -548,7 +548,7 @@ async def test_review31_a_stdlib_urllib_4xx_is_not_an_outage() -> None:
     import http.client
     import urllib.error
 
-    from adcp_stale_cache.breaker import BreakerPolicy
+    from adcp_stale_cache.pipeline.breaker import BreakerPolicy
 
     cache = UpstreamCache(
         surfaces=Surfaces.of(PRODUCTS), breaker=BreakerPolicy(failure_threshold=3)

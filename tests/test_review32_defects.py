@@ -6,8 +6,8 @@ import asyncio
 from typing import Any
 
 from adcp_stale_cache import collect_advisories
-from adcp_stale_cache.feeds import answer_list_products
-from adcp_stale_cache.wholesale import canonical
+from adcp_stale_cache.adcp.feeds import answer_list_products
+from adcp_stale_cache.adcp.wholesale import canonical
 
 PRODUCTS = [{"product_id": "p1", "name": "Run of site"}]
 
@@ -50,7 +50,7 @@ def test_integral_float_default_is_the_default() -> None:
 
 def test_signals_page_size_is_part_of_the_feed_token() -> None:
     from adcp_stale_cache import Upstream, UpstreamCache
-    from adcp_stale_cache.feeds import answer_signals
+    from adcp_stale_cache.adcp.feeds import answer_signals
 
     cache = UpstreamCache()
     signals = Upstream(name="signals")

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from adcp_stale_cache import MemoryStore, SurfacePolicy, Surfaces, Upstream, UpstreamCache
-from adcp_stale_cache.failures import FailureKind, classify
+from adcp_stale_cache.core.failures import FailureKind, classify
 from adcp_stale_cache.integrations.adcp_agent import AdcpAgent
 
 if sys.version_info < (3, 11):

@@ -78,9 +78,9 @@ from adcp_stale_cache import (  # noqa: E402
     UpstreamCache,
     UpstreamUnavailable,
 )
-from adcp_stale_cache.collector import AdvisoryCollector, use_collector  # noqa: E402
-from adcp_stale_cache.control import CacheControl, PurgeIncomplete, Warm  # noqa: E402
-from adcp_stale_cache.entry import Entry  # noqa: E402
+from adcp_stale_cache.core.entry import Entry  # noqa: E402
+from adcp_stale_cache.ops.control import CacheControl, PurgeIncomplete, Warm  # noqa: E402
+from adcp_stale_cache.pipeline.collector import AdvisoryCollector, use_collector  # noqa: E402
 from adcp_stale_cache.stores import TieredStore  # noqa: E402
 
 TARGET, MAX_STALE, UNHEARD = 10, 100, 5.0

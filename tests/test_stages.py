@@ -24,22 +24,22 @@ from adcp_stale_cache import (
     UpstreamCache,
     collect_advisories,
 )
-from adcp_stale_cache.admission import Admitted, Breakers, Refused
-from adcp_stale_cache.advisory import stale_response
-from adcp_stale_cache.breaker import Breaker, BreakerPolicy
-from adcp_stale_cache.collector import AdvisoryCollector, current_collector, use_collector
-from adcp_stale_cache.control import CacheControl
-from adcp_stale_cache.decision import Fresh, Refresh
-from adcp_stale_cache.entry import Entry
-from adcp_stale_cache.failures import BUDGET_SPENT, CIRCUIT_OPEN, Failure, UpstreamUnavailable
-from adcp_stale_cache.flight import Answer, Flights, Refreshed, as_made
-from adcp_stale_cache.lookup import MAX_CLOCK_SKEW_SECONDS, Hit, Lookup, Lookups
-from adcp_stale_cache.metrics import CacheMetrics, Fanout
-from adcp_stale_cache.policy import FailureKind
-from adcp_stale_cache.serving import Serving
-from adcp_stale_cache.settings import Settings
+from adcp_stale_cache.core.advisory import stale_response
+from adcp_stale_cache.core.decision import Fresh, Refresh
+from adcp_stale_cache.core.entry import Entry
+from adcp_stale_cache.core.failures import BUDGET_SPENT, CIRCUIT_OPEN, Failure, UpstreamUnavailable
+from adcp_stale_cache.core.policy import FailureKind
+from adcp_stale_cache.core.values import JSON, Unreadable
+from adcp_stale_cache.ops.control import CacheControl
+from adcp_stale_cache.ops.metrics import CacheMetrics, Fanout
+from adcp_stale_cache.pipeline.admission import Admitted, Breakers, Refused
+from adcp_stale_cache.pipeline.breaker import Breaker, BreakerPolicy
+from adcp_stale_cache.pipeline.collector import AdvisoryCollector, current_collector, use_collector
+from adcp_stale_cache.pipeline.flight import Answer, Flights, Refreshed, as_made
+from adcp_stale_cache.pipeline.lookup import MAX_CLOCK_SKEW_SECONDS, Hit, Lookup, Lookups
+from adcp_stale_cache.pipeline.serving import Serving
+from adcp_stale_cache.pipeline.settings import Settings
 from adcp_stale_cache.stores.sqlite import SqliteStore
-from adcp_stale_cache.values import JSON, Unreadable
 
 from .conftest import FakeClock
 
@@ -321,7 +321,7 @@ async def test_a_flight_remembers_its_refresh_as_the_request_that_made_it(
     seen = []
 
     async def call() -> dict[str, Any]:
-        from adcp_stale_cache.collector import current_collector
+        from adcp_stale_cache.pipeline.collector import current_collector
 
         collector = current_collector()
         seen.append(collector.partition if collector is not None else None)
@@ -493,7 +493,7 @@ def test_the_old_names_are_gone_and_their_settings_read_where_they_live(
     assert cache.settings.breaker is None and cache.breakers.policy is None
     assert not hasattr(adcp_stale_cache, "attributes")
     for moved in ("FORCED_FAILURE", "ForcedOutage", "ForcedOutages"):  # now in testing only
-        assert not hasattr(adcp_stale_cache.cache, moved), moved
+        assert not hasattr(adcp_stale_cache.pipeline.cache, moved), moved
     with pytest.raises(ImportError):
         importlib.import_module("adcp_stale_cache.attributes")
 
@@ -556,8 +556,8 @@ def _reachable(root: object, stop: tuple[type, ...]) -> list[object]:
 async def test_a_remembered_refresh_keeps_no_request_or_held_entry_alive(
     clock: FakeClock,
 ) -> None:
-    from adcp_stale_cache.flight import Flights
-    from adcp_stale_cache.lookup import Lookups
+    from adcp_stale_cache.pipeline.flight import Flights
+    from adcp_stale_cache.pipeline.lookup import Lookups
 
     cache = hub(clock, PRODUCTS)
     control = CacheControl(cache)
@@ -650,7 +650,7 @@ def _classes() -> list[tuple[str, ast.ClassDef]]:
 
 def test_the_hub_stays_small_and_fetch_reads_as_its_pipeline() -> None:
     classes = dict(_classes())
-    hub = classes["cache.py:UpstreamCache"]
+    hub = classes["pipeline/cache.py:UpstreamCache"]
     assert hub.end_lineno - hub.lineno + 1 <= 280  # type: ignore[operator]
     fetch = next(n for n in hub.body if getattr(n, "name", "") == "fetch")
     body = fetch.body[1:]  # type: ignore[attr-defined]  # without its docstring
@@ -677,7 +677,7 @@ def _imports_of_testing() -> set[str]:
 
 
 def test_only_test_mode_reaches_the_compliance_harness_lazily() -> None:
-    assert _imports_of_testing() == {"cache.py:_test_mode"}  # never __init__, nor a stage
+    assert _imports_of_testing() == {"pipeline/cache.py:_test_mode"}  # never __init__, nor a stage
     script = "import sys, adcp_stale_cache as a; a.UpstreamCache(); print('.testing' in str(sys.modules))"
     loaded = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
@@ -694,10 +694,10 @@ def _function(tree: ast.AST, name: str) -> ast.AST:
 
 
 def test_fetch_runs_one_way_with_no_sentinel() -> None:
-    fetch = _function(_module("cache.py"), "fetch")
+    fetch = _function(_module("pipeline/cache.py"), "fetch")
     identity = [n for n in ast.walk(fetch) if isinstance(n, (ast.Is, ast.IsNot))]
     assert identity == []  # each stage's result taken as it is, never tested against a marker
-    serving = _module("serving.py")
+    serving = _module("pipeline/serving.py")
     imports = [n for n in ast.walk(serving) if isinstance(n, ast.ImportFrom)]
     from_flight = {a.name for n in imports if n.module == "flight" for a in n.names}
     assert from_flight <= {"Refreshed"}  # the flight's result, never the stage
@@ -708,7 +708,13 @@ def test_fetch_runs_one_way_with_no_sentinel() -> None:
 
 
 def test_no_stage_changes_the_look_up_it_was_handed() -> None:
-    for name in ("admission.py", "flight.py", "serving.py", "cache.py", "testing.py"):
+    for name in (
+        "pipeline/admission.py",
+        "pipeline/flight.py",
+        "pipeline/serving.py",
+        "pipeline/cache.py",
+        "testing.py",
+    ):
         for node in ast.walk(_module(name)):
             targets = node.targets if isinstance(node, ast.Assign) else []
             if isinstance(node, (ast.AugAssign, ast.AnnAssign)):
@@ -888,9 +894,9 @@ def test_the_request_state_is_split_by_owner() -> None:
     # The advisories, the request's context (its front door's) and what was served (the trace).
     slots = set(AdvisoryCollector.__slots__)
     assert slots == {"_by_upstream", "closed", "context", "trace", "unsettled"}
-    front_doors = {"collector.py", "middleware.py", "peek.py"}
+    front_doors = {"pipeline/collector.py", "asgi/middleware.py", "asgi/peek.py"}
     for path in sorted(PACKAGE.rglob("*.py")):
-        if path.name in front_doors:
+        if path.relative_to(PACKAGE).as_posix() in front_doors:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             for target in node.targets if isinstance(node, ast.Assign) else ():

@@ -13,8 +13,8 @@ import pytest
 from adcp_stale_cache import CacheControl, MemoryStore, SurfacePolicy, Surfaces, Upstream
 from adcp_stale_cache import UpstreamCache as Cache
 from adcp_stale_cache import stores as capabilities
-from adcp_stale_cache.control import Selection
-from adcp_stale_cache.entry import Entry
+from adcp_stale_cache.core.entry import Entry
+from adcp_stale_cache.ops.control import Selection
 from adcp_stale_cache.stores import Store, TieredStore
 from adcp_stale_cache.stores.sqlite import SqliteStore
 
@@ -94,7 +94,7 @@ async def test_a_users_store_with_get_set_delete_only_works_through_the_cache(
 ) -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from adcp_stale_cache.metrics import PrometheusMetrics
+    from adcp_stale_cache.ops.metrics import PrometheusMetrics
 
     store, registry = DictStore(), CollectorRegistry()
     cache = Cache(store, surfaces=Surfaces.of(POLICY), clock=clock, coordinate_refreshes=True,

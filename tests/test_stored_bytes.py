@@ -12,7 +12,7 @@ import tracemalloc
 from typing import Any
 
 from adcp_stale_cache import JSON, MemoryStore, SharedJsonCodec, Upstream, UpstreamCache
-from adcp_stale_cache.values import encode
+from adcp_stale_cache.core.values import encode
 
 UPSTREAM = Upstream(name="inventory")
 VALUE = {"products": [{"product_id": f"p-{i}", "name": "Run of network display"} for i in range(3)]}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from adcp_stale_cache import MemoryStore, Store
-from adcp_stale_cache.entry import Entry
+from adcp_stale_cache.core.entry import Entry
 
 from .conftest import FakeClock
 

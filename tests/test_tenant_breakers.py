@@ -16,8 +16,8 @@ from adcp_stale_cache import (
     UpstreamUnavailable,
     collect_advisories,
 )
-from adcp_stale_cache.breaker import BreakerPolicy
-from adcp_stale_cache.failures import UpstreamError, UpstreamHTTPError
+from adcp_stale_cache.core.failures import UpstreamError, UpstreamHTTPError
+from adcp_stale_cache.pipeline.breaker import BreakerPolicy
 
 from .conftest import FakeClock
 

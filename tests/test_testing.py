@@ -146,7 +146,7 @@ async def test_a_seeded_entry_carries_its_labels_so_purges_select_it(
 ) -> None:
     """Issue 22, Low: a forced outage seeded a cold cache with an entry without labels: no
     purge by upstream, surface or tag selected it, so it stayed fresh through every purge."""
-    from adcp_stale_cache.control import CacheControl
+    from adcp_stale_cache.ops.control import CacheControl
 
     upstream = Counting()
     cache.force_upstream_unavailable("get_products")
@@ -163,7 +163,7 @@ async def test_a_seeded_entry_carries_its_labels_so_purges_select_it(
 async def test_a_purge_during_the_seeding_call_wins(cache: UpstreamCache) -> None:
     """A forced outage's seeding call is a call in flight like any other: a purge that lands
     while it runs keeps its answer out of the store (see purges)."""
-    from adcp_stale_cache.control import CacheControl
+    from adcp_stale_cache.ops.control import CacheControl
 
     control = CacheControl(cache)
     upstream = Counting()

@@ -23,7 +23,7 @@ from adcp_stale_cache import (
     current_collector,
     use_collector,
 )
-from adcp_stale_cache.breaker import BreakerPolicy
+from adcp_stale_cache.pipeline.breaker import BreakerPolicy
 
 FORMATS = SurfacePolicy(
     name="list_creative_formats", field="formats", freshness_target_seconds=1,

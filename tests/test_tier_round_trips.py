@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from adcp_stale_cache import MemoryStore, SurfacePolicy, Surfaces, Upstream, UpstreamCache
-from adcp_stale_cache.entry import Entry
-from adcp_stale_cache.purges import UNREADABLE, PurgeWitness
+from adcp_stale_cache.core.entry import Entry
+from adcp_stale_cache.pipeline.purges import UNREADABLE, PurgeWitness
 from adcp_stale_cache.stores import TieredStore
 
 from .conftest import FakeClock
@@ -324,7 +324,7 @@ async def test_redis_counts_a_purge_that_failed_midway_again_for_what_it_marked(
     matching between the purge's first count and its mark must hear of it. Before, the
     second count was skipped on a failure: that process served the unmarked copy as fresh
     for up to ``near_max_age_seconds``, though the shared copy was marked."""
-    from adcp_stale_cache.control import Selection
+    from adcp_stale_cache.ops.control import Selection
     from adcp_stale_cache.stores.redis import RedisStore
 
     operator, reader = RedisStore(url=redis_url), RedisStore(url=redis_url)

@@ -62,8 +62,8 @@ async def test_every_upstream_down_in_a_task_group_is_service_unavailable() -> N
 
 
 def test_a_group_holding_another_failure_is_the_apps_to_answer() -> None:
-    from adcp_stale_cache.failures import UpstreamUnavailable, classify
-    from adcp_stale_cache.middleware import upstream_unavailable
+    from adcp_stale_cache.asgi.middleware import upstream_unavailable
+    from adcp_stale_cache.core.failures import UpstreamUnavailable, classify
 
     down = UpstreamUnavailable(Upstream(name="inventory"), classify(ConnectionRefusedError()))
     nested = BaseExceptionGroup("fan-out", [down, BaseExceptionGroup("inner", [down])])

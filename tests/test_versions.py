@@ -149,7 +149,7 @@ async def test_outside_the_middleware_nothing_is_pinned() -> None:
 
 
 def test_a_collector_given_its_request_reads_its_pin() -> None:
-    from adcp_stale_cache.collector import UNREAD
+    from adcp_stale_cache.pipeline.collector import UNREAD
 
     with collect_advisories(request={"adcp_version": "3.1"}) as collector:
         assert collector.context.pinned_release() == 'adcp_version="3.1"'
@@ -160,7 +160,7 @@ def test_a_collector_given_its_request_reads_its_pin() -> None:
 async def test_a_refresh_reruns_nested_fetches_under_the_pin_that_made_them() -> None:
     """The control plane re-runs a remembered call later, outside any request: its nested
     fetches must key by the release the original request pinned, not by none."""
-    from adcp_stale_cache.control import CacheControl
+    from adcp_stale_cache.ops.control import CacheControl
 
     policy = SurfacePolicy(name="get_products", field="products", paths=("/api/get_products",),
                            shared_across_callers=True, varies_by_version=True)  # fmt: skip

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adcp_stale_cache.wholesale import (
+from adcp_stale_cache.adcp.wholesale import (
     Outcome,
     Scope,
     canonical,

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ..advisory import STALE_RESPONSE
+from ..core.advisory import STALE_RESPONSE
 from .wire import Reply
 
 #: The payload path each AdCP tool's advisory names, when the advisory names none.

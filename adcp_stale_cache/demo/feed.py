@@ -6,9 +6,9 @@ declares neither tokens nor scopes: :func:`~adcp_stale_cache.answer_wholesale` d
 ``wholesale_feed_version`` from the cached entries the answer was composed of, the
 ``cache_scope`` from how they were keyed (``public`` for the rate card, ``account`` for the
 overlay), and answers a matching probe ``unchanged: true``. The same feed answers 3.2's
-``list_products`` (:func:`~adcp_stale_cache.feeds.answer_list_products`), and its signals, read the
-same way from the inventory's ``/signals``, a signals agent's ``get_signals`` in
-``discovery_mode: "wholesale"`` (:func:`~adcp_stale_cache.feeds.answer_signals`).
+``list_products`` (:func:`~adcp_stale_cache.adcp.feeds.answer_list_products`), and its signals, read
+the same way from the inventory's ``/signals``, a signals agent's ``get_signals`` in
+``discovery_mode: "wholesale"`` (:func:`~adcp_stale_cache.adcp.feeds.answer_signals`).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from typing import Any
 
 import httpx
 
-from ..cache import UpstreamCache
-from ..conditional import InvalidConditionalRequest, answer_wholesale, invalid_request
-from ..feeds import answer_list_products, answer_signals
-from ..wholesale import canonical
+from ..adcp.conditional import InvalidConditionalRequest, answer_wholesale, invalid_request
+from ..adcp.feeds import answer_list_products, answer_signals
+from ..adcp.wholesale import canonical
+from ..pipeline.cache import UpstreamCache
 
 #: The account the AdCP storyboards use to elicit an account-scoped answer.
 OVERLAY_ACCOUNT = "account-overlay.example"

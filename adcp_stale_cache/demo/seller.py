@@ -37,11 +37,11 @@ from .. import (
     UpstreamUnavailable,
     service_unavailable,
 )
-from ..advisory import failed_payload
-from ..conditional import InvalidConditionalRequest
-from ..control import CacheControl
+from ..adcp.conditional import InvalidConditionalRequest
+from ..core.advisory import failed_payload
 from ..integrations.mcp_client import call_mcp_tool
-from ..metrics import PrometheusMetrics
+from ..ops.control import CacheControl
+from ..ops.metrics import PrometheusMetrics
 from ..stores import MemoryStore, Store
 from .feed import WholesaleFeed
 from .feed_events import EVENT_TYPES, FeedEvents, Signer, Subscriptions
@@ -321,7 +321,7 @@ def create_seller_app(
 
     ``test_controller`` enables the sandbox ``comply_test_controller`` tool (and the cache's
     test mode): never in production. ``admin_token`` mounts the operator app
-    (:mod:`adcp_stale_cache.admin`) at ``/admin``; without one there is none.
+    (:mod:`adcp_stale_cache.ops.admin`) at ``/admin``; without one there is none.
     ``honor_cache_control`` lets the inventory service's ``Cache-Control`` set its entries'
     freshness within the policy (its ETags revalidate either way). ``inventory_transport``
     reaches the inventory service another way than over the network (an in-process
@@ -422,7 +422,7 @@ def create_seller_app(
     app.add_api_route("/metrics", metrics, methods=["GET"])
     control = CacheControl(cache) if admin_token or (subs and webhook_jwks) else None
     if admin_token and control is not None:
-        from ..admin import admin_app
+        from ..ops.admin import admin_app
 
         app.mount("/admin", admin_app(control, token=admin_token))
     if subs is not None and webhook_jwks and control is not None:

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Iterable, Mapping
 from typing import Any
 
 from .. import Upstream, UpstreamCache, UpstreamUnavailable, service_unavailable
-from ..failures import classify
+from ..core.failures import classify
 from ..integrations.adcp_agent import AdcpAgent, AgentRefused
 
 logger = logging.getLogger("adcp_stale_cache.demo")

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..advisory import AdcpError
+from ..core.advisory import AdcpError
 
 #: The releases this seller speaks (``adcp.supported_versions``), oldest first.
 SUPPORTED_VERSIONS = ("3.0", "3.1", "3.2")

@@ -4,7 +4,7 @@ client and cached by the protocol's own rules.
 Beside :func:`~adcp_stale_cache.integrations.mcp_client.call_mcp_tool` (any tool, any MCP
 server), :class:`AdcpAgent` knows what an AdCP answer means for a cache:
 
-- **Its age** (:mod:`~adcp_stale_cache.hops`): an answer carrying the agent's own
+- **Its age** (:mod:`~adcp_stale_cache.adcp.hops`): an answer carrying the agent's own
   ``STALE_RESPONSE`` is stored as old as it says, and our buyer is told once it is past our
   target, with one advisory of ours for this upstream.
 - **What is never stored:** an ``adcp_error`` (a failure: transient ones fall back to the
@@ -19,7 +19,7 @@ server), :class:`AdcpAgent` knows what an AdCP answer means for a cache:
 - **Layers:** a request without an account is the public layer; an account's entry is its
   overlay (the agent said ``account``) or a mark of the public layer every account the agent
   answered ``public`` shares (see :meth:`AdcpAgent.ask`).
-- **Keys:** the request in canonical form (:func:`~adcp_stale_cache.wholesale.canonical`:
+- **Keys:** the request in canonical form (:func:`~adcp_stale_cache.adcp.wholesale.canonical`:
   reordered filters are one entry), without what is per call (``context``,
   ``idempotency_key``, the ``if_*`` tokens), with the account when it names one (its
   ``account_id`` tags the entry, for webhooks: see
@@ -40,12 +40,12 @@ from urllib.parse import urlsplit
 
 from pydantic import SecretStr
 
-from ..cache import UpstreamCache
-from ..failures import Failure, InvalidPayload, UpstreamError, is_adcp_code
-from ..hops import delivered, directives_of, revalidated
-from ..keys import digest
-from ..policy import FailureKind, Upstream
-from ..wholesale import canonical, release_of
+from ..adcp.hops import delivered, directives_of, revalidated
+from ..adcp.wholesale import canonical, release_of
+from ..core.failures import Failure, InvalidPayload, UpstreamError, is_adcp_code
+from ..core.keys import digest
+from ..core.policy import FailureKind, Upstream
+from ..pipeline.cache import UpstreamCache
 from .deadline import checked_timeout, within
 
 #: How the adapter reaches the agent: ``(tool, params) -> the answer's wire payload`` (a
@@ -125,7 +125,7 @@ class AdcpAgent:
     async def ask(self, tool: str, request: Mapping[str, Any]) -> dict[str, Any]:
         """The agent's answer to ``tool`` with ``request``, from cache when the surface
         allows: without the agent's own staleness advisories (ours stand for them, see
-        :mod:`~adcp_stale_cache.hops`) and without ``context``.
+        :mod:`~adcp_stale_cache.adcp.hops`) and without ``context``.
 
         Entries follow the spec's layers. A request without an account is the public layer.
         With one, the account's entry is its overlay (the agent said ``account``) or, when

@@ -43,19 +43,19 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..advisory import NO_ERRORS_MEMBER
-from ..cache import UpstreamCache
 from ..codecs import Untouched, inject_payload
 from ..codecs.json import KEEP, NO_CONTEXT, Delivery, context_of, delivery
-from ..collector import (
+from ..core.advisory import NO_ERRORS_MEMBER
+from ..core.keys import digest
+from ..core.policy import Surfaces
+from ..pipeline.cache import UpstreamCache
+from ..pipeline.collector import (
     UNREAD,
     AdvisoryCollector,
     Collecting,
     RequestContext,
     current_collector,
 )
-from ..keys import digest
-from ..policy import Surfaces
 
 logger = logging.getLogger("adcp_stale_cache.adcp_sdk")
 

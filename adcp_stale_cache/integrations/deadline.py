@@ -7,7 +7,7 @@ import math
 from collections.abc import Awaitable
 from typing import TypeVar
 
-from ..singleflight import call_with_deadline
+from ..pipeline.singleflight import call_with_deadline
 
 T = TypeVar("T")
 

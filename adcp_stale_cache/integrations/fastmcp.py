@@ -36,15 +36,15 @@ from fastmcp.server.dependencies import get_http_request
 from mcp.types import TextContent
 from starlette.types import Scope
 
-from ..cache import UpstreamCache
+from ..asgi.peek import ToolCall
+from ..asgi.tool_names import report_untooled, tool_names
 from ..codecs import Untouched
 from ..codecs.json import Delivery, context_of
 from ..codecs.mcp import inject_tool_result
-from ..collector import AdvisoryCollector, RequestContext, current_collector, use_collector
-from ..keys import caller_partition
-from ..peek import ToolCall
-from ..policy import Surfaces
-from ..tool_names import report_untooled, tool_names
+from ..core.keys import caller_partition
+from ..core.policy import Surfaces
+from ..pipeline.cache import UpstreamCache
+from ..pipeline.collector import AdvisoryCollector, RequestContext, current_collector, use_collector
 
 if TYPE_CHECKING:  # fastmcp ships no type information mypy could check a subclass against
     Middleware = object

@@ -13,14 +13,14 @@ replayed or tampered event changes nothing and is answered 401), then applies it
 - ``account`` without: the receiving account's (the event's ``account_id``).
 
 **The cache is the mirror.** An event soft-purges what it applies to, through
-:meth:`~adcp_stale_cache.control.CacheControl.invalidate`: every process sharing the store
+:meth:`~adcp_stale_cache.ops.control.CacheControl.invalidate`: every process sharing the store
 hears of it through the purge count, and the next request revalidates with the feed's token
 (a changed feed is read in full; the entry stays the outage fallback meanwhile). That is
 why the events' contents are not applied as deltas, as ``adcp.FeedMirror`` does in one
 process's memory: a soft purge is the same whichever order events arrive in and however
 often one is delivered, so neither ordering nor de-duplication can serve a buyer wrong data,
 and no process holds a copy the others cannot see. ``wholesale_feed.bulk_change`` also
-re-reads the feed at once (:meth:`~adcp_stale_cache.control.CacheControl.refresh`).
+re-reads the feed at once (:meth:`~adcp_stale_cache.ops.control.CacheControl.refresh`).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from typing import Any
 from starlette.types import Receive, Scope, Send
 
 from ..codecs.json import loads
-from ..control import CacheControl
-from ..policy import Upstream
+from ..core.policy import Upstream
+from ..ops.control import CacheControl
 from .adcp_agent import account_tag
 
 logger = logging.getLogger("adcp_stale_cache")

@@ -20,7 +20,13 @@ from typing import Any
 
 from ..codecs import present
 from ..codecs.json import loads
-from ..failures import InvalidPayload, UpstreamError, UpstreamHTTPError, causes_of, retry_after_of
+from ..core.failures import (
+    InvalidPayload,
+    UpstreamError,
+    UpstreamHTTPError,
+    causes_of,
+    retry_after_of,
+)
 from .deadline import checked_timeout, within
 
 try:  # mcp 2.x
@@ -57,7 +63,7 @@ async def call_mcp_tool(
     Raises :class:`~adcp_stale_cache.UpstreamError` for a tool error (``isError: true``,
     with the payload's ``adcp_error`` code when it has one),
     :class:`~adcp_stale_cache.InvalidPayload` when the result holds no JSON object and
-    :class:`~adcp_stale_cache.failures.UpstreamHTTPError` when the server answered a 5xx or
+    :class:`~adcp_stale_cache.core.failures.UpstreamHTTPError` when the server answered a 5xx or
     a 429 (an outage, served stale). Raises :class:`ValueError` for a ``timeout`` that
     bounds nothing (not a finite number above 0).
     """

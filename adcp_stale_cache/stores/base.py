@@ -10,12 +10,12 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol, runtime_checkable
 
-from ..entry import Entry
+from ..core.entry import Entry
 
 
 @runtime_checkable
 class Store(Protocol):
-    """An async key-value store of :class:`~adcp_stale_cache.entry.Entry`.
+    """An async key-value store of :class:`~adcp_stale_cache.core.entry.Entry`.
 
     Stores know bytes, not wires nor policies: ``ttl_seconds`` is how long the entry may be
     kept, after which ``get`` must not return it. A store that fails should raise; the cache
@@ -54,7 +54,7 @@ class Store(Protocol):
 @runtime_checkable
 class Selecting(Protocol):
     """A purge's ``match`` that says what it selects (a
-    :class:`~adcp_stale_cache.control.Selection`): every selected entry carries ``labels``;
+    :class:`~adcp_stale_cache.ops.control.Selection`): every selected entry carries ``labels``;
     with ``store_key``, only that entry and those labelled ``from_key`` (built from it). A
     store reads those entries only; any other ``match`` is asked of every entry."""
 
@@ -83,7 +83,7 @@ class Purgeable(Protocol):
 @runtime_checkable
 class PurgeCounting(Protocol):
     """A store that counts its purges: a flight that saw the count move does not store its
-    answer (see :mod:`~adcp_stale_cache.purges`)."""
+    answer (see :mod:`~adcp_stale_cache.pipeline.purges`)."""
 
     async def generation(self) -> object:
         """The purge count (None: it cannot be read now)."""
@@ -117,7 +117,7 @@ class Leasing(Protocol):
 @runtime_checkable
 class SharedBreakerStore(Protocol):
     """A store through which processes share their open breakers (see
-    :mod:`~adcp_stale_cache.shared_breakers`)."""
+    :mod:`~adcp_stale_cache.pipeline.shared_breakers`)."""
 
     async def breaker_state(self, name: str) -> bytes | None:
         """The state another process published for breaker ``name``, or None."""

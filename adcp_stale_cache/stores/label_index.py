@@ -2,7 +2,7 @@
 selects, not every entry of a store (memory and file stores; Redis keeps sets of its own).
 
 A purge's ``match`` that is :class:`~adcp_stale_cache.stores.Selecting` (a
-:class:`~adcp_stale_cache.control.Selection`) says which labels every selected entry carries
+:class:`~adcp_stale_cache.ops.control.Selection`) says which labels every selected entry carries
 and, for one key, which key and the label of the entries built from it. Any other ``match``
 (a plain callable) says nothing about what it selects: the store scans. Candidates are always
 checked with ``match`` itself, so the index decides how much is read, never what is selected.

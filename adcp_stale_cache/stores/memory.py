@@ -14,7 +14,7 @@ from typing import Any
 
 from cachetools import Cache, TLRUCache
 
-from ..entry import Entry
+from ..core.entry import Entry
 from .label_index import LabelIndex, selected_by
 
 _Item = tuple[Entry, float]  # (entry, expiry time)
@@ -127,7 +127,7 @@ class MemoryStore:
 
     async def generation(self) -> int:
         """How many purges this store has seen: a flight that saw it move while it was in
-        flight does not store its answer (see :mod:`~adcp_stale_cache.purges`)."""
+        flight does not store its answer (see :mod:`~adcp_stale_cache.pipeline.purges`)."""
         return self._purges
 
     @property

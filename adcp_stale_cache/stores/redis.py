@@ -11,7 +11,7 @@ an entry and its refresh lease, ``{prefix}:v3:lease:{<key>}``, share a slot)::
 An unreadable value (another format, truncated, foreign, a ``stored_at`` that is not a
 finite time) is no entry: the key is then refreshed from the upstream and overwritten.
 
-Each label of an entry (see :mod:`adcp_stale_cache.labels`) is a set of keys,
+Each label of an entry (see :mod:`adcp_stale_cache.core.labels`) is a set of keys,
 ``{prefix}:label:{label}``, expiring with the longest-lived entry it names: invalidations
 intersect these sets instead of scanning the keyspace. Every purge (one that found nothing
 too) increments ``{prefix}:generation``, which processes' memory tiers and flights watch
@@ -44,7 +44,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from ..entry import TERMS_SIZE, Entry, Terms
+from ..core.entry import TERMS_SIZE, Entry, Terms
 from .label_index import selected_by
 from .redis_urls import LoopClients, client_from_url
 
@@ -252,7 +252,7 @@ class RedisStore:
     async def purge(self, match: Callable[[str, Entry], bool], *, soft: bool) -> int:
         """Invalidate the entries ``match`` selects: mark them for revalidation (``soft``,
         expiry kept) or leave a tombstone. A selection with labels (a
-        :class:`~adcp_stale_cache.control.Selection`) reads the intersection of their sets,
+        :class:`~adcp_stale_cache.ops.control.Selection`) reads the intersection of their sets,
         one with a key that key alone; any other ``match`` scans this store's keys (an
         operator's action, not a request's). Tried even while the store stays away from Redis
         after a failure; a failure is counted in ``failures`` (the caller reports it)."""

@@ -44,7 +44,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..entry import Entry, Terms
+from ..core.entry import Entry, Terms
 from .label_index import selected_by
 
 logger = logging.getLogger("adcp_stale_cache.sqlite")

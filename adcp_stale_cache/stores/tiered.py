@@ -31,8 +31,8 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-from ..entry import Entry
-from ..purges import UNREADABLE, PurgeWitness
+from ..core.entry import Entry
+from ..pipeline.purges import UNREADABLE, PurgeWitness
 from .base import (
     Bounded,
     FailureCounting,

@@ -1,0 +1,1 @@
+"""AdCP semantics: wholesale conditional fetch, feed reads and federated hops."""

@@ -1,0 +1,322 @@
+"""Pure ASGI middleware: one collector per request, advisories appended to the payload.
+
+Mount it inside any compression middleware (it must see the JSON, not gzip)::
+
+    app.add_middleware(StaleAdvisoryMiddleware, cache=cache)
+
+Each request also gets a cache partition (default: a digest of the caller's credentials,
+tenant and host headers, see :func:`~adcp_stale_cache.core.keys.caller_partition`): cache keys
+include it, so no caller is served another caller's entry. Pass ``partition=`` to derive it
+differently from the scope (a resolved principal id, say), ``partition_from_call=`` to
+derive it from the call too (a principal passed as a tool argument: see
+:class:`~adcp_stale_cache.asgi.peek.ToolCall`), or mark public surfaces ``shared_across_callers``.
+
+It serves every AdCP transport on one app: plain JSON routes (the body is the payload), MCP
+streamable HTTP (``tools/call`` answers, JSON or SSE) and A2A JSON-RPC (``message/send``,
+``SendMessage`` and their streaming forms). The tool surface of a request comes from its
+route path, the MCP tool name or the A2A skill.
+
+When the request recorded no advisory, every response message passes straight through,
+unbuffered and byte for byte. Otherwise the payload's ``errors[]`` is extended (one
+``STALE_RESPONSE`` per stale upstream), ``Content-Length`` recomputed and the status kept
+(see responders: who writes an answer is picked at its start).
+An answer's ``context`` is always its own request's: when the answer is rewritten, or when
+the cache served the request a value holding a ``context`` (another buyer's, cached with an
+upstream's answer), an answer whose ``context`` is not the request's gets the request's
+instead (none, when the request had none), counted in ``contexts_replaced`` and logged once;
+a null ``context`` is none, never another's. Anything that cannot carry advisories goes out
+untouched, each of its advisories counted as lost (``advisory_lost``, with why). A stale
+plain-HTTP answer also gets ``Age`` and RFC 9211 ``Cache-Status`` (``fwd=stale``, negative
+``ttl``) for HTTP tooling (``stale_headers=False`` turns them off).
+
+An ``UpstreamUnavailable`` the app lets out (nothing cached, upstream down), alone or as every
+leaf of an exception group (a task group's fan-out), is answered as the fatal AdCP
+``SERVICE_UNAVAILABLE`` (503 JSON, or an MCP ``isError`` result), and at start-up (ASGI
+lifespan) a surface whose ``paths`` no route serves is logged (see routes).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from starlette.routing import compile_path
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..codecs import Untouched
+from ..codecs.json import NO_CONTEXT, UNKNOWN, dumps
+from ..core.advisory import failed_payload, service_unavailable
+from ..core.failures import UpstreamUnavailable
+from ..core.keys import CREDENTIAL_HEADERS, caller_partition
+from ..core.policy import SurfacePolicy, Surfaces
+from ..pipeline.collector import STATE_KEY, AdvisoryCollector, enter_request, leave_request
+from .peek import MAX_PEEK_BYTES, RequestPeek, ToolCall
+from .responders import Answer
+from .routes import routes_of, unserved
+from .tool_names import report_untooled, served_names, tool_space
+
+if TYPE_CHECKING:
+    from ..pipeline.cache import UpstreamCache
+if sys.version_info < (3, 11):  # anyio raises the backport's groups there
+    from exceptiongroup import BaseExceptionGroup  # type: ignore[import-not-found,unused-ignore]
+
+logger = logging.getLogger("adcp_stale_cache.middleware")
+
+
+class StaleAdvisoryMiddleware:
+    """Attach each request's ``STALE_RESPONSE`` advisories to its response payload.
+
+    ``cache=`` takes the cache's surfaces; ``surfaces=`` gives them without a cache."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        cache: UpstreamCache | None = None,
+        surfaces: Surfaces | None = None,
+        partition: Callable[[Scope], str | None] | None = caller_partition,
+        partition_from_call: Callable[[ToolCall], str | None] | None = None,
+        stale_headers: bool = True,
+        max_peek_bytes: int = MAX_PEEK_BYTES,
+    ) -> None:
+        if partition_from_call is not None and partition is not caller_partition:
+            raise ValueError("pass partition= or partition_from_call=, not both")
+        if cache is not None and surfaces is not None and surfaces is not cache.surfaces:
+            raise ValueError("surfaces= is not cache.surfaces: pass cache= alone, it gives them")
+        self.app = app
+        self.max_peek_bytes = max_peek_bytes
+        self.surfaces = cache.surfaces if cache is not None else surfaces or Surfaces()
+        self.partition = partition
+        self.partition_from_call = partition_from_call
+        self.stale_headers = stale_headers
+        #: Answers whose ``context`` was another request's, given their own request's.
+        self.contexts_replaced = 0
+        self._warned_unread_credential = False
+        # Route path -> surface, trailing slashes ignored (Surfaces.for_path, precomputed);
+        # paths written as routes are (``/api/{tenant}/get_products``) match as routes do.
+        declared = [
+            (path.rstrip("/") or "/", policy)
+            for policy in self.surfaces.policies
+            for path in policy.paths
+        ]
+        self._by_path = {path: policy for path, policy in declared if "{" not in path}
+        self._templated = [
+            (compile_path(path)[0], policy) for path, policy in declared if "{" in path
+        ]
+
+    def _partition(self, request: RequestPeek, scope: Scope) -> str | None:
+        """The caller partition, built only when a per-caller key is (with
+        ``partition_from_call``, the body was read ahead: its call is known)."""
+        if self.partition_from_call is not None:
+            if request.unreadable():  # no principal can be told: this request's alone
+                logger.info(
+                    "partition_private: the request's call could not be read (too large, "
+                    "a batch, not a JSON object): its entries are its own"
+                )
+                return f"private:{uuid.uuid4().hex}"
+            return self.partition_from_call(request.call(scope))
+        assert self.partition is not None
+        if not self._warned_unread_credential and self.partition is caller_partition:
+            # Arguments only as read already (a JSON-RPC call's): no body parsed for this.
+            one_call = request.calls[0].arguments if len(request.calls) == 1 else None
+            unread = _unread_credential(scope, one_call)
+            if unread is not None:
+                self._warned_unread_credential = True
+                logger.warning(
+                    "partition_ignores_credential: a surface keys its entries per caller, "
+                    "but a request carried %s, which the default partition does not read "
+                    "(it reads %s and the host): callers told apart by it alone would share "
+                    "entries. Pass partition= or partition_from_call= to name the principal, "
+                    "or mark public surfaces shared_across_callers=True",
+                    unread,
+                    ", ".join(CREDENTIAL_HEADERS),
+                )
+        return self.partition(scope)
+
+    async def _started(self, scope: Scope, send: Send, message: Message) -> None:
+        """The app's lifespan messages: once it has started, report surfaces it cannot
+        serve (before the server takes a request: it waits for this message)."""
+        if message["type"] == "lifespan.startup.complete":
+            await self.report_unserved(scope.get("app", self.app))
+        await send(message)
+
+    async def report_unserved(self, app: object) -> None:
+        """Say which surfaces no request can select: one WARNING each whose ``paths`` no
+        route serves, or, when the app serves fastmcp tools, whose name no tool has either
+        (see tool_names). An INFO where it cannot be told: paths below a mounted app whose
+        routes cannot be read, neither the wrapped app nor ``app`` (the one lifespan names)
+        a Starlette app, a name another part of the app may serve. Run at start-up."""
+        routes = routes_of(self.app)  # the wrapped router, else the app that added us
+        root = self.app if routes is not None else app
+        routes = routes_of(app) if routes is None else routes
+        missing, unknown = (
+            unserved(routes, self.surfaces) if routes is not None else ([], self.surfaces.policies)
+        )
+        space = tool_space(root, self.surfaces)
+        names = await served_names(space)
+        tooled = names or frozenset()  # a surface named after a served tool is served
+        for policy in missing:
+            if policy.name not in tooled:
+                logger.warning(
+                    "surface_unserved surface=%s paths=%s: the app serves no route there "
+                    "(paths are matched without the app's root_path): its requests would "
+                    "fall to the default policy",
+                    policy.name,
+                    list(policy.paths),
+                )
+        for policy in unknown:
+            if policy.paths and policy.name not in tooled:
+                logger.info(
+                    "surface_routes_unknown surface=%s paths=%s: the app's routes there "
+                    "cannot be read (not a Starlette app or router)",
+                    policy.name,
+                    list(policy.paths),
+                )
+        if names is not None:
+            untold = [policy for policy in self.surfaces.policies if not policy.paths]
+            report_untooled(untold, names, complete=not space.opaque)
+
+    def _replaced(self) -> None:
+        if not self.contexts_replaced:
+            logger.warning(
+                "answer_context_replaced: an answer carried a context that was not its own "
+                "request's (a cached value's?): replaced by the request's. Echo the request's "
+                "context in your tool rather than a cached one (logged once; counted in "
+                "contexts_replaced)"
+            )
+        self.contexts_replaced += 1
+
+    def _surface_at(self, path: str) -> SurfacePolicy | None:
+        surface = self._by_path.get(path)
+        if surface is None and path.endswith("/"):
+            surface = self._by_path.get(path.rstrip("/") or "/")
+        for template, policy in self._templated if surface is None else ():
+            if template.match(path.rstrip("/") or "/"):
+                return policy
+        return surface
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            if scope["type"] == "lifespan":
+                send = functools.partial(self._started, scope, send)
+            await self.app(scope, receive, send)
+            return
+        surface = self._surface_at(route_path(scope))
+        if surface is None and scope.get("root_path"):  # paths declared with their prefix
+            surface = self._surface_at(scope.get("path", ""))
+        collector = AdvisoryCollector(surface, counted_at_delivery=True)
+        scope.setdefault("state", {})[STATE_KEY] = collector
+        # A declared plain-JSON route carries no JSON-RPC call: its body is kept for its
+        # context only.
+        request = RequestPeek(
+            self.surfaces, collector, scope, receive, self.max_peek_bytes, surface is not None
+        )
+        if self.partition is not None or self.partition_from_call is not None:
+            collector.context.partition_from(functools.partial(self._partition, request, scope))
+        if request.peeking:
+            if self.partition_from_call is not None:  # the hook sees the call, however early
+                await request.read_ahead()
+            receive = request.receive
+            collector.context.request_field = request.field
+        answer = Answer(collector, request, scope, send, self.stale_headers, self._replaced)
+        token = enter_request(collector)
+        try:
+            await self.app(scope, receive, answer.send)
+        except Exception as exc:
+            unavailable = upstream_unavailable(exc)
+            if unavailable is None or answer.forward is not None:  # (answered: too late)
+                raise
+            await _unavailable(unavailable, collector, request, send)
+        finally:
+            leave_request(token)
+            answer.close()
+        answer.check_late_context()
+
+
+def upstream_unavailable(error: BaseException) -> UpstreamUnavailable | None:
+    """The :class:`UpstreamUnavailable` an app let out: ``error`` itself, or the first of an
+    exception group (a ``TaskGroup`` or anyio fan-out) every leaf of which is one; else None."""
+    if isinstance(error, UpstreamUnavailable):
+        return error
+    if isinstance(error, BaseExceptionGroup):
+        leaves = [upstream_unavailable(leaf) for leaf in error.exceptions]
+        return leaves[0] if all(leaves) else None
+    return None
+
+
+async def _unavailable(
+    error: UpstreamUnavailable, collector: AdvisoryCollector, request: RequestPeek, send: Send
+) -> None:
+    """Answer a request whose upstream failed with nothing cached to stand in (the app let
+    :class:`UpstreamUnavailable` out) as AdCP says: the fatal ``SERVICE_UNAVAILABLE``, in a
+    503 JSON body, or for one MCP call in an ``isError`` tool result (as MCP servers answer
+    a tool's exception). Built from the failure's sanitised message: no trace, no host."""
+    surface = collector.surface
+    failure = service_unavailable(error, surface.field if surface is not None else None)
+    await request.read_rest()
+    context = request.context()
+    own = None if context is NO_CONTEXT or context is UNKNOWN else context
+    try:
+        status, body = _failure_answer(request, failure.to_dict(), own)
+    except Untouched:  # a context nested past what re-encodes: the answer goes without it
+        status, body = _failure_answer(request, failure.to_dict(), None)
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    if failure.retry_after is not None:
+        headers.append((b"retry-after", b"%d" % failure.retry_after))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+    logger.info("upstream_unavailable_answered upstream=%s status=%d", error.upstream.name, status)
+
+
+def _failure_answer(request: RequestPeek, error: dict[str, Any], context: Any) -> tuple[int, bytes]:
+    """The status and body answering ``request`` with the fatal ``error``: a 503 JSON body,
+    or for one MCP call an ``isError`` tool result."""
+    payload = failed_payload([error], context)
+    if len(request.calls) == 1 and request.calls[0].protocol == "mcp":
+        text = dumps(payload).decode()
+        content = [{"type": "text", "text": text}]
+        result = {"content": content, "structuredContent": payload, "isError": True}
+        return 200, dumps({"jsonrpc": "2.0", "id": request.calls[0].id, "result": result})
+    return 503, dumps(payload)
+
+
+def route_path(scope: Scope) -> str:
+    """The path routes match: ``scope["path"]`` less the app's ``root_path`` (a ``Mount``,
+    ``uvicorn --root-path``, a prefix-stripping proxy), as Starlette's router reads it."""
+    path: str = scope.get("path", "")
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root) and path[len(root) : len(root) + 1] in ("/", ""):
+        return path[len(root) :] or "/"
+    return path
+
+
+# What names a credential or a principal (a header, a query parameter, a tool argument):
+# any of these the default partition does not read may be what tells callers apart.
+_CREDENTIAL_WORDS = ("auth", "token", "principal", "secret", "api-key", "api_key", "tenant")
+_READ_HEADERS = frozenset(name.encode() for name in CREDENTIAL_HEADERS)
+
+
+def _unread_credential(scope: Scope, arguments: Any) -> str | None:
+    """What in the request looks like a credential the default partition does not read
+    (``header x-auth-token``, say), or None: a request with no credential at all is a
+    public caller, told apart from none, as the app tells it apart from none."""
+    for name, _ in scope.get("headers", ()):
+        if name.lower() not in _READ_HEADERS and _credential_like(name.decode("latin-1")):
+            return f"header {name.decode('latin-1').lower()}"
+    for pair in scope.get("query_string", b"").decode("latin-1").split("&"):
+        key = pair.split("=")[0]
+        if key and _credential_like(key):
+            return f"query parameter {key}"
+    for key in arguments if isinstance(arguments, dict) else ():
+        if isinstance(key, str) and _credential_like(key):
+            return f"tool argument {key}"
+    return None
+
+
+def _credential_like(name: str) -> bool:
+    name = name.lower().replace("apikey", "api-key")
+    return any(word in name for word in _CREDENTIAL_WORDS)

@@ -1,0 +1,161 @@
+"""Reading a request as the app receives it, for the middleware: its JSON-RPC calls (MCP
+``tools/call``, A2A ``SendMessage``...), its AdCP request's ``context`` and fields.
+
+Every POST body is read along (a JSON body may come labelled ``text/plain``, or not at all),
+up to ``limit`` bytes; nothing is parsed until asked, except JSON-RPC calls on routes not
+declared plain JSON (the tool name says the request's surface).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.types import Message, Receive, Scope
+
+from ..codecs import RpcCall, Untouched, parse_calls
+from ..codecs.json import KEEP, context_of, loads
+from ..core.policy import Surfaces
+from ..pipeline.collector import UNREAD, AdvisoryCollector
+
+#: JSON-RPC requests are small; a larger body is not read.
+MAX_PEEK_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A request as the ``partition_from_call`` hook sees it: its ASGI ``scope``, its
+    ``tool`` (MCP tool, A2A skill, or the plain route's surface; None: unknown) and its
+    ``arguments`` (MCP ``params.arguments``, the A2A DataPart's ``parameters``, a plain JSON
+    body; None when there are none: a body whose call cannot be read is never shown to the
+    hook, see :meth:`RequestPeek.unreadable`)."""
+
+    scope: Scope
+    tool: str | None
+    arguments: Mapping[str, Any] | None
+
+
+class RequestPeek:
+    """What one request says, read off its POST body as the app receives it: its JSON-RPC
+    calls (which set the request's surface), or, for a plain JSON request, the body itself,
+    parsed only when asked (for its ``context`` or a field)."""
+
+    __slots__ = (
+        "_ahead", "_body", "_chunks", "_parsed", "_receive", "_size", "calls", "collector",
+        "declared", "limit", "oversized", "peeking", "surfaces",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        surfaces: Surfaces,
+        collector: AdvisoryCollector,
+        scope: Scope,
+        receive: Receive,
+        limit: int = MAX_PEEK_BYTES,
+        declared: bool = False,
+    ) -> None:
+        self.surfaces = surfaces
+        self.collector = collector
+        self.declared = declared  # a declared plain-JSON route: the body is the request
+        self._body: bytes | None = None
+        self._parsed: Any = KEEP  # the declared route's request, once read
+        self._receive = receive
+        self.limit = limit
+        self.oversized = False  # too large to read: its calls, if any, are unknown
+        self.calls: list[RpcCall] = []
+        # Every POST body: a JSON body may come labelled text/plain, or not at all.
+        self.peeking = scope.get("method") == "POST"
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self._ahead: deque[Message] = deque()  # read before the app asked: replayed to it
+
+    async def receive(self) -> Message:
+        """The app's ``receive``: what was read ahead first, then the request as it comes."""
+        if self._ahead:
+            return self._ahead.popleft()
+        return await self._read()
+
+    async def read_ahead(self) -> None:
+        """Read the body (up to ``limit``) before the app runs, kept for it: its call is
+        then known at the request's first fetch, whenever the app reads its body."""
+        while self.peeking:
+            message = await self._read()
+            self._ahead.append(message)
+            if message["type"] != "http.request":
+                return
+
+    def unreadable(self) -> bool:
+        """Whether the body holds a call that could not be read: too large, a batch, or
+        not a JSON object (an empty body is no call, not an unreadable one)."""
+        if self.oversized or len(self.calls) > 1:
+            return True
+        if self.calls or not self._body or not self._body.strip():
+            return False
+        return not isinstance(self._request(), dict)
+
+    async def _read(self) -> Message:
+        message = await self._receive()
+        if self.peeking and message["type"] == "http.request":
+            body = message.get("body", b"")
+            self._size += len(body)
+            if self._size > self.limit:
+                self.peeking, self._chunks, self.oversized = False, [], True
+            elif message.get("more_body", False):
+                self._chunks.append(body)
+            else:
+                self.peeking = False
+                if self._chunks:  # most bodies come in one message: no copy then
+                    body, self._chunks = b"".join((*self._chunks, body)), []
+                if not self.declared:  # (no byte test: "json\u0072pc" is "jsonrpc" too)
+                    self._read_calls(body)
+                if not self.calls:  # a plain JSON request: read if a context is in doubt
+                    self._body = body
+        return message
+
+    async def read_rest(self) -> None:
+        """Read what the app left of the body (it failed before reading it all), to answer
+        with the request's ``context``."""
+        while self.peeking:
+            if (await self.receive())["type"] != "http.request":
+                return
+
+    def context(self) -> Any:
+        """The request's ``context`` (``NO_CONTEXT``: none, or null), ``UNKNOWN`` when it
+        cannot be read (no body read, too large, not JSON, a batch: see inject_body)."""
+        return context_of(self._request())
+
+    def field(self, name: str) -> Any:
+        """A field of the AdCP request (None when absent, ``UNREAD`` when the request
+        could not be read)."""
+        request = self._request()
+        return request.get(name) if isinstance(request, dict) else UNREAD
+
+    def call(self, scope: Scope) -> ToolCall:
+        """The request as a :class:`ToolCall`, read as far as it has been received."""
+        request = self._request()
+        surface = self.collector.surface
+        tool = self.calls[0].surface if len(self.calls) == 1 else None
+        if tool is None and not self.calls and surface is not None:
+            tool = surface.name
+        return ToolCall(scope, tool, request if isinstance(request, dict) else None)
+
+    def _request(self) -> Any:
+        """The AdCP request: the one call's arguments, or the declared route's body (read
+        once, when first asked); ``KEEP`` when unknown."""
+        if self.calls:
+            return self.calls[0].arguments if len(self.calls) == 1 else KEEP
+        if self._parsed is KEEP and self._body is not None:
+            try:
+                self._parsed = loads(self._body)
+            except Untouched:
+                self._parsed = None
+        return self._parsed
+
+    def _read_calls(self, body: bytes) -> None:
+        self.calls = parse_calls(body)
+        names = {call.surface for call in self.calls}
+        policy = self.surfaces.find(names.pop()) if len(names) == 1 else None
+        if policy is not None:
+            self.collector.context.surface = policy

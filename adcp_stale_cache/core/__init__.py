@@ -1,0 +1,1 @@
+"""Sans-I/O: policies, the caching decision, entries, keys, failures and advisories."""

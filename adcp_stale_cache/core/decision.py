@@ -1,0 +1,161 @@
+"""The caching decision, with no I/O: tested by tables, shared by every adapter.
+
+Two questions are asked of an entry (or its absence), the current time and a policy:
+
+* before calling the upstream, :func:`plan`: serve the entry as fresh, or call the upstream
+  (keeping the entry, when it is still within max-stale, as the fallback);
+* after the upstream call failed, :func:`on_failure`: serve the entry stale, or fail.
+
+Boundaries (RFC 9111 semantics): an entry is fresh while ``age < target``, so a target of 0
+makes every hit past target; it may be served stale while ``age <= target + max_stale``.
+
+An entry's target and max-stale are the policy's, unless the upstream said otherwise (the
+entry's :class:`~adcp_stale_cache.core.entry.Terms`, kept when the surface honours HTTP
+directives): its ``max-age`` is clamped into the policy's freshness range, its
+``stale-if-error`` caps max-stale (never above the policy's), and its
+``stale-while-revalidate`` opens a window past the target where the entry is served at once
+while it is refreshed behind.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+from .entry import Entry
+
+
+class Freshness(Protocol):
+    """What the decision needs of a policy."""
+
+    @property
+    def freshness_target_seconds(self) -> int: ...
+
+    @property
+    def max_stale_seconds(self) -> int: ...
+
+    @property
+    def min_freshness_seconds(self) -> int: ...
+
+    @property
+    def max_freshness_seconds(self) -> int | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Fresh:
+    """Serve ``entry`` as it is; the upstream is not called."""
+
+    entry: Entry
+
+
+@dataclass(frozen=True, slots=True)
+class Refresh:
+    """Call the upstream; ``fallback`` is the entry to serve stale if the call fails,
+    ``previous`` the entry held (its validators make the call conditional), even past
+    max-stale; ``background``: serve ``fallback`` now and refresh behind it (the upstream's
+    ``stale-while-revalidate`` window)."""
+
+    fallback: Entry | None
+    previous: Entry | None = None
+    background: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ServeStale:
+    """Serve ``entry`` past its freshness target and tell the buyer so."""
+
+    entry: Entry
+    age_seconds: int
+    target_seconds: int
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    """No usable entry: the upstream failure stays a failure."""
+
+
+def whole_seconds(age: float) -> int:
+    """An age as the whole number of seconds the spec asks for (floor, never negative)."""
+    return max(0, math.floor(age))
+
+
+def target_seconds(entry: Entry, policy: Freshness) -> float:
+    """The entry's freshness target: the upstream's ``max-age`` clamped into the policy's
+    range, else the policy's target."""
+    terms = entry.terms
+    if terms is None or terms.max_age is None:
+        return policy.freshness_target_seconds
+    high = policy.max_freshness_seconds
+    high = policy.freshness_target_seconds if high is None else high
+    return min(max(terms.max_age, policy.min_freshness_seconds), high)
+
+
+def max_stale_seconds(entry: Entry, policy: Freshness) -> float:
+    """How far past its target the entry may be served: the policy's max-stale, capped by
+    the upstream's ``stale-if-error``."""
+    terms = entry.terms
+    if terms is None or terms.stale_if_error is None:
+        return policy.max_stale_seconds
+    return min(terms.stale_if_error, policy.max_stale_seconds)
+
+
+def is_fresh(entry: Entry, now: float, policy: Freshness) -> bool:
+    """True while the entry is younger than its freshness target (and not soft-purged: an
+    invalidated entry is past its target whatever its age)."""
+    if entry.revalidate:
+        return False
+    if entry.terms is None:  # no terms of the upstream's (most entries): every hit asks this
+        return max(0.0, now - entry.stored_at) < policy.freshness_target_seconds
+    return entry.age(now) < target_seconds(entry, policy)
+
+
+def fresh_until(entry: Entry, policy: Freshness) -> float:
+    """When the entry stops being fresh, on the clock of its ``stored_at``: its target less
+    the age it was stored with (an upstream's ``Age``, a sub-agent's or a composite's)."""
+    if entry.revalidate:
+        return -math.inf
+    carried = 0.0 if entry.terms is None else entry.terms.age
+    return entry.stored_at + target_seconds(entry, policy) - carried
+
+
+def is_servable(entry: Entry, now: float, policy: Freshness) -> bool:
+    """True while the entry is within its hard max-stale bound."""
+    return entry.age(now) <= target_seconds(entry, policy) + max_stale_seconds(entry, policy)
+
+
+def in_revalidation_window(entry: Entry, now: float, policy: Freshness) -> bool:
+    """True within the upstream's ``stale-while-revalidate`` window past the target."""
+    terms = entry.terms
+    if entry.revalidate or terms is None or terms.stale_while_revalidate is None:
+        return False
+    window = min(terms.stale_while_revalidate, max_stale_seconds(entry, policy))
+    return entry.age(now) < target_seconds(entry, policy) + window
+
+
+def plan(entry: Entry | None, now: float, policy: Freshness) -> Fresh | Refresh:
+    """Before the upstream call: a fresh hit, or a refresh with its stale fallback."""
+    if entry is None:
+        return Refresh(fallback=None)
+    if is_fresh(entry, now, policy):
+        return Fresh(entry)
+    if not is_servable(entry, now, policy):  # kept for its validators only
+        return Refresh(fallback=None, previous=entry)
+    return Refresh(entry, entry, in_revalidation_window(entry, now, policy))
+
+
+def on_failure(entry: Entry | None, now: float, policy: Freshness) -> Fresh | ServeStale | Fail:
+    """After a failed upstream call: serve the entry stale if it is still servable.
+
+    The entry may have been refreshed by a concurrent call meanwhile: a fresh entry is
+    served as a plain hit, with no advisory.
+    """
+    if entry is None or not is_servable(entry, now, policy):
+        return Fail()
+    if is_fresh(entry, now, policy):
+        return Fresh(entry)
+    age = whole_seconds(entry.age(now))
+    target = whole_seconds(target_seconds(entry, policy))
+    # A purge is the operator saying "no longer fresh": a purged entry's target is cut to its
+    # age, so that every advisory says an age at least its target (the spec's own condition).
+    return ServeStale(entry, age, min(target, age) if entry.revalidate else target)

@@ -1,0 +1,281 @@
+"""Value codecs: how a cached value becomes the bytes a store keeps, and back.
+
+A codec that refuses a value (raises in ``dumps``), or whose bytes it cannot read back, makes
+it "served, not cached": the upstream answered, so its value reaches the caller whatever the
+codec does with it. A stored entry it cannot read (raises in ``loads``) counts as no entry.
+Both are logged by the helpers here, which the cache calls.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+from typing import Any, Generic, Protocol, TypeVar
+
+import orjson
+
+from ..codecs.json import has_long_number
+from .entry import Entry
+from .policy import Upstream
+
+T = TypeVar("T")
+logger = logging.getLogger("adcp_stale_cache")
+
+
+class Codec(Protocol[T]):
+    """Turns a value into the bytes a store keeps, and back (a fresh copy per caller)."""
+
+    def dumps(self, value: T) -> bytes:
+        """Serialise; raise to refuse a value (it is then not cached)."""
+        ...
+
+    def loads(self, data: bytes) -> T:
+        """Deserialise."""
+        ...
+
+
+def content_of(codec: Codec[Any], data: bytes) -> bytes:
+    """What of a stored value is its content, for the tokens of answers composed of it (see
+    conditional): the codec's ``content(data)`` when it has one (an HTTP response's status
+    and body, not its ``Date``), else all of it."""
+    content = getattr(codec, "content", None)
+    return content(data) if content is not None else data
+
+
+class JsonCodec(Generic[T]):
+    """JSON values (dicts, lists, strings, numbers) through orjson."""
+
+    def dumps(self, value: T) -> bytes:
+        """Serialise with orjson; refuse what JSON cannot hold exactly.
+
+        orjson writes NaN and infinities as ``null``: a value holding one would come back
+        changed, so it is refused (served, not cached), as are the types orjson refuses
+        (``Decimal``, ``set``, integers over 64 bits, non-string dict keys).
+        """
+        data = orjson.dumps(value)
+        if b"null" in data and _has_non_finite(value):
+            raise ValueError("NaN or infinity: JSON would store it as null")
+        return data
+
+    def loads(self, data: bytes) -> T:
+        """Deserialise with orjson."""
+        result: T = orjson.loads(data)
+        return result
+
+
+JSON: JsonCodec[Any] = JsonCodec()
+
+
+def _has_non_finite(value: object) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_has_non_finite(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_has_non_finite(v) for v in value)
+    return False
+
+
+_MISSING = object()
+
+
+class SharedJsonCodec(JsonCodec[T]):
+    """JSON values decoded once and shared by every caller: for read-only callers.
+
+    The default :data:`JSON` codec gives each caller its own decoded copy, which is most of
+    the cost of a hit. This one keeps the decoded value of each stored body (up to
+    ``max_values`` of them, first in first out) and hands the same object to every caller:
+    a hit is then a lookup. Callers must treat the value as read-only, since a mutation
+    would reach every later caller. The decoded values live outside the store's byte bound.
+    """
+
+    def __init__(self, max_values: int = 1024) -> None:
+        if max_values < 1:
+            raise ValueError("max_values must be positive")
+        self.max_values = max_values
+        # Keyed by the stored bytes: a memory store hands back the same object, whose hash
+        # CPython caches, so a lookup costs no rehash of the body.
+        self._values: dict[bytes, Any] = {}
+        self._lock = threading.Lock()
+
+    def loads(self, data: bytes) -> T:
+        """The shared decoded value of ``data`` (decoded on first use)."""
+        value = self._values.get(data, _MISSING)
+        if value is _MISSING:
+            value = orjson.loads(data)
+            with self._lock:  # evictions from several threads (a hit takes no lock)
+                if len(self._values) >= self.max_values:
+                    del self._values[next(iter(self._values))]
+                self._values[data] = value
+        result: T = value
+        return result
+
+
+class Unreadable(Exception):
+    """A stored entry the codec cannot decode: it counts as no entry."""
+
+
+def decode(codec: Codec[T], entry: Entry, upstream: Upstream) -> T:
+    """The value of a stored entry; :class:`Unreadable` (logged) when the codec cannot."""
+    try:
+        return codec.loads(entry.data)
+    except Exception as exc:
+        logger.warning(
+            "unreadable_entry upstream=%s codec=%s error=%s",
+            upstream.name,
+            type(codec).__name__,
+            type(exc).__name__,
+        )
+        raise Unreadable from exc
+
+
+def encode(codec: Codec[T], value: T, upstream: Upstream) -> bytes | None:
+    """The stored form of ``value``, or None when the codec refuses it or cannot read its own
+    bytes back: the upstream answered, so the answer is served; it is only not cached.
+
+    Reading back costs one decode per store (never per hit): a codec that writes what it
+    cannot load (a model whose members do not round-trip) would otherwise fail every later
+    hit, or the very call that stored it. A codec whose every write loads back by
+    construction says so (``round_trips = True``) and is not read back.
+    """
+    try:
+        data = codec.dumps(value)
+    except Exception as exc:
+        _not_cacheable(codec, upstream, "refused", exc)
+        return None
+    if getattr(codec, "round_trips", False):
+        return data
+    try:
+        codec.loads(data)
+    except Exception as exc:
+        _not_cacheable(codec, upstream, "does not round-trip", exc)
+        return None
+    # orjson hands back its whole write buffer (4 KiB at least) behind the bytes it wrote: a
+    # 200-byte answer kept as it came held 4 KiB in a memory store, where Entry.size (and
+    # max_bytes) counted 200. An exact copy, once per store, holds what it says.
+    return bytes(memoryview(data)) if type(data) is bytes else data
+
+
+_warned: set[tuple[str, str, str]] = set()
+
+
+def _not_cacheable(codec: Codec[Any], upstream: Upstream, reason: str, exc: Exception) -> None:
+    """Log a value served but not kept: a WARNING the first time for an upstream, codec and
+    error (a misfit codec fails the same way on every answer), DEBUG after that."""
+    seen = (upstream.name, type(codec).__name__, f"{reason}:{type(exc).__name__}")
+    first = seen not in _warned
+    if first and len(_warned) < 1024:
+        _warned.add(seen)
+    logger.log(
+        logging.WARNING if first else logging.DEBUG,
+        "not_cacheable upstream=%s codec=%s reason=%s error=%s",  # the type only: a message
+        upstream.name,  # may quote the value
+        type(codec).__name__,
+        reason,
+        type(exc).__name__,
+    )
+
+
+class PydanticCodec(Generic[T]):
+    """Values of one declared type (a pydantic model, ``list[Format]``, ``dict[str, Model]``,
+    any type a ``TypeAdapter`` takes), stored whole and read back as that type.
+
+    ``model_dump`` is not a cache format: it drops fields marked ``exclude=True`` (a seller's
+    internal ``platform_config``, say), private attributes and which fields were set. This
+    codec keeps, for every model in the value: the fields that were set (excluded ones too)
+    under the name validation takes (so aliases round-trip), extras, and the fields-set record
+    (``exclude_unset`` dumps stay the same); and the private attributes of the value's
+    top-level models (the value itself, or the items of a top-level list, tuple or dict),
+    which must be JSON values. Loading validates against the type: an entry written by an
+    older shape of the model is unreadable (no entry, refreshed), never a wrong object.
+    """
+
+    def __init__(self, value_type: Any) -> None:
+        from pydantic import TypeAdapter
+
+        self.value_type = value_type
+        self._adapter: Any = TypeAdapter(value_type)
+
+    def dumps(self, value: T) -> bytes:
+        """The value's state as JSON (raises on a value not of the type)."""
+        self._adapter.validate_python(value, strict=False)  # a value of another type: refused
+        state = {"value": _state(value), "private": _privates(value)}
+        try:
+            data = orjson.dumps(state, default=_jsonable)
+        except TypeError:  # an integer past 64 bits, say: the stdlib holds it exactly
+            data = json.dumps(state, default=_jsonable, separators=(",", ":")).encode()
+        # What JSON changes on the way (integer dict keys become strings, NaN in an optional
+        # float becomes None) still validates: only an equal value read back may be kept.
+        if self.loads(data) != value:
+            raise ValueError("the value does not read back equal")
+        return data
+
+    def loads(self, data: bytes) -> T:
+        """A new value of the type (private attributes of top-level models restored)."""
+        # orjson reads an integer past 64 bits as a float: the stdlib reads those exactly.
+        state = json.loads(data) if has_long_number(data) else orjson.loads(data)
+        value: T = self._adapter.validate_python(state["value"])
+        _restore_privates(value, state["private"])
+        return value
+
+
+def _state(value: Any) -> Any:
+    if getattr(type(value), "__pydantic_root_model__", False):  # a RootModel is its root
+        return _state(value.root)
+    fields = getattr(type(value), "model_fields", None)
+    if isinstance(fields, dict) and hasattr(value, "model_fields_set"):
+        held = vars(value)  # the field values, read without a deprecated field's warning
+        state = {
+            _input_name(name, fields[name]): _state(
+                held[name] if name in held else getattr(value, name)
+            )
+            for name in value.model_fields_set
+            if name in fields
+        }
+        for name, extra in (getattr(value, "__pydantic_extra__", None) or {}).items():
+            state[name] = _state(extra)
+        return state
+    if isinstance(value, (list, tuple)):
+        return [_state(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _state(item) for key, item in value.items()}
+    return value
+
+
+def _input_name(name: str, field: Any) -> str:
+    """The key validation reads a field from: its validation alias or alias, else its name."""
+    alias = field.validation_alias
+    choices = getattr(alias, "choices", None)  # AliasChoices: the first plain name
+    if isinstance(choices, list) and choices and isinstance(choices[0], str):
+        alias = choices[0]
+    if isinstance(alias, str):
+        return alias
+    return field.alias if isinstance(field.alias, str) else name
+
+
+def _privates(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [getattr(item, "__pydantic_private__", None) for item in value]
+    if isinstance(value, dict):
+        return {key: getattr(item, "__pydantic_private__", None) for key, item in value.items()}
+    return getattr(value, "__pydantic_private__", None)
+
+
+def _restore_privates(value: Any, private: Any) -> None:
+    if isinstance(value, (list, tuple)) and isinstance(private, list):
+        for item, saved in zip(value, private, strict=False):
+            _restore_privates(item, saved)
+    elif isinstance(value, dict) and isinstance(private, dict):
+        for key, saved in private.items():
+            if key in value:
+                _restore_privates(value[key], saved)
+    elif isinstance(private, dict) and getattr(value, "__pydantic_private__", None) is not None:
+        value.__pydantic_private__.update(private)
+
+
+def _jsonable(value: Any) -> Any:
+    from pydantic_core import to_jsonable_python
+
+    return to_jsonable_python(value)

@@ -1,0 +1,279 @@
+"""An httpx transport that puts one named upstream behind the cache.
+
+Mount it on the client a seller already uses for that upstream::
+
+    inventory = Upstream(name="inventory-service")
+    client = httpx.AsyncClient(
+        base_url="http://inventory.internal",
+        transport=CachingTransport(cache, inventory, surface="get_products"),
+    )
+
+Successful (2xx) answers are cached under a key built from the method, URL, body and the
+request headers that vary the answer (credentials); 5xx, 429, timeouts, connection errors and
+invalid payloads count as outages and fall back to the cached answer. An upstream is expected
+to answer JSON: a 2xx whose content type is not JSON (a ``200 text/html`` maintenance page)
+or whose JSON does not parse is an invalid payload, never cached over the good entry
+(``expect_json=False`` for an upstream that answers other types). A 4xx is the caller's
+problem: it passes through and is never cached.
+
+HTTP's caching contract (RFC 9111, RFC 5861):
+
+- **Validators, always**: an entry's ``ETag`` and ``Last-Modified`` make its refresh
+  conditional (``If-None-Match``, ``If-Modified-Since``); a ``304`` re-stamps the entry with
+  the 304's headers merged in (no body transfer), counts as a successful refresh, and the
+  caller gets the full 200. ``SurfacePolicy.keep_seconds`` holds entries past max-stale for
+  this only, never to serve them.
+- **Directives, opt-in** (``honor_cache_control=True`` here, or on the surface's policy):
+  ``max-age`` / ``s-maxage`` set the entry's freshness within the policy's range,
+  ``no-cache`` revalidates every time, ``stale-if-error`` caps max-stale,
+  ``stale-while-revalidate`` opens a window served at once while refreshing, ``Age`` counts
+  into the entry's age, ``private`` is never stored for a surface shared across callers,
+  ``Vary`` names request headers that join the key (variants kept side by side; the first
+  answer that names new ones is served, not stored) and ``Vary: *`` is never stored.
+  ``no-store`` is always honoured.
+- **Negative caching, opt-in** (``negative_ttl_seconds``): a 403, 404 or 410 is kept that
+  long (a denial exactly as "not found": nothing tells them apart), never as an outage
+  fallback, and never over a good entry.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterable
+
+import httpx
+import orjson
+from cachetools import LRUCache
+
+from ..core.directives import Directives, parse, vary_of
+from ..core.failures import InvalidPayload, UpstreamError, UpstreamHTTPError, retry_after_of
+from ..core.keys import CREDENTIAL_HEADERS
+from ..core.policy import SurfacePolicy, Upstream
+from ..pipeline.cache import UpstreamCache
+
+#: Request headers that make an answer principal-specific, and so are part of the key.
+DEFAULT_VARY_HEADERS = CREDENTIAL_HEADERS
+
+# Not kept with a cached answer: they describe one transfer, not the content.
+_TRANSFER_HEADERS = frozenset(
+    {"content-length", "content-encoding", "transfer-encoding", "connection"}
+)
+
+
+class CachingTransport(httpx.AsyncBaseTransport):
+    """Serve one upstream's answers from the cache, stale when the upstream is down."""
+
+    def __init__(
+        self,
+        cache: UpstreamCache,
+        upstream: Upstream,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        surface: str | SurfacePolicy | None = None,
+        methods: Iterable[str] = ("GET", "POST"),
+        vary_headers: Iterable[str] = DEFAULT_VARY_HEADERS,
+        validate: Callable[[httpx.Response], object] | None = None,
+        expect_json: bool = True,
+        tags: Iterable[str] = (),
+        honor_cache_control: bool | None = None,
+        negative_ttl_seconds: float | None = None,
+        max_learned_vary: int = 10_000,
+    ) -> None:
+        self.cache = cache
+        self.upstream = upstream
+        self.surface = surface
+        self.methods = frozenset(m.upper() for m in methods)
+        self.vary_headers = tuple(h.lower() for h in vary_headers)
+        self._vary_raw = tuple(h.encode("latin-1") for h in self.vary_headers)
+        self._transport = transport or httpx.AsyncHTTPTransport()
+        self._validate = validate
+        self.expect_json = expect_json
+        self.tags = tuple(tags)  # on every entry: see adcp_stale_cache.ops.control
+        # None: as the surface's policy says (SurfacePolicy.honor_cache_control).
+        self.honor_cache_control = honor_cache_control
+        self._honor = honor_cache_control
+        if negative_ttl_seconds is not None and not 0 < negative_ttl_seconds < 2**31:
+            raise ValueError("negative_ttl_seconds must be a positive number of seconds")
+        self.negative_ttl_seconds = negative_ttl_seconds
+        # The request headers each (method, URL) varies on, as its answers said (Vary).
+        self._vary: LRUCache[tuple[str, str], tuple[str, ...]] = LRUCache(max_learned_vary)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Answer from cache or upstream, as the surface's policy decides."""
+        if request.method not in self.methods:
+            return await self._transport.handle_async_request(request)
+        body, url = await request.aread(), str(request.url)
+        key: tuple[object, ...] = ("http", request.method, url, body, *self._varying(request))
+        honor = self._honor
+        if honor is None:  # as the surface's policy says: a named one is looked up once
+            honor = self.cache.policy_for(self.surface).honor_cache_control
+            if self.surface is not None:
+                self._honor = honor
+        varies = self._vary.get((request.method, url), ()) if honor else ()
+        if varies:  # the variant's key: the values of the headers its answers vary on
+            key = (*key, tuple(request.headers.get_list(name) for name in varies))
+
+        async def send(held: httpx.Response | None) -> httpx.Response:
+            outgoing = _conditional(request, held) if held is not None else request
+            response = await self._transport.handle_async_request(outgoing)
+            await response.aread()
+            await response.aclose()
+            if response.status_code == 304 and held is not None and outgoing is not request:
+                if _validates(response, held):
+                    return _refreshed(held, response)  # the held body, updated headers
+                # RFC 9111 4.3.4: a 304 naming another representation updates nothing; the
+                # held body is not that one, so ask for the current one whole.
+                response = await self._transport.handle_async_request(request)
+                await response.aread()
+                await response.aclose()
+            _raise_for_outage(response, self.expect_json)
+            if self._validate is not None and response.is_success:
+                self._validate(response)
+            if held is not None and held.is_success and not response.is_success:
+                response.extensions[_KEEP_HELD] = True  # an error never replaces a good entry
+            return response
+
+        def cacheable(response: httpx.Response) -> bool:
+            if response.extensions.get(_KEEP_HELD):
+                return False
+            if not (response.is_success or self._negative(response)):
+                return False
+            if "no-store" in response.headers.get("cache-control", "").lower():
+                return False
+            if honor:  # an answer that varies on headers not in this key is not kept under it
+                said = vary_of(response.headers)
+                if not set(said) <= set(varies):
+                    self._vary[(request.method, url)] = tuple(sorted(said))
+                    return False
+            return True
+
+        def directives(response: httpx.Response) -> Directives | None:
+            if self._negative(response):  # kept briefly, never an outage fallback
+                return Directives(max_age=self.negative_ttl_seconds, stale_if_error=0)
+            return parse(response.headers) if honor else None
+
+        return await self.cache.fetch(
+            self.upstream, key, lambda: send(None), surface=self.surface, codec=RESPONSES,
+            cacheable=cacheable, tags=self.tags, revalidate=send, directives=directives,
+        )  # fmt: skip
+
+    def _negative(self, response: httpx.Response) -> bool:
+        # "Exists but denied" (403) is kept exactly as "not found" (404, 410): hits, misses,
+        # ages and timings must never tell a caller which of the two an ID is (AdCP's
+        # existence-leak uniformity). The key is per caller: a denial is never shared.
+        return self.negative_ttl_seconds is not None and response.status_code in (403, 404, 410)
+
+    def _varying(self, request: httpx.Request) -> list[str]:
+        """The values of the vary headers, in order ("" when absent): one pass over the
+        request's headers (``Headers.get`` rescans them all for each name)."""
+        values = dict.fromkeys(self._vary_raw, b"")
+        for name, value in request.headers.raw:
+            name = name.lower()
+            if name in values:  # a repeated header counts with all its values, kept apart
+                values[name] = values[name] + b"\n" + value if values[name] else value
+        return [value.decode("latin-1") for value in values.values()]
+
+    async def aclose(self) -> None:
+        """Close the wrapped transport."""
+        await self._transport.aclose()
+
+
+def _raise_for_outage(response: httpx.Response, expect_json: bool) -> None:
+    if response.status_code >= 500 or response.status_code == 429:
+        raise UpstreamHTTPError(response.status_code, retry_after=retry_after_of(response.headers))
+    if not response.is_success or response.status_code == 204:
+        return
+    if not _is_json(response):
+        if expect_json:
+            raise InvalidPayload("upstream answered 2xx with a content type that is not JSON")
+        return
+    try:
+        payload = orjson.loads(response.content)
+    except orjson.JSONDecodeError:
+        raise InvalidPayload("upstream answered 2xx with a body that is not JSON") from None
+    if isinstance(payload, dict) and isinstance(payload.get("adcp_error"), dict):
+        code = payload["adcp_error"].get("code")
+        raise UpstreamError(code if isinstance(code, str) else "UPSTREAM_ERROR")
+
+
+def _is_json(response: httpx.Response) -> bool:
+    content_type: str = response.headers.get("content-type", "").split(";")[0].strip().lower()
+    return content_type == "application/json" or content_type.endswith("+json")
+
+
+def _conditional(request: httpx.Request, held: httpx.Response) -> httpx.Request:
+    """``request`` made conditional on the held answer's validators (itself when it has none)."""
+    headers = {}
+    if "etag" in held.headers:
+        headers["If-None-Match"] = held.headers["etag"]
+    if "last-modified" in held.headers:
+        headers["If-Modified-Since"] = held.headers["last-modified"]
+    if not headers or not held.is_success:
+        return request
+    conditional = httpx.Request(
+        request.method, request.url, headers=request.headers, content=request.content,
+        extensions=request.extensions,
+    )  # fmt: skip
+    conditional.headers.update(headers)
+    return conditional
+
+
+# Marks an answer that must not replace the entry held for its key.
+_KEEP_HELD = "adcp_stale_cache.keep_held"
+
+# Never taken from a 304 into the stored answer (RFC 9111 section 3.2): they describe the
+# 304's own (empty) transfer, not the stored content.
+_NOT_UPDATED = _TRANSFER_HEADERS | {"content-type"}
+
+
+def _validates(not_modified: httpx.Response, held: httpx.Response) -> bool:
+    """True when a 304 names the held answer (RFC 9111 4.3.4): its ETag, when it has one, is
+    the held one (the weak comparison: ``W/"x"`` matches ``"x"``); without one, the held answer
+    was the only one asked about."""
+    said = not_modified.headers.get("etag")
+    if said is None:
+        return True
+    kept = held.headers.get("etag")
+    return kept is not None and said.strip().removeprefix("W/") == kept.strip().removeprefix("W/")
+
+
+def _refreshed(held: httpx.Response, not_modified: httpx.Response) -> httpx.Response:
+    """The held answer (decoded for this refresh alone), its headers updated in place by the
+    304 that validated it."""
+    updates = [(k, v) for k, v in not_modified.headers.multi_items() if k not in _NOT_UPDATED]
+    replaced = {name for name, _ in updates}
+    kept = [(k, v) for k, v in held.headers.multi_items() if k not in replaced]
+    held.headers = httpx.Headers(kept + updates)
+    return held
+
+
+class ResponseCodec:
+    """An httpx response as bytes: status, headers as JSON, then the (decoded) body."""
+
+    #: Every write loads back (an int, pairs of strings, bytes): a store need not read it
+    #: back to check (see values.encode), which cost a 304 revalidation a third of its work.
+    round_trips = True
+
+    def dumps(self, response: httpx.Response) -> bytes:
+        """Serialise status, content headers and body."""
+        headers = [
+            [k, v] for k, v in response.headers.items() if k.lower() not in _TRANSFER_HEADERS
+        ]
+        head = orjson.dumps([response.status_code, headers])
+        return struct.pack(">I", len(head)) + head + response.content
+
+    def loads(self, data: bytes) -> httpx.Response:
+        """A new response, as the upstream sent it."""
+        (size,) = struct.unpack_from(">I", data)
+        status, headers = orjson.loads(data[4 : 4 + size])
+        return httpx.Response(status, headers=headers, content=data[4 + size :])
+
+    def content(self, data: bytes) -> bytes:
+        """The status and body: what an answer composed of this response is made of (its
+        headers change on every revalidation, ``Date`` for one, while the content stays)."""
+        (size,) = struct.unpack_from(">I", data)
+        status, _ = orjson.loads(data[4 : 4 + size])
+        return str(status).encode() + b"\n" + data[4 + size :]
+
+
+RESPONSES = ResponseCodec()

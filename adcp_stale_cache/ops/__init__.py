@@ -1,0 +1,1 @@
+"""Operating the cache: control, the operator page, metrics, tracing, configuration."""

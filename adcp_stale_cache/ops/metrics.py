@@ -1,0 +1,239 @@
+"""What the cache does, as events: a no-op by default, Prometheus with the ``metrics`` extra.
+
+    cache = UpstreamCache(surfaces=surfaces, metrics=PrometheusMetrics())
+
+Metric names follow Prometheus conventions (``_total`` counters, ``_seconds`` histograms):
+
+- ``adcp_stale_cache_hits_total{surface,upstream}``: fresh hits (no upstream call);
+- ``adcp_stale_cache_misses_total{surface,upstream}``: lookups with no entry at all;
+- ``adcp_stale_cache_refreshes_total{surface,upstream,outcome}``: upstream calls, ok/failed;
+- ``adcp_stale_cache_refresh_seconds{upstream}``: upstream call latency (histogram);
+- ``adcp_stale_cache_upstream_failures_total{upstream,code}``: outage failures by code;
+- ``adcp_stale_cache_stale_serves_total{surface,upstream,code}``: answers served stale;
+- ``adcp_stale_cache_advisories_total{surface,upstream}``: ``STALE_RESPONSE`` delivered;
+- ``adcp_stale_cache_advisories_lost_total{surface,upstream}``: advisories no answer carried
+  (their buyer is not told: see :meth:`CacheMetrics.advisory_lost`);
+- ``adcp_stale_cache_unavailable_total{surface,upstream,code}``: failures with no entry;
+- ``adcp_stale_cache_breaker_open{upstream}``: 1 while the upstream's breaker is open;
+- ``adcp_stale_cache_invalidations_total{action}`` and
+  ``adcp_stale_cache_invalidated_entries_total{action}``: operator actions (``soft``, ``hard``,
+  ``refresh``) and the entries they took (:mod:`~adcp_stale_cache.ops.control`);
+- ``adcp_stale_cache_store_entries`` and ``..._store_bytes``: the memory store's size;
+- ``adcp_stale_cache_store_failures{store}``: file and Redis operations that failed (each
+  answered as "no entry"), given ``store=`` (tiers are walked).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from ..stores import Bounded, FailureCounting, Store
+from ..stores.tiered import tiers
+
+
+class CacheMetrics:
+    """The events the cache reports; this base class ignores them all."""
+
+    def hit(self, surface: str, upstream: str) -> None:
+        """A fresh hit."""
+
+    def miss(self, surface: str, upstream: str) -> None:
+        """No entry for the key."""
+
+    def refresh(self, surface: str, upstream: str, seconds: float, ok: bool) -> None:
+        """An upstream call finished."""
+
+    def upstream_failure(self, upstream: str, code: str) -> None:
+        """An outage failure of an upstream call."""
+
+    def stale_serve(self, surface: str, upstream: str, code: str, advisory: bool) -> None:
+        """An entry served past its target.
+
+        ``advisory``: the request's first stale serve from ``upstream``, and its answer carried
+        the ``STALE_RESPONSE`` to the buyer (later ones merge into it). Reported once that
+        answer is written, when a middleware writes it.
+        """
+
+    def advisory_lost(self, surface: str, upstream: str) -> None:
+        """An entry served stale whose advisory no answer carried: the buyer gets stale data
+        unannounced (no request collector, as in a server started without the middleware; or
+        an answer that could not carry it: not JSON, an error, a stream already started)."""
+
+    def unavailable(self, surface: str, upstream: str, code: str) -> None:
+        """An upstream failed and no usable entry existed."""
+
+    def breaker(self, upstream: str, is_open: bool) -> None:
+        """The upstream's breaker state, after a call."""
+
+    def invalidation(self, action: str, entries: int) -> None:
+        """An operator's action (``soft``, ``hard``, ``refresh``) and the entries it took."""
+
+
+class CombinedMetrics(CacheMetrics):
+    """Several sinks as one: every event goes to each, in order (Prometheus and spans, say)."""
+
+    def __init__(self, *sinks: CacheMetrics) -> None:
+        self.sinks = sinks
+
+    def hit(self, surface: str, upstream: str) -> None:
+        for sink in self.sinks:
+            sink.hit(surface, upstream)
+
+    def miss(self, surface: str, upstream: str) -> None:
+        for sink in self.sinks:
+            sink.miss(surface, upstream)
+
+    def refresh(self, surface: str, upstream: str, seconds: float, ok: bool) -> None:
+        for sink in self.sinks:
+            sink.refresh(surface, upstream, seconds, ok)
+
+    def upstream_failure(self, upstream: str, code: str) -> None:
+        for sink in self.sinks:
+            sink.upstream_failure(upstream, code)
+
+    def stale_serve(self, surface: str, upstream: str, code: str, advisory: bool) -> None:
+        for sink in self.sinks:
+            sink.stale_serve(surface, upstream, code, advisory)
+
+    def advisory_lost(self, surface: str, upstream: str) -> None:
+        for sink in self.sinks:
+            sink.advisory_lost(surface, upstream)
+
+    def unavailable(self, surface: str, upstream: str, code: str) -> None:
+        for sink in self.sinks:
+            sink.unavailable(surface, upstream, code)
+
+    def breaker(self, upstream: str, is_open: bool) -> None:
+        for sink in self.sinks:
+            sink.breaker(upstream, is_open)
+
+    def invalidation(self, action: str, entries: int) -> None:
+        for sink in self.sinks:
+            sink.invalidation(action, entries)
+
+
+class Fanout(CombinedMetrics):
+    """What a cache's stages report to: its ``metrics``, and the sinks attached since (the
+    control plane's counts), so that attaching one changes no stage."""
+
+    def attach(self, sink: CacheMetrics) -> None:
+        """Send every event to ``sink`` too, from now on."""
+        self.sinks = (*self.sinks, sink)
+
+
+class PrometheusMetrics(CacheMetrics):
+    """Prometheus counters, gauges and a histogram (``pip install 'adcp-stale-cache[metrics]'``).
+
+    ``code`` labels come from upstreams (an AdCP error code an upstream returned): the first
+    ``max_codes`` distinct codes are kept as they are, later ones count as ``OTHER``, so that
+    an upstream inventing codes cannot grow the series without bound.
+    """
+
+    def __init__(
+        self, registry: Any = None, store: Store | None = None, max_codes: int = 64
+    ) -> None:
+        from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+
+        self.max_codes = max_codes
+        self._codes: set[str] = set()
+
+        registry = registry if registry is not None else REGISTRY
+
+        def counter(name: str, doc: str, *labels: str) -> Any:
+            return Counter(f"adcp_stale_cache_{name}", doc, labels, registry=registry)
+
+        self._hits = counter("hits", "Fresh hits, no upstream call.", "surface", "upstream")
+        self._misses = counter("misses", "Lookups with no entry.", "surface", "upstream")
+        self._refreshes = counter("refreshes", "Upstream calls.", "surface", "upstream", "outcome")
+        self._failures = counter("upstream_failures", "Outage failures.", "upstream", "code")
+        self._stale = counter(
+            "stale_serves", "Answers served stale.", "surface", "upstream", "code"
+        )
+        self._advisories = counter(
+            "advisories", "STALE_RESPONSE advisories delivered.", "surface", "upstream"
+        )
+        self._lost = counter(
+            "advisories_lost", "STALE_RESPONSE advisories no answer carried.", "surface", "upstream"
+        )
+        self._unavailable = counter(
+            "unavailable", "Failures without entry.", "surface", "upstream", "code"
+        )
+        self._actions = counter("invalidations", "Operator actions on entries.", "action")
+        self._taken = counter("invalidated_entries", "Entries operator actions took.", "action")
+        self._latency = Histogram(
+            "adcp_stale_cache_refresh_seconds",
+            "Upstream call latency.",
+            ["upstream"],
+            registry=registry,
+        )
+        self._breaker = Gauge(
+            "adcp_stale_cache_breaker_open",
+            "1 while the breaker is open.",
+            ["upstream"],
+            registry=registry,
+        )
+        walked = tiers(store) if store is not None else []
+        memory = next((tier for tier in walked if isinstance(tier, Bounded)), None)
+        if memory is not None:
+            entries = Gauge(
+                "adcp_stale_cache_store_entries", "Entries in the memory store.", registry=registry
+            )
+            size = Gauge(
+                "adcp_stale_cache_store_bytes", "Bytes in the memory store.", registry=registry
+            )
+            entries.set_function(lambda: memory.entries)
+            size.set_function(lambda: memory.bytes)
+        counted = {type(t).__name__: t for t in walked if isinstance(t, FailureCounting)}
+        if counted:
+            failures = Gauge(
+                "adcp_stale_cache_store_failures",
+                "Store operations that failed and were answered as 'no entry' (file, Redis).",
+                ["store"],
+                registry=registry,
+            )
+            for name, tier in counted.items():
+                failures.labels(name).set_function(functools.partial(_failures, tier))
+
+    def hit(self, surface: str, upstream: str) -> None:
+        self._hits.labels(surface, upstream).inc()
+
+    def miss(self, surface: str, upstream: str) -> None:
+        self._misses.labels(surface, upstream).inc()
+
+    def refresh(self, surface: str, upstream: str, seconds: float, ok: bool) -> None:
+        self._refreshes.labels(surface, upstream, "ok" if ok else "failed").inc()
+        self._latency.labels(upstream).observe(seconds)
+
+    def _code(self, code: str) -> str:
+        if code in self._codes:
+            return code
+        if len(self._codes) < self.max_codes:
+            self._codes.add(code)
+            return code
+        return "OTHER"
+
+    def upstream_failure(self, upstream: str, code: str) -> None:
+        self._failures.labels(upstream, self._code(code)).inc()
+
+    def stale_serve(self, surface: str, upstream: str, code: str, advisory: bool) -> None:
+        self._stale.labels(surface, upstream, self._code(code)).inc()
+        if advisory:
+            self._advisories.labels(surface, upstream).inc()
+
+    def advisory_lost(self, surface: str, upstream: str) -> None:
+        self._lost.labels(surface, upstream).inc()
+
+    def unavailable(self, surface: str, upstream: str, code: str) -> None:
+        self._unavailable.labels(surface, upstream, self._code(code)).inc()
+
+    def breaker(self, upstream: str, is_open: bool) -> None:
+        self._breaker.labels(upstream).set(1 if is_open else 0)
+
+    def invalidation(self, action: str, entries: int) -> None:
+        self._actions.labels(action).inc()
+        self._taken.labels(action).inc(entries)
+
+
+def _failures(store: FailureCounting) -> int:
+    return store.failures

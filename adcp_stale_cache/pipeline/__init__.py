@@ -1,0 +1,1 @@
+"""The hub and the stages of one fetch: look up, admit, fly, serve."""

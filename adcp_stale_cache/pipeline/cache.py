@@ -1,0 +1,396 @@
+"""``UpstreamCache``: the hub. One :meth:`~UpstreamCache.fetch` is a pipeline of four stages,
+each its own module, each knowing nothing of the ones after it:
+
+1. **look up** (:mod:`~adcp_stale_cache.pipeline.lookup`): policy, caller partition, store key, the
+   entry held, and what :func:`~adcp_stale_cache.core.decision.plan` says to do with it;
+2. **admit** (:mod:`~adcp_stale_cache.pipeline.admission`): may the upstream be called now (budget,
+   breaker, shared breakers), or is the answer from cache with this failure;
+3. **fly** (:mod:`~adcp_stale_cache.pipeline.flight`): the single flight's call, stored unless a
+   purge landed since it started, every outcome reported to the breaker;
+4. **serve** (:mod:`~adcp_stale_cache.pipeline.serving`): the value, or the stale entry with one
+   ``STALE_RESPONSE`` in the request's collector, or
+   :class:`~adcp_stale_cache.core.failures.UpstreamUnavailable`.
+
+The control plane steers it through :mod:`~adcp_stale_cache.ops.steering`'s seam only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, ParamSpec, Protocol, TypeVar, overload
+
+from ..core.callables import awaited, is_async
+from ..core.directives import Directives
+from ..core.failures import FailureTypes, FailureTypesLike, classify, failure_types_of
+from ..core.policy import SurfacePolicy, Surfaces, Upstream
+from ..core.values import JSON, Codec, Unreadable
+from ..ops.metrics import CacheMetrics, Fanout
+from ..ops.steering import RefreshMemory, RememberedRefresh
+from ..ops.tracing import with_tracing
+from ..stores import Clocked, MemoryStore, Store
+from .admission import Breakers, InjectedOutage, OutageInjector, Refused
+from .blocking import DEFAULT_BLOCKING_THREADS, Lanes, wait_for
+from .breaker import DEFAULT_BREAKER, BreakerPolicy
+from .call_loop import CALLS
+from .collector import current_collector
+from .flight import Answer, Flights
+from .lookup import MAX_CLOCK_SKEW_SECONDS, Hit, Lookups
+from .serving import Serving
+from .settings import Settings
+from .shared_breakers import SharedBreakers
+
+__all__ = ["MAX_CLOCK_SKEW_SECONDS", "UpstreamCache"]
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+
+class Decorator(Protocol):
+    """What :meth:`UpstreamCache.cached` returns: an async function stays async, a plain
+    one gets a blocking wrapper (through :meth:`UpstreamCache.fetch_blocking`). Async is
+    what the function is: a coroutine function, also behind ``functools.wraps`` decorators
+    or marked with ``inspect.markcoroutinefunction``, or an object with an async
+    ``__call__``."""
+
+    @overload
+    def __call__(self, fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]: ...
+    @overload
+    def __call__(self, fn: Callable[P, T]) -> Callable[P, T]: ...
+
+
+class UpstreamCache:
+    """A freshness-aware cache in front of upstream calls, serving stale on outages.
+
+    Its :attr:`settings`, fixed when it is built (assigning one raises ``AttributeError``):
+    ``surfaces`` gives each tool surface its policy; ``store`` defaults to a bounded
+    :class:`~adcp_stale_cache.stores.MemoryStore`. ``clock`` stamps entries, ages them and times
+    breaker cooldowns (default: the store's own, the wall clock for shared stores). ``breaker``
+    sets the per-upstream circuit breaker (None: off); ``share_breakers`` publishes open ones
+    through the store (Redis: see :mod:`~adcp_stale_cache.pipeline.shared_breakers`).
+    ``coordinate_refreshes`` makes processes sharing a store with leases (Redis) refresh an
+    expired key once between them. ``metrics`` receives every decision (see
+    :mod:`~adcp_stale_cache.ops.metrics`); ``tracing`` adds span events (None: when
+    ``opentelemetry-api`` is installed). ``test_mode`` enables
+    :meth:`force_upstream_unavailable` (sandbox only). ``strict_advisories`` raises
+    :class:`~adcp_stale_cache.pipeline.collector.AdvisoryLost` rather than serve stale data no
+    request collector would announce (for tests).
+
+    ``failure_types`` maps your exception types to what they mean (a code such as
+    ``"SERVICE_UNAVAILABLE"``, a :class:`~adcp_stale_cache.Failure`, or a function of the
+    exception returning either or None; a lone function reads every exception): they count as
+    outages (see :func:`~adcp_stale_cache.classify`). ``schema_version`` names the shape of what
+    you cache (bump it when your models change): entries of another version are never read.
+
+    One cache may serve many threads and event loops. ``detach_calls=True`` runs upstream calls
+    on the library's own loop (see :mod:`~adcp_stale_cache.pipeline.call_loop`: what such calls must
+    not do); blocking calls go through :meth:`fetch_blocking`, ``blocking_threads`` at once per
+    upstream.
+    """
+
+    def __setattr__(self, name: str, value: object) -> None:
+        # The stages took every setting when they were built: an assignment would reach none.
+        if name in _FIXED:
+            raise AttributeError(f"UpstreamCache.{name} is fixed: pass it when building the cache")
+        object.__setattr__(self, name, value)
+
+    def __init__(
+        self,
+        store: Store | None = None,
+        *,
+        surfaces: Surfaces | None = None,
+        clock: Callable[[], float] | None = None,
+        namespace: str = "adcp-stale-cache",
+        breaker: BreakerPolicy | None = DEFAULT_BREAKER,
+        coordinate_refreshes: bool = False,
+        metrics: CacheMetrics | None = None,
+        tracing: bool | None = None,
+        test_mode: bool = False,
+        strict_advisories: bool = False,
+        failure_types: FailureTypesLike | None = None,
+        schema_version: str | None = None,
+        share_breakers: bool = False,
+        detach_calls: bool = False,
+        outages: OutageInjector | None = None,
+        blocking_threads: int = DEFAULT_BLOCKING_THREADS,
+    ) -> None:
+        store = store if store is not None else MemoryStore(clock=clock or time.monotonic)
+        # A shared store (Redis) stamps entries with the wall clock every process shares.
+        store_clock = store.clock if isinstance(store, Clocked) else time.monotonic
+        self._settings = settings = Settings(
+            store=store,
+            clock=clock or store_clock,
+            surfaces=surfaces or Surfaces(),
+            metrics=Fanout(with_tracing(metrics, tracing)),
+            namespace=namespace,
+            schema_version=schema_version,
+            failure_types=failure_types_of(failure_types),
+            breaker=breaker,
+            breaker_clock=clock or time.monotonic,
+            shared_breakers=SharedBreakers(store) if share_breakers and breaker else None,
+            call_loop=CALLS if detach_calls else None,
+            coordinate_refreshes=coordinate_refreshes,
+            strict_advisories=strict_advisories,
+        )
+        own_keys = type(self).store_key is not UpstreamCache.store_key  # a subclass's keys
+        self.lookups = Lookups(settings, self.store_key if own_keys else None)
+        self.breakers = Breakers(settings)
+        self.flights = Flights(settings, self.lookups.read, self.breakers)
+        self.serving = Serving(settings)
+        self.lanes = Lanes(blocking_threads)
+        self.outages = _test_mode(self, outages) if test_mode or outages is not None else None
+
+    @property
+    def settings(self) -> Settings:
+        """What this cache was built with."""
+        return self._settings
+
+    @property
+    def store(self) -> Store:
+        """Where entries are kept."""
+        return self._settings.store
+
+    @property
+    def surfaces(self) -> Surfaces:
+        """The policy of each tool surface."""
+        return self._settings.surfaces
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """What entries are stamped and aged on."""
+        return self._settings.clock
+
+    @property
+    def failure_types(self) -> FailureTypes:
+        """Your exception types and what they mean."""
+        return self._settings.failure_types
+
+    @property
+    def metrics(self) -> CacheMetrics:
+        """What every decision is reported to (see :meth:`report_to`)."""
+        return self._settings.metrics
+
+    async def fetch(
+        self,
+        upstream: Upstream,
+        key: object,
+        call: Callable[[], Awaitable[T]],
+        *,
+        surface: str | SurfacePolicy | None = None,
+        codec: Codec[T] = JSON,
+        cacheable: Callable[[T], bool] | None = None,
+        validate: Callable[[T], object] | None = None,
+        tags: Iterable[str] = (),
+        revalidate: Callable[[T], Awaitable[T]] | None = None,
+        directives: Callable[[T], Directives | None] | None = None,
+    ) -> T:
+        """Answer ``call()`` for ``upstream`` under ``key``, from cache when the policy allows.
+
+        ``surface`` names the policy (default: the surface of the current request, else the
+        default policy). ``validate`` may raise :class:`~adcp_stale_cache.InvalidPayload` to
+        refuse an answer; ``cacheable`` returning False serves an answer without keeping it
+        (a 4xx, say). ``tags`` label the stored entry for invalidation
+        (:class:`~adcp_stale_cache.ops.control.CacheControl`). ``revalidate`` is called instead
+        of ``call`` with the value held for the key, when there is one (a conditional HTTP
+        request, say). ``directives`` reads what an answer says of its own caching
+        (:mod:`~adcp_stale_cache.core.directives`): kept with the entry as its terms. Raises
+        :class:`~adcp_stale_cache.UpstreamUnavailable` when the upstream
+        fails and no entry within max-stale exists; failures the policy does not count as an
+        outage are re-raised as they are.
+        """
+        found = await self.lookups.look_up(upstream, key, surface, tags, codec)  # 1. look up
+        if isinstance(found, Hit):
+            return self.serving.hit(found, codec)
+        if found.miss:
+            self.metrics.miss(found.policy.name, found.upstream.name)
+        admitted = await self.breakers.admit(found)  # 2. admit
+        if isinstance(admitted, Refused):
+            return self.serving.from_cache(found, found.fallback, admitted.failure, codec)
+        answer = Answer(call, codec, cacheable, validate, revalidate, directives)
+        flight, behind = await self.flights.fly(found, admitted, answer)  # 3. fly
+        if behind:  # the entry now, its refresh behind (unreadable: the refresh is the answer)
+            with contextlib.suppress(Unreadable):
+                return self.serving.behind(found, admitted.last_failure, codec)
+        try:
+            refreshed = await flight
+        except Exception as exc:  # 4. serve
+            failure = classify(exc, admitted.timeout, self.failure_types)
+            if failure.kind not in found.policy.stale_on:
+                raise
+            latest = await self.flights.latest(found)
+            return self.serving.from_cache(found, latest, failure, codec, exc)
+        return self.serving.flown(found, refreshed, codec)
+
+    def fetch_blocking(
+        self,
+        upstream: Upstream,
+        key: object,
+        call: Callable[[], T],
+        *,
+        surface: str | SurfacePolicy | None = None,
+        codec: Codec[T] = JSON,
+        cacheable: Callable[[T], bool] | None = None,
+        validate: Callable[[T], object] | None = None,
+        tags: Iterable[str] = (),
+        revalidate: Callable[[T], T] | None = None,
+        directives: Callable[[T], Directives | None] | None = None,
+    ) -> T:
+        """:meth:`fetch` for a blocking ``call`` (a ``requests`` client, say), from any
+        thread, a running loop's included (fastmcp 2.x runs sync tools on the server's).
+        The fetch runs on the library's call loop as the current request; ``call`` in one
+        of ``upstream``'s own ``blocking_threads`` (see :mod:`~adcp_stale_cache.pipeline.blocking`).
+        """
+        lane = self.lanes.of(upstream)
+        fetch = functools.partial(
+            self.fetch,
+            upstream,
+            key,
+            lane.calling(call),
+            surface=surface,
+            codec=codec,
+            cacheable=cacheable,
+            validate=validate,
+            tags=tags,
+            directives=directives,
+            revalidate=None if revalidate is None else lane.calling(revalidate),
+        )
+        return wait_for(fetch, CALLS)
+
+    def cached(
+        self,
+        upstream: Upstream,
+        *,
+        surface: str | SurfacePolicy | None = None,
+        key: Callable[..., object] | None = None,
+        codec: Codec[Any] = JSON,
+        tags: Iterable[str] | Callable[..., Iterable[str]] = (),
+    ) -> Decorator:
+        """Decorator form of :meth:`fetch`; the key defaults to the function and its arguments.
+
+        ``tags`` are attached to every entry (see :mod:`adcp_stale_cache.control`), or come
+        from the call's arguments when given as a function of them. A plain (not async, see
+        :class:`Decorator`) function goes through :meth:`fetch_blocking`, and stays plain."""
+        return _decorator(self, upstream, surface, key, codec, tags)
+
+    # The control plane's seam (see steering).
+
+    def store_key(self, upstream: Upstream, key: object, partition: str | None = None) -> str:
+        """The store key of ``key`` for ``upstream`` (and the caller partition, if any; and
+        the upstream's own credentials, when it has some: never shared across them)."""
+        return self.lookups.store_key(upstream, key, partition)
+
+    def policy_for(self, surface: str | SurfacePolicy | None = None) -> SurfacePolicy:
+        """The policy a ``fetch`` given ``surface`` would apply in the current request."""
+        return self.lookups.policy(surface, current_collector())[0]
+
+    def breaker_open(self, upstream: Upstream | str) -> bool:
+        """True while the breaker of ``upstream`` holds calls back (given a name: of any
+        upstream of that name)."""
+        return self.breakers.is_open(upstream)
+
+    def remember_refreshes(self, memory: RefreshMemory | None) -> None:
+        """Tell ``memory`` of every flight's refresh from now on (None: of none)."""
+        self.flights.memory = memory
+
+    def report_to(self, sink: CacheMetrics) -> None:
+        """Report every decision to ``sink`` too, from now on (the ``metrics`` stay)."""
+        self._settings.metrics.attach(sink)
+
+    def refresh_soon(
+        self, refreshes: list[tuple[str, RememberedRefresh]], concurrency: int = 8
+    ) -> None:
+        """Run remembered refreshes in the background, ``concurrency`` at a time, each as the
+        flight of its store key when it starts: requests for the key meanwhile join it."""
+        self.flights.refresh_soon(refreshes, concurrency)
+
+    # Compliance testing: testing.py wraps fetch from outside (see _test_mode).
+
+    def force_upstream_unavailable(
+        self,
+        tool: str,
+        upstream_name: str | None = None,
+        cache_age_seconds: int | None = None,
+        empty_cache: bool = False,
+    ) -> InjectedOutage:
+        """Compliance testing only: fail ``upstream_name`` for the next response of ``tool``.
+
+        See :mod:`adcp_stale_cache.testing`. Refused unless the cache was built with
+        ``test_mode=True`` (or given its own ``outages``).
+        """
+        if self.outages is None:
+            raise RuntimeError("force_upstream_unavailable needs UpstreamCache(test_mode=True)")
+        if tool != "*":
+            self.surfaces.get(tool)  # a clear error for an unknown tool
+        return self.outages.force(tool, upstream_name, cache_age_seconds, empty_cache)
+
+
+def _decorator(
+    cache: UpstreamCache,
+    upstream: Upstream,
+    surface: str | SurfacePolicy | None,
+    key: Callable[..., object] | None,
+    codec: Codec[Any],
+    tags: Iterable[str] | Callable[..., Iterable[str]],
+) -> Decorator:
+    """What :meth:`UpstreamCache.cached` returns."""
+
+    def keyed(fn: Callable[..., Any], args: Any, kwargs: Any) -> tuple[object, Iterable[str]]:
+        k = key(*args, **kwargs) if key else (fn.__qualname__, args, kwargs)
+        return k, tags(*args, **kwargs) if callable(tags) else tags
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        if key is None and not hasattr(fn, "__qualname__"):
+            # Two instances of one class (two tenants' clients) must not share keys.
+            raise TypeError(f"cached() of a {type(fn).__qualname__} object needs key=")
+        if not is_async(fn):
+
+            @functools.wraps(fn)
+            def blocking(*args: Any, **kwargs: Any) -> Any:
+                k, call_tags = keyed(fn, args, kwargs)
+                call = functools.partial(fn, *args, **kwargs)
+                return cache.fetch_blocking(
+                    upstream, k, call, surface=surface, codec=codec, tags=call_tags
+                )
+
+            return blocking
+
+        @functools.wraps(fn)
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            k, call_tags = keyed(fn, args, kwargs)
+            call = functools.partial(awaited, fn, *args, **kwargs)
+            return await cache.fetch(
+                upstream, k, call, surface=surface, codec=codec, tags=call_tags
+            )
+
+        return wrapper
+
+    return decorate
+
+
+# Settings (read-only properties raise by themselves), and the old names of some.
+_FIXED = frozenset(
+    {
+        "namespace",
+        "schema_version",
+        "breaker",
+        "tracing",
+        "test_mode",
+        "strict_advisories",
+        "share_breakers",
+        "detach_calls",
+        "blocking_threads",
+        "coordinate_refreshes",
+        "breaker_policy",
+        "refreshers",
+    }
+)
+
+
+def _test_mode(cache: UpstreamCache, outages: OutageInjector | None) -> OutageInjector:
+    """The injector of a cache in test mode (the compliance harness's unless given), its
+    fetch wrapped so that injected outages are answered before the pipeline."""
+    from ..testing import in_test_mode  # only here: the core never loads the harness
+
+    return in_test_mode(cache, outages)

@@ -1,0 +1,539 @@
+"""A request's state, split by owner, and how the cache finds the current request's.
+
+The front door (the ASGI middleware, an SDK hook, :func:`collect_advisories`) makes a
+request's :class:`RequestContext` and opens its :class:`AdvisoryCollector`; every stale serve
+records into the collector, and the front door appends it to the answer's ``errors[]``. A
+flight (and a conditional answer) keeps a :class:`Trace` of what it served.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import logging
+import math
+import sys
+import threading
+import time
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, ParamSpec, TypeVar
+
+from pydantic import BaseModel
+
+from ..codecs.json import Untouched, dumps_text
+from ..core.advisory import AdcpError
+from ..core.callables import awaited, is_async
+from ..core.policy import SurfacePolicy
+
+logger = logging.getLogger("adcp_stale_cache")
+
+
+@dataclass(frozen=True, slots=True)
+class Composed:
+    """One entry a conditional answer read: its stored content, its store key and when it
+    was stored (None, 0: not stored), and until when it is fresh (-inf: it is not)."""
+
+    data: bytes
+    store_key: str | None = None
+    stored_at: float = 0.0
+    fresh_until: float = float("-inf")
+
+
+class AdvisoryLost(RuntimeError):
+    """Raised in strict mode (``UpstreamCache(strict_advisories=True)``) when an entry would be
+    served stale with no request collector to carry its advisory: in a worker thread the
+    request's context did not reach (see :func:`carry_context`), say."""
+
+
+class Budget:
+    """The library's own waiting in one request, from its first fetch: a seller that queues
+    its requests before they reach the cache has spent none of it there."""
+
+    __slots__ = ("started_at",)
+
+    def __init__(self) -> None:
+        self.started_at: float | None = None
+
+    def spent(self) -> float:
+        """Seconds since the request's first fetch asked (this one, if none did before)."""
+        now = time.monotonic()
+        if self.started_at is None:
+            self.started_at = now
+        return now - self.started_at
+
+
+class RequestContext:
+    """What the front door (a middleware, an SDK hook, :func:`collect_advisories`) knows of
+    one request: its surface, its caller partition, the release it pins, its budget. Made
+    by the front door, which alone writes it; the pipeline only reads it."""
+
+    __slots__ = ("_partition", "_partition_of", "budget", "in_flight", "request_field", "surface")
+
+    def __init__(
+        self,
+        surface: SurfacePolicy | None = None,
+        partition: str | None = None,
+        partition_of: Callable[[], str | None] | None = None,
+        request_field: Callable[[str], Any] | None = None,
+        budget: Budget | None = None,
+        *,
+        in_flight: bool = False,
+    ) -> None:
+        self.surface = surface  # the middleware names it once it reads the call (see peek)
+        self._partition = partition
+        self._partition_of = partition_of  # computed on first use: most requests never need it
+        # A field of the AdCP request being answered, for what keys by it: the pinned release.
+        self.request_field = request_field if request_field is not None else _no_field
+        self.budget = budget if budget is not None else Budget()
+        self.in_flight = in_flight  # a flight's (see within): its request warned already
+
+    def within(self) -> RequestContext:
+        """The context of a flight started from this request: same surface, partition (asked
+        of this one, when first needed), pinned release and budget."""
+        return RequestContext(
+            self.surface,
+            None,
+            lambda: self.partition,
+            self.request_field,
+            self.budget,
+            in_flight=True,
+        )
+
+    def as_made(self) -> Callable[[], RequestContext]:
+        """How to make the context of a later re-run of this request's call, each with its
+        own budget: its surface, its partition (or how to compute it: asking is not free, and
+        may warn), and the release it pinned as read now (its nested fetches key by it)."""
+        pins = {name: self.request_field(name) for name in PIN_FIELDS}
+        return functools.partial(
+            RequestContext, self.surface, self._partition, self._partition_of, pins.get
+        )
+
+    def partition_from(self, partition_of: Callable[[], str | None]) -> None:
+        """Compute the partition with ``partition_of``, on first use (the middleware's hook
+        reads the request's call, known only once the app has read its body)."""
+        self._partition, self._partition_of = None, partition_of
+
+    @property
+    def partition(self) -> str | None:
+        """The cache partition of the request's caller."""
+        if self._partition_of is not None:
+            self._partition, self._partition_of = self._partition_of(), None
+        return self._partition
+
+    def pinned_release(self) -> Any:
+        """The AdCP release the request pins, as entries are keyed by it: its
+        ``adcp_version``, else its ``adcp_major_version``, exactly as sent (any JSON value:
+        an odd one keys apart, never crashes); None when it pins none; :data:`UNREAD` when
+        the request could not be read (then nothing it stores may be shared)."""
+        for name in PIN_FIELDS:
+            pinned = self.request_field(name)
+            if pinned is UNREAD:
+                return UNREAD
+            if pinned is not None:
+                try:
+                    return f"{name}={dumps_text(pinned, sort_keys=True, default=str)}"
+                except Untouched:  # nested past what encodes: read as unreadable
+                    return UNREAD
+        return None
+
+    def budget_left(self, policy: SurfacePolicy) -> float | None:
+        """Seconds left of the surface's request budget, or None without a budget."""
+        if policy.request_budget_seconds is None:
+            return None
+        return policy.request_budget_seconds - self.budget.spent()
+
+
+class Trace:
+    """What the entries served in one scope were: a flight's (the labels and oldest data its
+    call read, see :meth:`AdvisoryCollector.within`), or a conditional answer's parts while
+    it is composed (see conditional); and whether one held a ``context``."""
+
+    __slots__ = ("composition", "labels", "read_since", "served_context")
+
+    def __init__(self, labels: set[str] | None = None) -> None:
+        # While a conditional answer is composed: every entry its fetches answered with.
+        self.composition: list[Composed] | None = None
+        # A flight's: the labels of what its call read, which its answer carries too.
+        self.labels = labels
+        # A flight's too: when the oldest data its call read was read at its source (wall
+        # clock): the answer it stores is as old as that.
+        self.read_since = math.inf
+        # A value served from the store (or another caller's flight) held a "context": the
+        # answer's context must then be checked to be this request's own.
+        self.served_context = False
+
+    def read(self, labels: Iterable[str], read_at_source: float | None) -> None:
+        """A flight's call read an entry with ``labels``, read at its source then (None:
+        not stored)."""
+        if self.labels is not None:
+            self.labels.update(labels)
+            if read_at_source is not None and read_at_source < self.read_since:
+                self.read_since = read_at_source
+
+
+#: How one advisory's fate is reported once its answer is written: None when the answer
+#: carried it, else why not (a reason in a word, and in a sentence).
+Settle = Callable[[tuple[str, str] | None], None]
+
+
+class AdvisoryCollector:
+    """Advisories of one request: one per upstream, the oldest age winning. Its
+    :attr:`context` is the request's (see :class:`RequestContext`), its :attr:`trace` what
+    was served in it (see :class:`Trace`).
+
+    ``counted_at_delivery``: the one who delivers (a middleware) says whether the answer
+    carried them (:meth:`delivered`, :meth:`lost`), and each is counted then, delivered or
+    lost; otherwise (:func:`collect_advisories`) each counts as delivered once recorded.
+    """
+
+    __slots__ = ("_by_upstream", "closed", "context", "trace", "unsettled")
+
+    def __init__(
+        self,
+        surface: SurfacePolicy | None = None,
+        partition: str | None = None,
+        partition_of: Callable[[], str | None] | None = None,
+        *,
+        counted_at_delivery: bool = False,
+        context: RequestContext | None = None,
+        trace: Trace | None = None,
+    ) -> None:
+        self.context = (
+            context if context is not None else RequestContext(surface, partition, partition_of)
+        )
+        self.trace = trace if trace is not None else Trace()
+        self._by_upstream: dict[Hashable, AdcpError] = {}
+        # The reports of advisories whose answer is not written yet (see Serving.told), by
+        # upstream. None: reported as they are recorded.
+        self.unsettled: dict[Hashable, Settle | None] | None = {} if counted_at_delivery else None
+        self.closed = False  # its request answered (see close)
+
+    @classmethod
+    def within(cls, parent: AdvisoryCollector | None) -> AdvisoryCollector:
+        """A collector for one upstream flight started from ``parent``'s request: its context
+        (see :meth:`RequestContext.within`), its own advisories (every caller sharing the
+        flight gets them, and a value built on stale data is not stored as fresh) and trace."""
+        # Counted by each caller the flight answers, as it writes (or drops) them.
+        context = RequestContext(in_flight=True) if parent is None else parent.context.within()
+        return cls(counted_at_delivery=True, context=context, trace=Trace(set()))
+
+    @property
+    def surface(self) -> SurfacePolicy | None:
+        """The surface of the request (see :attr:`context`)."""
+        return self.context.surface
+
+    @property
+    def partition(self) -> str | None:
+        """The cache partition of the request's caller (see :attr:`context`)."""
+        return self.context.partition
+
+    def record(self, upstream: Hashable, advisory: AdcpError, report: Settle | None = None) -> bool:
+        """Keep one advisory per upstream: several stale keys report the oldest entry.
+
+        ``upstream`` identifies the upstream (the cache passes ``Upstream.identity``, its name
+        and URL; a name alone does too). Returns True when this is the request's first
+        advisory for it. ``report`` counts its fate, once its answer is written (see
+        ``counted_at_delivery``).
+        """
+        kept = self._by_upstream.get(upstream)
+        if kept is None or _age(advisory) > _age(kept):
+            self._by_upstream[upstream] = advisory
+        if kept is None and self.unsettled is not None:
+            with _SETTLING:
+                self.unsettled[upstream] = report
+            if self.closed:  # its answer is gone: lost as it comes
+                self._settle(_AFTER_ANSWER)
+        return kept is None
+
+    def __len__(self) -> int:
+        return len(self._by_upstream)
+
+    def __bool__(self) -> bool:
+        return bool(self._by_upstream)
+
+    def recorded(self) -> list[tuple[Hashable, AdcpError]]:
+        """(upstream, advisory) pairs as recorded, to record again into another collector."""
+        return list(self._by_upstream.items())
+
+    def advisories(self) -> list[AdcpError]:
+        """The recorded advisories, in the order their upstreams first went stale."""
+        return list(self._by_upstream.values())
+
+    def clear(self) -> None:
+        """Forget what was recorded (once delivered by another path)."""
+        self.delivered()
+        self._by_upstream.clear()
+
+    def delivered(self) -> None:
+        """The answer carries every advisory recorded so far: count them delivered."""
+        self._settle(None)
+
+    def lost(self, reason: str, detail: str) -> None:
+        """The answer goes without the advisories not yet delivered: count them lost, and say
+        why (``reason`` in a word, ``detail`` in a sentence; never a host or credential)."""
+        self._settle((reason, detail))
+
+    def close(self) -> None:
+        """The request is answered: what is recorded from now on (by a task outliving it)
+        counts as lost as it is recorded."""
+        self.closed = True
+        self._settle(_AFTER_ANSWER)
+
+    def _settle(self, fate: tuple[str, str] | None) -> None:
+        if not self.unsettled:
+            return
+        # A worker thread (carry_context, fetch_blocking) may record while the loop settles:
+        # each report is taken by one settlement, never iterated while it grows.
+        with _SETTLING:
+            unsettled, self.unsettled = self.unsettled, {}
+        for upstream, report in unsettled.items():
+            if report is not None:
+                report(fate)
+            elif fate is not None:  # recorded by hand, not by a cache: said all the same
+                surface = self.context.surface
+                name = surface.name if surface is not None else "?"
+                say_lost(*stated(self._by_upstream[upstream], name), fate)
+
+    def errors(self) -> list[dict[str, Any]]:
+        """The recorded advisories in wire form, ready for a payload's ``errors[]``."""
+        return [advisory.to_dict() for advisory in self._by_upstream.values()]
+
+
+#: Guards the reports awaiting settlement; rare (stale serves), so one lock serves all.
+_SETTLING = threading.Lock()
+_AFTER_ANSWER = ("after_answer", "recorded after its request was answered (a task outliving it)")
+
+#: The request fields that pin an AdCP release, first the one that wins.
+PIN_FIELDS = ("adcp_version", "adcp_major_version")
+
+#: What :attr:`RequestContext.request_field` gives when the request could not be read.
+UNREAD: Any = type("Unread", (), {"__repr__": lambda self: "UNREAD"})()
+
+
+def _no_field(name: str) -> Any:
+    return None  # no request known (collect_advisories): it pins nothing
+
+
+def _unread(name: str) -> Any:
+    return UNREAD
+
+
+def stated(advisory: AdcpError, surface: str) -> tuple[str, str, int, str]:
+    """What a ``STALE_RESPONSE`` says of its stale serve: upstream, ``surface``, age, code."""
+    details = advisory.details or {}
+    upstream = (details.get("upstream") or {}).get("name", "?")
+    code = (details.get("original_error") or {}).get("code", "REVALIDATING")
+    return upstream, surface, _age(advisory), code
+
+
+def say_lost(upstream: str, surface: str, age: int, code: str, fate: tuple[str, str]) -> None:
+    """Log a stale serve whose advisory no answer carried: ``fate`` is why (a reason in a
+    word, and in a sentence). Names and codes only: never a host or a credential."""
+    logger.warning(
+        "advisory_lost upstream=%s surface=%s age_seconds=%d code=%s reason=%s: served stale, "
+        "and no STALE_RESPONSE told the buyer: %s",
+        upstream,
+        surface,
+        age,
+        code,
+        *fate,
+    )
+
+
+def _age(advisory: AdcpError) -> int:
+    return int((advisory.details or {}).get("cache_age_seconds", 0))
+
+
+_current: ContextVar[AdvisoryCollector | None] = ContextVar(
+    "adcp_stale_cache_collector", default=None
+)
+# Set inside an upstream flight only (the cache's own task): it comes before the request's.
+_flight: ContextVar[AdvisoryCollector | None] = ContextVar(
+    "adcp_stale_cache_flight_collector", default=None
+)
+
+
+def enter_request(collector: AdvisoryCollector) -> contextvars.Token[AdvisoryCollector | None]:
+    """Make ``collector`` the current request's (a front door's): undo with
+    :func:`leave_request`."""
+    return _current.set(collector)
+
+
+def leave_request(token: contextvars.Token[AdvisoryCollector | None]) -> None:
+    """Undo the :func:`enter_request` that gave ``token``."""
+    _current.reset(token)
+
+
+def enter_flight(collector: AdvisoryCollector) -> contextvars.Token[AdvisoryCollector | None]:
+    """Make ``collector`` the current one inside an upstream flight (the cache's own task):
+    it comes before the request's. Undo with :func:`leave_flight`."""
+    return _flight.set(collector)
+
+
+def leave_flight(token: contextvars.Token[AdvisoryCollector | None]) -> None:
+    """Undo the :func:`enter_flight` that gave ``token``."""
+    _flight.reset(token)
+
+
+#: Where the middleware keeps a request's collector in ``scope["state"]`` (``request.state``).
+STATE_KEY = "adcp_stale_cache"
+
+
+def current_collector() -> AdvisoryCollector | None:
+    """The collector of the request being handled, if any.
+
+    Under ``mcp`` 1.x (FastMCP) a stateful session runs every tool call in the context of the
+    request that opened the session, so the ContextVar would name the wrong request there:
+    that SDK's own request context, which names the Starlette request of each call, is asked
+    first. ``mcp`` 2.x, a2a-sdk and plain routes carry the ContextVar to each call.
+    """
+    found = _flight.get()  # an empty collector is falsy: compare with None
+    if found is None:
+        found = _from_mcp_v1_request()
+    return found if found is not None else _current.get()
+
+
+def _from_mcp_v1_request() -> AdvisoryCollector | None:
+    server = sys.modules.get("mcp.server.lowlevel.server")  # only if the app imported it
+    request_ctx = getattr(server, "request_ctx", None)
+    if request_ctx is None:
+        return None
+    scope = getattr(getattr(request_ctx.get(None), "request", None), "scope", None)
+    state = scope.get("state") if isinstance(scope, dict) else None
+    collector = state.get(STATE_KEY) if isinstance(state, dict) else None
+    return collector if isinstance(collector, AdvisoryCollector) else None
+
+
+def request_fields(request: object) -> Callable[[str], Any]:
+    """How a collector reads the fields of the AdCP request it answers (a tool's arguments,
+    a skill's parameters, a pydantic request model). No request (None) pins nothing; one
+    that is none of these reads :data:`UNREAD` (then nothing it stores is shared)."""
+    if request is None:
+        return _no_field
+    if isinstance(request, BaseModel):
+        request = request.model_dump(mode="json", exclude_none=True)
+    if isinstance(request, Mapping):
+        return request.get
+    return _unread
+
+
+class Collecting:
+    """The block :func:`collect_advisories` opens: a ``with`` or an ``async with`` alike."""
+
+    __slots__ = ("_partition", "_request", "_surface", "_token", "collector")
+
+    def __init__(
+        self,
+        surface: SurfacePolicy | None,
+        partition: str | None,
+        request: object = None,
+        *,
+        counted_at_delivery: bool = False,
+        context: RequestContext | None = None,
+    ) -> None:
+        self._surface, self._partition, self._request = surface, partition, request
+        if context is None:
+            context = RequestContext(surface, partition, request_field=request_fields(request))
+        self.collector = AdvisoryCollector(counted_at_delivery=counted_at_delivery, context=context)
+        self._token: contextvars.Token[AdvisoryCollector | None] | None = None
+
+    def __call__(self, fn: Callable[P, R]) -> Callable[P, R]:
+        """Decorate ``fn`` (sync or async): each call gets a collector of its own."""
+        surface, partition, request = self._surface, self._partition, self._request
+        if is_async(fn):
+
+            @functools.wraps(fn)
+            async def run_async(*args: Any, **kwargs: Any) -> Any:
+                async with Collecting(surface, partition, request):
+                    return await awaited(fn, *args, **kwargs)
+
+            return run_async  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def run(*args: P.args, **kwargs: P.kwargs) -> R:
+            with Collecting(surface, partition, request):
+                return fn(*args, **kwargs)
+
+        return run
+
+    def __enter__(self) -> AdvisoryCollector:
+        if self._token is not None:
+            raise RuntimeError("collect_advisories() blocks are entered once")
+        self._token = _current.set(self.collector)
+        return self.collector
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._token is not None:
+            _current.reset(self._token)
+        if exc_info and exc_info[0] is not None:  # the block raised: no answer carries them
+            self.collector.lost("is_error", "the tool raised: its answer is an error")
+            self.collector.close()
+
+    async def __aenter__(self) -> AdvisoryCollector:
+        # Awaited in the caller's own task: the context variable is set in its context.
+        return self.__enter__()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.__exit__(*exc_info)
+
+
+def collect_advisories(
+    surface: SurfacePolicy | None = None, partition: str | None = None, request: object = None
+) -> Collecting:
+    """Open a collector for the code inside the block (and the tasks it starts), with
+    ``with`` or ``async with``.
+
+    Use it where no ASGI middleware runs: a worker, a test, an SDK hook::
+
+        with collect_advisories(request=arguments) as advisories:
+            products = await cache.fetch(inventory, "all", load_products)
+        payload["errors"] = advisories.errors()
+
+    ``request`` is the AdCP request answered in the block (a tool's arguments, a mapping or
+    a pydantic model): what it pins (``adcp_version``) keys the ``varies_by_version``
+    surfaces, as the middleware does. Without one, nothing is pinned.
+    """
+    return Collecting(surface, partition, request)
+
+
+@contextmanager
+def use_collector(collector: AdvisoryCollector | None) -> Iterator[AdvisoryCollector | None]:
+    """Make ``collector`` the current one inside the ``with`` block: carry a request's
+    collector into a worker thread or a new event loop by hand::
+
+        handle = current_collector()  # in the request
+        ...
+        with use_collector(handle):  # in the worker thread
+            formats = asyncio.run(registry.list_formats())
+
+    ``asyncio.run`` (and every task) copies the context it starts in, so the loop's work
+    records into ``handle``. See also :func:`carry_context`.
+    """
+    token = _current.set(collector)
+    try:
+        yield collector
+    finally:
+        _current.reset(token)
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def carry_context(fn: Callable[P, R]) -> Callable[P, R]:
+    """``fn``, to be run in a copy of the current context: the request's collector (and any
+    other context variable) follows it into a worker thread, which a thread pool does not do
+    by itself::
+
+        future = executor.submit(carry_context(asyncio.run), list_formats())
+    """
+    context = contextvars.copy_context()
+
+    @functools.wraps(fn)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        return context.run(fn, *args, **kwargs)
+
+    return run

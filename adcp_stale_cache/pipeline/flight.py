@@ -1,0 +1,492 @@
+"""Stage 3 of a fetch, **fly**: the one upstream call every caller of a key shares.
+
+A flight is keyed by the store key *and the purge count read when it starts* (or just
+before: a tier's reading of the last ``check_seconds``, see
+:mod:`~adcp_stale_cache.pipeline.purges`): a request never joins a call that started before a purge
+it could know of, and the call's answer is stored only if no purge landed since that
+reading. The flight calls within its deadline (on the library's own loop when calls are
+detached), validates the answer, reads its caching directives, stores what may be kept,
+waits on another process's refresh when they coordinate, and reports every way it ends to
+the breaker. It remembers itself (see :mod:`~adcp_stale_cache.ops.steering`) so the control
+plane can run it again, as the request that made it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Awaitable, Callable, Generator, Hashable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from ..core.advisory import AdcpError
+from ..core.decision import Fail, ServeStale, on_failure, target_seconds
+from ..core.directives import Directives
+from ..core.entry import Entry, Terms
+from ..core.failures import Failure, StaleBeyondBound, classify
+from ..core.keys import key_size
+from ..core.policy import SurfacePolicy, Upstream
+from ..core.values import Codec, Unreadable, decode, encode
+from ..ops.steering import RefreshMemory, RememberedRefresh
+from ..stores import Leasing, Listening
+from .admission import Admitted, Breakers
+from .blocking import as_probe
+from .breaker import Breaker
+from .collector import (
+    AdvisoryCollector,
+    RequestContext,
+    current_collector,
+    enter_flight,
+    leave_flight,
+)
+from .lookup import Lookup
+from .purges import PurgeWitness
+from .settings import Settings
+from .singleflight import SingleFlight, call_with_deadline
+
+T = TypeVar("T")
+logger = logging.getLogger("adcp_stale_cache")
+
+#: What a remembered refresh's closures hold beside its key, labels and held value, roughly.
+CLOSURE_BYTES = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class StaleAtSource:
+    """An answer its upstream already served stale (an AdCP sub-agent's own
+    ``STALE_RESPONSE``), past our target when it arrived: how old it is, our target for it,
+    and the failure the upstream named. Every caller's answer carries it as an advisory."""
+
+    age: int
+    target: int
+    failure: Failure
+
+
+class Refreshed(Generic[T]):
+    """What one flight hands to every caller sharing it: the value, its stored bytes (None
+    when not stored), the advisories of stale data the value was built on, the labels it was
+    stored with (a flight around this one's carries them too), the entry stored, and
+    whether the answer was stale at its source already."""
+
+    __slots__ = ("advisories", "at_source", "data", "entry", "labels", "value")
+
+    def __init__(
+        self,
+        value: T,
+        data: bytes | None,
+        advisories: tuple[tuple[Hashable, AdcpError], ...] = (),
+        labels: tuple[str, ...] = (),
+        entry: Entry | None = None,
+        at_source: StaleAtSource | None = None,
+    ) -> None:
+        self.value = value
+        self.data = data
+        self.advisories = advisories
+        self.labels = labels
+        self.entry = entry
+        self.at_source = at_source
+
+
+@dataclass(frozen=True, slots=True)
+class Answer(Generic[T]):
+    """How one fetch calls its upstream and reads what it answers (see ``fetch``)."""
+
+    call: Callable[[], Awaitable[T]]
+    codec: Codec[T]
+    cacheable: Callable[[T], bool] | None = None
+    validate: Callable[[T], object] | None = None
+    revalidate: Callable[[T], Awaitable[T]] | None = None
+    directives: Callable[[T], Directives | None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What a flight keeps of its lookup: where and how its answer is stored. (Never the
+    request's collector or the entry it held: a remembered refresh lives on for thousands of
+    keys, and would keep them all alive.)"""
+
+    upstream: Upstream
+    policy: SurfacePolicy
+    store_key: str
+    labels: tuple[str, ...]
+    shared: bool
+    private: bool = False  # its answer is the request's alone: never stored
+
+    @classmethod
+    def of(cls, found: Lookup) -> Target:
+        """The target of ``found``'s flight."""
+        return cls(found.upstream, found.policy, found.store_key, found.labels, found.shared,
+                   found.private)  # fmt: skip
+
+
+def as_made(origin: AdvisoryCollector | None, refresh: RememberedRefresh) -> RememberedRefresh:
+    """``refresh``, to be re-run later (by the control plane) as the request that made it:
+    with its surface and caller partition, never those of whoever asks for the refresh (an
+    operator's request is every tenant's partition at once)."""
+
+    # Its facts only, not the request's collector: remembered for thousands of keys, it
+    # would keep every request's advisories alive. (is not None: an empty one is falsy.)
+    made = origin.context.as_made() if origin is not None else RequestContext
+
+    async def again(before: object = None) -> Any:
+        # Its pin too: nested entries keyed as it made them.
+        token = enter_flight(AdvisoryCollector(context=made()))
+        try:
+            return await refresh(before)
+        finally:
+            leave_flight(token)
+
+    return again
+
+
+class Flights:
+    """The flights of one cache over its store, read back through ``read`` (see
+    :meth:`~adcp_stale_cache.pipeline.lookup.Lookups.read`), reporting to ``breakers``. Entries are
+    stamped on the cache's clock and kept for ``ttl`` of their upstream and policy; with
+    ``coordinate_refreshes`` (``lease``), processes sharing the store refresh a key once
+    between them (when it offers leases)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        read: Callable[[str], Awaitable[Entry | None]],
+        breakers: Breakers,
+    ) -> None:
+        self.store, self.read, self.clock = settings.store, read, settings.clock
+        # What the store can do, decided once: a protocol check walks every member.
+        self.purges = PurgeWitness(self.store)
+        self._leasing = self.store if isinstance(self.store, Leasing) else None
+        self._listening = self.store if isinstance(self.store, Listening) else None
+        self.metrics, self.breakers = settings.metrics, breakers
+        self.failure_types = settings.failure_types
+        self._longest_ttl: dict[str, int] = {}  # per upstream name: see ttl
+        for declared in settings.surfaces.policies:
+            for name in declared.upstreams:
+                self._longest_ttl[name] = max(self._longest_ttl.get(name, 0), declared.ttl_seconds)
+        self.call_loop, self.lease = settings.call_loop, settings.coordinate_refreshes
+        self.memory: RefreshMemory | None = None  # what remembers every flight's refresh
+        self.flights: SingleFlight[Refreshed[Any]] = SingleFlight()
+        self.tasks: set[asyncio.Future[Any]] = set()  # what runs behind an answer
+        self._detached: set[concurrent.futures.Future[Any]] = set()
+        # Set once a caller's loop ended before the work behind its answer (asyncio.run per
+        # request, calls not detached): such work then runs in front of the answer, within
+        # its deadline, or a breaker's probe would never finish and it would never close.
+        self.in_front = False
+
+    async def fly(
+        self, found: Lookup, admitted: Admitted, answer: Answer[T]
+    ) -> tuple[Awaitable[Refreshed[T]], bool]:
+        """Start (or join) the flight of this fetch: what to await for its
+        :class:`Refreshed`, and whether it runs behind an answer from the entry held (the
+        breaker's probe, or a revalidation within stale-while-revalidate)."""
+        call, previous, weight = answer.call, found.previous, 0
+        if self.memory is not None:  # what the remembered refresh holds, roughly
+            weight = len(found.store_key) + sum(map(len, found.labels)) + key_size(found.key)
+            weight += CLOSURE_BYTES
+        if answer.revalidate is not None and previous is not None:
+            call = _conditional(previous, found.upstream, answer.codec, call, answer.revalidate)
+            weight += len(previous.data)  # the held value rides with the call
+        refresh = self._refresher(Target.of(found), admitted.timeout, answer, call)
+        if self.memory is not None:
+            remembered = as_made(found.collector, refresh)
+            self.memory.remember(found.store_key, found.labels, remembered, weight)
+        if admitted.probe is not None:  # its blocking call never waits behind stuck ones
+            refresh = as_probe(refresh)
+        try:
+            epoch = await self.purges.flight_count()  # the tier's recent reading: no round trip
+        except BaseException:  # cancelled before the flight could release the probe
+            if admitted.probe is not None:
+                admitted.probe.release_probe()
+            raise
+        flight: Awaitable[Refreshed[T]] = self.run(found.store_key, refresh, epoch)
+        if admitted.probe is not None:
+            flight = _releasing(admitted.probe, flight)
+        behind = admitted.probe is not None or found.behind
+        self.in_front = self.in_front or admitted.in_front
+        if found.fallback is not None and behind and not self.in_front:
+            task = self.background(flight)
+            if admitted.probe is not None and isinstance(task, asyncio.Future):
+                loop = task.get_loop()
+                admitted.probe.probe_runs_while(lambda: not loop.is_closed())
+            return task, True
+        if found.fallback is not None and admitted.timeout < found.timeout:
+            # The budget bounds this caller's wait, not only a call it starts: the flight it
+            # joins may have been started under the full deadline.
+            flight = asyncio.wait_for(flight, admitted.timeout)
+        return flight, False
+
+    def run(self, store_key: str, refresh: RememberedRefresh, epoch: object) -> Awaitable[Any]:
+        """``refresh`` as the flight of ``store_key`` within purge count ``epoch`` (which
+        its answer is stored under: see purges)."""
+        return self.flights.run((store_key, epoch), lambda: refresh(epoch))
+
+    async def run_now(self, store_key: str, refresh: RememberedRefresh) -> Any:
+        """``refresh`` as the flight of ``store_key`` that requests now would join."""
+        return await self.run(store_key, refresh, await self.purges.count())
+
+    def refresh_soon(
+        self, refreshes: list[tuple[str, RememberedRefresh]], concurrency: int
+    ) -> None:
+        """Run ``refreshes`` in the background, ``concurrency`` at a time, each as the flight
+        of its store key when it starts: requests for the key meanwhile join it."""
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        queue = list(reversed(refreshes))
+
+        async def worker() -> None:
+            while queue:
+                store_key, refresh = queue.pop()
+                with contextlib.suppress(Exception):  # a failed refresh leaves the entry
+                    await self.run_now(store_key, refresh)
+
+        for _ in range(min(concurrency, len(queue))):
+            self.background(worker())
+
+    def ttl(self, upstream: Upstream, policy: SurfacePolicy) -> int:
+        """How long the store keeps an entry of ``upstream``: as long as the longest-lived
+        surface reading that upstream may serve it (surfaces can share a key, and each
+        decision applies its own bound), plus one second of slack (the decision, not the
+        store's expiry, draws the exact bound)."""
+        longest = self._longest_ttl.get(upstream.name, 0)
+        if policy.ttl_seconds > longest:
+            self._longest_ttl[upstream.name] = longest = policy.ttl_seconds
+        return longest + 1
+
+    def background(self, work: Awaitable[T]) -> Awaitable[T]:
+        """Run ``work`` behind the answer where it can finish: on the library's call loop
+        when calls are detached (the caller's loop may end with its answer), else on the
+        caller's loop. Kept referenced, its exception retrieved."""
+        if self.call_loop is not None:
+            done = self.call_loop.submit(lambda: work)
+            self._detached.add(done)
+            done.add_done_callback(self._detached.discard)
+            return _Behind(done)
+        task = asyncio.ensure_future(work)
+        abandoned = [t for t in self.tasks if t.get_loop().is_closed()]
+        if abandoned:  # their loops closed under them, never cancelled: none will finish
+            self.in_front = True
+            self.tasks.difference_update(abandoned)
+        self.tasks.add(task)
+        task.add_done_callback(self._landed)
+        return task
+
+    def _landed(self, task: asyncio.Future[Any]) -> None:
+        self.tasks.discard(task)
+        if task.cancelled():  # nothing here cancels it: its loop ended first
+            self.in_front = True
+        else:
+            task.exception()
+
+    async def latest(self, found: Lookup) -> Entry | None:
+        """After a failed flight, the entry to fall back on: one another flight stored
+        meanwhile when it is newer than the one held."""
+        self._ask_shared(found.store_key)
+        latest, fallback = await self.read(found.store_key), found.fallback
+        if latest is None or (fallback is not None and latest.stored_at < fallback.stored_at):
+            return fallback
+        return latest
+
+    async def seed(
+        self, found: Lookup, call: Callable[[], Awaitable[T]], codec: Codec[T]
+    ) -> Entry | None:
+        """One call, stored as it answers (no validation, no directives: an injected
+        outage's cold cache, seeded for real). None when the answer cannot be stored."""
+        before = await self.purges.count()  # a purge meanwhile wins here too
+        stamp = self.clock()  # as of the call, as a request's seed would be
+        value = await call_with_deadline(call, found.timeout, self.call_loop)
+        data = encode(codec, value, found.upstream)
+        if data is None:
+            return None
+        entry = Entry(data, stamp, found.labels)
+        await self._store(Target.of(found), entry, before)
+        return entry
+
+    def _refresher(
+        self, found: Target, timeout: float, answer: Answer[T], call: Callable[[], Awaitable[T]]
+    ) -> RememberedRefresh:
+        """The flight's work: call (or wait on another process's call), store, and report
+        every way it ends to the breaker (a probe that reported nothing would hold the
+        breaker open)."""
+        upstream, policy = found.upstream, found.policy
+
+        async def refresh(before: object = None) -> Refreshed[T]:
+            started = time.monotonic()
+            try:
+                refreshed = await self._fill(found, timeout, answer, call, before)
+            except Exception as exc:
+                failure = classify(exc, timeout, self.failure_types)
+                outage = failure.kind in policy.stale_on
+                self.metrics.refresh(policy.name, upstream.name, time.monotonic() - started, False)
+                if isinstance(exc, StaleBeyondBound):  # it answered: no fault of the upstream's
+                    await self.breakers.report(upstream, None, False)
+                    raise
+                if outage:
+                    self.metrics.upstream_failure(upstream.name, failure.code)
+                await self.breakers.report(upstream, failure, outage)
+                raise
+            self.metrics.refresh(policy.name, upstream.name, time.monotonic() - started, True)
+            await self.breakers.report(upstream, None, False)
+            return refreshed
+
+        return refresh
+
+    async def _fill(
+        self, found: Target, timeout: float, answer: Answer[T],
+        call: Callable[[], Awaitable[T]], before: object,
+    ) -> Refreshed[T]:  # fmt: skip
+        """Call and store; with leases, only as the holder, else wait for the holder's."""
+        if not self.lease or self._leasing is None:
+            return await self._call_and_store(found, timeout, answer, call, before)
+        started = self.clock()
+        async with self._leasing.lease(found.store_key, timeout + 1) as holder:
+            if holder:
+                return await self._call_and_store(found, timeout, answer, call, before)
+        entry = await self._await_other_process(found.store_key, started, timeout)
+        if entry is None:  # released with nothing stored: a failure, or a purge won
+            before = await self.purges.count()  # this call starts now: as of now
+            return await self._call_and_store(found, timeout, answer, call, before)
+        value = decode(answer.codec, entry, found.upstream)
+        said = answer.directives(value) if answer.directives is not None else None
+        at_source = _at_source(found, said, entry, self.clock())
+        return Refreshed(value, entry.data, (), entry.labels, entry, at_source)
+
+    async def _call_and_store(
+        self, found: Target, timeout: float, answer: Answer[T],
+        call: Callable[[], Awaitable[T]], before: object,
+    ) -> Refreshed[T]:  # fmt: skip
+        if before is None:  # run on its own (not as a flight): the count as of now
+            before = await self.purges.count()
+        # Nested cached calls record their stale serves here, for every caller.
+        inner = AdvisoryCollector.within(current_collector())
+        token = enter_flight(inner)
+        try:
+            value = await call_with_deadline(call, timeout, self.call_loop)
+        finally:
+            leave_flight(token)
+        if answer.validate is not None:
+            answer.validate(value)
+        # Built from other entries: labelled by them too, so that purging one purges it.
+        read = inner.trace.labels.difference(found.labels) if inner.trace.labels else ()
+        labels = (*found.labels, *sorted(read)) if read else found.labels
+        if inner:  # built on stale data: served with its advisories, never stored fresh
+            return Refreshed(value, None, tuple(inner.recorded()), labels)
+        if found.private or (answer.cacheable is not None and not answer.cacheable(value)):
+            return Refreshed(value, None, (), labels)
+        said = answer.directives(value) if answer.directives is not None else None
+        terms = _terms(said, found.policy)
+        now = self.clock()
+        at_source = _at_source(found, said, Entry(b"", now, terms=terms), now)
+        if said is not None and not said.storable(found.shared):
+            return Refreshed(value, None, (), labels, at_source=at_source)
+        data = encode(answer.codec, value, found.upstream)
+        if data is None:
+            return Refreshed(value, None, (), labels, at_source=at_source)
+        # Built from entries read through the cache: as old as the oldest (its terms' age,
+        # as an Age its upstream said would be), not fresh for a whole target from now.
+        built_age = now - inner.trace.read_since
+        if built_age > (terms.age if terms is not None else 0.0):
+            terms = dataclasses.replace(terms or Terms(), age=built_age)
+        entry = Entry(data, now, labels, terms=terms)
+        if not await self._store(found, entry, before):  # a purge landed meanwhile: it wins
+            return Refreshed(value, None, (), labels, at_source=at_source)
+        return Refreshed(value, data, (), labels, entry, at_source)
+
+    async def _store(self, found: Target, entry: Entry, before: object) -> bool:
+        """Store unless a purge landed since the count read ``before`` (see purges); True
+        when stored. A store's fault is logged, never raised."""
+        ttl = self.ttl(found.upstream, found.policy)
+        try:
+            return await self.purges.store_unless_purged(found.store_key, entry, ttl, before)
+        except Exception:
+            logger.exception("store_error op=set")
+            return False
+
+    async def _await_other_process(
+        self, store_key: str, since: float, timeout: float
+    ) -> Entry | None:
+        """The entry another process's refresh stores, waited for up to ``timeout``; None
+        when that process let go of the key without storing one (its call failed, or a
+        purge kept its answer out: this process cannot tell, so it asks itself)."""
+        leasing = self._leasing if self.lease else None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+            self._ask_shared(store_key)
+            entry = await self.read(store_key)
+            if entry is not None and entry.stored_at >= since:
+                return entry
+            if leasing is not None and not await leasing.lease_active(store_key):
+                self._ask_shared(store_key)
+                entry = await self.read(store_key)  # released: it stored, or it did not
+                return entry if entry is not None and entry.stored_at >= since else None
+        raise TimeoutError(f"no answer within {timeout:g}s (refresh by another process)")
+
+    def _ask_shared(self, store_key: str) -> None:
+        """The next read of ``store_key`` asks the shared store: what another process wrote
+        is what this read waits for, never a memory copy noted as matching before."""
+        if self._listening is not None:
+            self._listening.ask_shared(store_key)
+
+
+def _terms(said: Directives | None, policy: SurfacePolicy) -> Terms | None:
+    """The terms an answer is stored with: what it said, an age it could not say floored at
+    our target (a stale serve of its own is at least past one)."""
+    terms = said.terms() if said is not None else None
+    if said is None or said.stale_at_source is None or said.age_known:
+        return terms
+    terms = terms or Terms()
+    floor = target_seconds(Entry(b"", 0.0, terms=terms), policy)
+    return dataclasses.replace(terms, age=max(terms.age, floor))
+
+
+def _at_source(
+    found: Target, said: Directives | None, entry: Entry, now: float
+) -> StaleAtSource | None:
+    """What a caller must be told of an answer its upstream said is a stale serve of its own
+    (None: nothing, it is within our target). Raises :class:`StaleBeyondBound` for one older
+    than we may serve at all: as if the upstream had failed with what it named."""
+    if said is None or said.stale_at_source is None:
+        return None
+    outcome = on_failure(entry, now, found.policy)  # the entry as old as its source says
+    if isinstance(outcome, Fail):
+        raise StaleBeyondBound(said.stale_at_source.code, "stale at its source past max-stale")
+    if isinstance(outcome, ServeStale):
+        return StaleAtSource(outcome.age_seconds, outcome.target_seconds, said.stale_at_source)
+    return None
+
+
+def _conditional(
+    previous: Entry, upstream: Upstream, codec: Codec[T], call: Callable[[], Awaitable[T]],
+    revalidate: Callable[[T], Awaitable[T]],
+) -> Callable[[], Awaitable[T]]:  # fmt: skip
+    """``revalidate`` given the held value (``call`` when it cannot be read)."""
+    try:
+        held = decode(codec, previous, upstream)
+    except Unreadable:
+        return call
+    return lambda: revalidate(held)
+
+
+class _Behind(Generic[T]):
+    """Work running on the call loop, awaited from the caller's loop only if asked: an
+    answer served in front of it never binds it to a loop that may end first."""
+
+    __slots__ = ("_done",)
+
+    def __init__(self, done: concurrent.futures.Future[T]) -> None:
+        self._done = done
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return asyncio.wrap_future(self._done).__await__()
+
+
+async def _releasing(breaker: Breaker, flight: Awaitable[T]) -> T:
+    """Await a probe's flight, then free the probe slot if the flight gave no verdict."""
+    try:
+        return await flight
+    finally:
+        breaker.release_probe()

@@ -1,0 +1,209 @@
+"""Stage 1 of a fetch, **look up**: which policy applies, whose entry it is, what is held,
+and what the decision core says to do with it.
+
+Nothing here calls an upstream: a :class:`Hit` (a fresh entry, decoded) or a
+:class:`Lookup` is what the later stages (admission, the flight, serving) read. It knows
+nothing of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from ..core.decision import Fresh, Refresh, plan
+from ..core.entry import Entry
+from ..core.keys import cache_key
+from ..core.labels import entry_labels
+from ..core.policy import SurfacePolicy, Upstream
+from ..core.values import Codec, Unreadable, decode
+from .collector import UNREAD, AdvisoryCollector, current_collector
+from .settings import Settings
+
+T = TypeVar("T")
+logger = logging.getLogger("adcp_stale_cache")
+
+#: The plan for a fresh entry that cannot be read: a miss, with nothing to fall back on.
+_UNREADABLE = Refresh(fallback=None)
+
+#: How far in the future (another host's clock running ahead) a stored time may be.
+MAX_CLOCK_SKEW_SECONDS = 300.0
+
+
+@dataclass(slots=True)
+class Lookup:
+    """One fetch as looked up: its policy, store key and labels, the entry held, the plan."""
+
+    upstream: Upstream
+    key: object
+    policy: SurfacePolicy
+    shared: bool  # entries shared across callers (a surface known by name that says so)
+    partition: str | None  # the caller partition the entry is keyed under (None: shared)
+    store_key: str
+    tags: tuple[str, ...]  # the call's own (see labels)
+    collector: AdvisoryCollector | None  # the current request's
+    entry: Entry | None  # as held (one that could not be read too: see miss)
+    step: Fresh | Refresh
+    private: bool  # this request's alone: a flight never stores it (see release_of)
+    _labels: tuple[str, ...] | None = field(default=None, init=False)
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """What a purge selects the stored entry by (built when something is stored or
+        remembered: a hit never needs them)."""
+        if self._labels is None:
+            self._labels = entry_labels(self.upstream, self.policy.name, self.partition, self.tags)
+        return self._labels
+
+    @property
+    def timeout(self) -> float:
+        """The upstream call's deadline (read when a call is made: a hit never needs it)."""
+        return self.upstream.timeout_seconds or self.policy.upstream_timeout_seconds
+
+    @property
+    def fallback(self) -> Entry | None:
+        """The entry to serve stale if the call fails (None: nothing held, or a fresh hit)."""
+        return self.step.fallback if isinstance(self.step, Refresh) else None
+
+    @property
+    def previous(self) -> Entry | None:
+        """The entry held, even past max-stale (its validators make a call conditional)."""
+        return self.step.previous if isinstance(self.step, Refresh) else None
+
+    @property
+    def miss(self) -> bool:
+        """Whether nothing that can be read is held (none, or a fresh entry the codec could
+        not read: refreshed and overwritten)."""
+        return self.entry is None or self.previous is None
+
+    @property
+    def behind(self) -> bool:
+        """Whether the entry may be served now with its refresh behind it (the upstream's
+        ``stale-while-revalidate`` window, or the surface's own)."""
+        return (
+            isinstance(self.step, Refresh)
+            and self.step.fallback is not None
+            and (self.step.background or self.policy.stale_while_revalidate)
+        )
+
+
+@dataclass(slots=True)
+class Hit(Lookup, Generic[T]):
+    """A fresh hit: the look-up, with the entry's ``value`` decoded (served at once)."""
+
+    entry: Entry
+    step: Fresh
+    value: T
+
+
+class Lookups:
+    """Looks fetches up in the store for the policies of the surfaces ``settings`` give, keyed
+    in its keyspace (by ``key_of``: the cache's own ``store_key``, which a subclass may extend)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        key_of: Callable[[Upstream, object, str | None], str] | None = None,
+    ) -> None:
+        self.store, self.surfaces = settings.store, settings.surfaces
+        self.clock, self.keyspace = settings.clock, settings.keyspace
+        self.key_of = key_of or self.store_key
+        self._warned_default = False
+        self._warned_unread = False
+
+    async def look_up(
+        self, upstream: Upstream, key: object, surface: str | SurfacePolicy | None,
+        tags: Iterable[str], codec: Codec[T],
+    ) -> Hit[T] | Lookup:  # fmt: skip
+        """Policy, partition, store key and labels of this fetch, its entry and its plan: a
+        :class:`Hit` when the entry is fresh and ``codec`` reads it."""
+        collector = current_collector()
+        policy, identified = self.policy(surface, collector)
+        # Only a surface known by name may share entries across callers: a request whose
+        # surface was not recognised (a path mounted under a prefix, a misspelt tool) keys
+        # per caller whatever the default policy says, so a slip never widens sharing.
+        shared = policy.shared_across_callers and identified
+        partition = None if shared or collector is None else collector.context.partition
+        private = False  # answered for this request alone: never stored
+        if policy.varies_by_version:  # an answer shaped for one release is not another's
+            release = self.release_of(collector)
+            private = release is UNREAD
+            key = ("adcp_version", f"unread-{uuid.uuid4()}" if private else release, key)
+        store_key = self.key_of(upstream, key, partition)
+        entry = await self.read(store_key)
+        step = plan(entry, self.clock(), policy)
+        tags = tags if isinstance(tags, tuple) else tuple(tags)  # as of the call, not later
+        if isinstance(step, Fresh):
+            try:
+                value = decode(codec, step.entry, upstream)
+            except Unreadable:  # a miss: refreshed and overwritten
+                step = _UNREADABLE
+            else:
+                return Hit(upstream, key, policy, shared, partition, store_key, tags, collector,
+                           step.entry, step, private, value)  # fmt: skip
+        return Lookup(upstream, key, policy, shared, partition, store_key, tags, collector,
+                      entry, step, private)  # fmt: skip
+
+    def release_of(self, collector: AdvisoryCollector | None) -> Any:
+        """The release a fetch's entry is keyed by (see ``varies_by_version``), or
+        ``UNREAD`` for a request whose pin could not be read: its answer is then its own,
+        never stored, never served to another request, pinned or not."""
+        pinned = None if collector is None else collector.context.pinned_release()
+        if pinned is UNREAD and not self._warned_unread:
+            self._warned_unread = True
+            logger.warning("adcp_version_unread: a surface varies by AdCP release but a "
+                           "request's pin could not be read (no body read, or too large for "
+                           "max_peek_bytes): its answers are its own, never stored")  # fmt: skip
+        return pinned
+
+    def store_key(self, upstream: Upstream, key: object, partition: str | None = None) -> str:
+        """The store key of ``key`` for ``upstream`` (and the caller partition, if any; and
+        the upstream's own credentials, when it has some: never shared across them)."""
+        parts: tuple[object, ...] = (upstream.url, partition, key)
+        if upstream.url_digest is not None:  # what the public URL leaves out tells it apart
+            parts = (*parts, ("url", upstream.url_digest))
+        if upstream.credentials is not None:
+            parts = (*parts, ("credentials", upstream.credentials.get_secret_value()))
+        return cache_key(self.keyspace, upstream.name, parts)
+
+    def policy(
+        self, surface: str | SurfacePolicy | None, collector: AdvisoryCollector | None
+    ) -> tuple[SurfacePolicy, bool]:
+        """The policy of this call, and whether it was identified (not the default)."""
+        if type(surface) is str:  # the common case first, by name (get: the unknown's error)
+            return self.surfaces.by_name.get(surface) or self.surfaces.get(surface), True
+        if isinstance(surface, SurfacePolicy):
+            return surface, True
+        if surface is not None:
+            return self.surfaces.get(surface), True
+        context = collector.context if collector is not None else None
+        if context is not None and context.surface is not None:
+            return context.surface, True
+        if context is not None and not context.in_flight and not self._warned_default:
+            self._warned_default = True  # once: a misrouted app would say it on every request
+            logger.warning(
+                "surface_unknown: a fetch in a request named no surface and the request "
+                "matched none (route paths are matched without the app's root_path); the "
+                "default policy applies, keyed per caller"
+            )
+        return self.surfaces.default, False
+
+    async def read(self, store_key: str) -> Entry | None:
+        """The usable entry under ``store_key``: none for a tombstone, a stored time that is
+        no time, or a store that fails (a broken store is "no cache", never a failure)."""
+        try:
+            entry = await self.store.get(store_key)
+        except Exception:
+            logger.exception("store_error op=get")
+            return None
+        if entry is not None and entry.tombstone:  # hard-purged
+            return None
+        # A time that is no time (NaN, infinite) or far in the future would look fresh
+        # forever: such an entry is no entry.
+        if entry is not None and not (entry.stored_at <= self.clock() + MAX_CLOCK_SKEW_SECONDS):
+            logger.warning("unreadable_entry reason=stored_at %r", entry.stored_at)
+            return None
+        return entry

@@ -1,0 +1,273 @@
+"""Stage 4 of a fetch, **serve**: the value, or the stale entry with its advisory, or the
+failure.
+
+What reaches the buyer is decided here and only here: a fresh hit's value; a stale entry
+within max-stale, with one ``STALE_RESPONSE`` recorded in the request's collector (see
+:mod:`~adcp_stale_cache.pipeline.collector`); or :class:`~adcp_stale_cache.UpstreamUnavailable`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+from collections.abc import Hashable, Mapping
+from typing import Any, NamedTuple, TypeVar
+
+from ..core.advisory import AdcpError, stale_response
+from ..core.decision import Fail, Fresh, ServeStale, fresh_until, on_failure
+from ..core.entry import Entry
+from ..core.failures import UNKNOWN_FAILURE, Failure, UpstreamUnavailable
+from ..core.labels import built_from
+from ..core.policy import SurfacePolicy, Upstream
+from ..core.values import Codec, Unreadable, content_of, decode
+from .collector import (
+    AdvisoryCollector,
+    AdvisoryLost,
+    Composed,
+    current_collector,
+    say_lost,
+    stated,
+)
+from .flight import Refreshed
+from .lookup import Hit, Lookup
+from .settings import Settings
+
+T = TypeVar("T")
+logger = logging.getLogger("adcp_stale_cache")
+
+
+class StaleServe(NamedTuple):
+    """One stale serve, as counted and logged: names and codes only."""
+
+    surface: str
+    upstream: str
+    age: int
+    code: str
+
+
+#: Why a stale serve with no request collector is lost.
+_NO_COLLECTOR = (
+    "no_collector",
+    "no request collector carried it (a server started without the advisory middleware, as "
+    "fastmcp run serves it, or a thread the request's context did not reach: carry_context)",
+)
+
+
+class Serving:
+    """Serves what the earlier stages found, on the cache's clock, reporting to its metrics.
+    ``strict_advisories``: refuse a stale serve no request collector would carry."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.clock, self.metrics = settings.clock, settings.metrics
+        self.strict_advisories = settings.strict_advisories
+
+    def hit(self, found: Hit[Any], codec: Codec[T]) -> T:
+        """A fresh hit's value (the look-up decoded it), counted and told to the request."""
+        self.metrics.hit(found.policy.name, found.upstream.name)
+        _composed(found, found.entry, codec, fresh=True)
+        value: T = found.value  # (decoded by ``codec``)
+        return value
+
+    def behind(self, found: Lookup, failure: Failure | None, codec: Codec[T]) -> T:
+        """The entry held, served while its refresh flies behind it (``failure``: the
+        probing breaker's last; None for a revalidation). Raises
+        :class:`~adcp_stale_cache.core.values.Unreadable` when it cannot be read: then the
+        refresh is the answer."""
+        return self._served(found, found.fallback, failure, codec, None)
+
+    def from_cache(
+        self,
+        found: Lookup,
+        latest: Entry | None,
+        failure: Failure | None,
+        codec: Codec[T],
+        exc: Exception | None = None,
+    ) -> T:
+        """Serve ``latest`` stale (recording the advisory), as a plain hit, or fail."""
+        try:
+            return self._served(found, latest, failure, codec, exc)
+        except Unreadable:
+            pass  # no usable entry after all
+        raise self._unavailable(found, failure) from exc
+
+    def _served(
+        self,
+        found: Lookup,
+        latest: Entry | None,
+        failure: Failure | None,
+        codec: Codec[T],
+        exc: Exception | None,
+    ) -> T:
+        """``latest`` stale (recording the advisory) or as a plain hit (refreshed meanwhile
+        by another call); past max-stale, or none, the failure."""
+        upstream, policy = found.upstream, found.policy
+        outcome = on_failure(latest, self.clock(), policy)
+        if isinstance(outcome, Fail):
+            raise self._unavailable(found, failure) from exc
+        value = decode(codec, outcome.entry, upstream)
+        if isinstance(outcome, ServeStale):
+            self.record_stale(
+                upstream, policy, outcome.age_seconds, failure, outcome.target_seconds
+            )
+        _composed(found, outcome.entry, codec, fresh=isinstance(outcome, Fresh))
+        return value
+
+    def _unavailable(self, found: Lookup, failure: Failure | None) -> UpstreamUnavailable:
+        """Nothing to answer with: counted, logged, raised by the caller."""
+        failure = failure or UNKNOWN_FAILURE  # revalidating an entry that just expired
+        upstream, policy = found.upstream, found.policy
+        self.metrics.unavailable(policy.name, upstream.name, failure.code)
+        logger.warning(
+            "upstream_unavailable upstream=%s surface=%s code=%s",
+            upstream.name,
+            policy.name,
+            failure.code,
+        )
+        return UpstreamUnavailable(upstream, failure)
+
+    def record_stale(
+        self,
+        upstream: Upstream,
+        policy: SurfacePolicy,
+        age: int,
+        failure: Failure | None,
+        target: int | None = None,
+    ) -> None:
+        """One stale serve: the request's advisory, the metrics and the log line."""
+        collector = current_collector()
+        code = failure.code if failure else "REVALIDATING"
+        advisory = stale_response(upstream, policy, age, failure, target)
+        serve = StaleServe(policy.name, upstream.name, age, code)
+        first = self.told(collector, upstream.identity, advisory, serve)
+        # Once per upstream per request at WARNING: a page of 50 stale keys is one event.
+        logger.log(
+            logging.WARNING if first and collector is not None else logging.DEBUG,
+            "stale_serve upstream=%s surface=%s age_seconds=%d code=%s collected=%s",
+            upstream.name,
+            policy.name,
+            age,
+            code,
+            collector is not None,
+        )
+
+    def told(
+        self,
+        collector: AdvisoryCollector | None,
+        key: Hashable,
+        advisory: AdcpError,
+        serve: StaleServe,
+    ) -> bool:
+        """A stale ``serve`` and its ``advisory``, recorded in
+        ``collector`` and counted: at once, or when its answer is written
+        (``counted_at_delivery``), as delivered or lost. True when it is the request's first
+        for ``key`` (its upstream); one no collector carries is lost now (refused in strict
+        mode)."""
+        if collector is None:
+            if self.strict_advisories:
+                raise AdvisoryLost(
+                    f"{serve.upstream!r} would be served stale with no request collector: carry "
+                    "the request's context into this thread or loop (carry_context, "
+                    "use_collector)"
+                )
+            self._settled(serve, _NO_COLLECTOR)
+            return True
+        counted_later = collector.unsettled is not None
+        report = functools.partial(self._settled, serve) if counted_later else None
+        first = collector.record(key, advisory, report)
+        if not (first and counted_later):  # (else counted once its answer is written)
+            self.metrics.stale_serve(serve.surface, serve.upstream, serve.code, first)
+        return first
+
+    def _settled(self, serve: StaleServe, lost: tuple[str, str] | None) -> None:
+        """One advisory's fate, counted: delivered (``lost`` None) or lost, said with why."""
+        surface, upstream, age, code = serve
+        if lost is not None:
+            self.metrics.advisory_lost(surface, upstream)
+            say_lost(upstream, surface, age, code, lost)
+        self.metrics.stale_serve(surface, upstream, code, lost is None)
+
+    def flown(self, found: Lookup, refreshed: Refreshed[T], codec: Codec[T]) -> T:
+        """What a flight answered, to one of the callers sharing it: the stale serves it was
+        built on recorded in this caller's collector (and its own, when its upstream served
+        it stale already), and its own copy of a stored value."""
+        collector = found.collector
+        stale = refreshed.at_source
+        if stale is not None:
+            self.record_stale(found.upstream, found.policy, stale.age, stale.failure, stale.target)
+        for name, advisory in refreshed.advisories:  # built on stale data: told here
+            upstream, surface, age, code = stated(advisory, found.policy.name)
+            serve = StaleServe(surface, upstream, age, code)
+            self.told(collector, name, advisory, serve)
+        if collector is None:
+            return refreshed.value if refreshed.data is None else codec.loads(refreshed.data)
+        # Not stored (uncacheable, built on stale data...): its encoding, once, for both
+        # the content it gives a conditional answer and the search for a context.
+        data = refreshed.data if refreshed.data is not None else _encoded(refreshed.value, codec)
+        trace = collector.trace
+        if trace.composition is not None:
+            stored = refreshed.entry
+            if stored is not None:
+                trace.composition.append(_part(found, stored, codec, fresh=True))
+            else:  # its content all the same, never remembered
+                trace.composition.append(
+                    Composed(
+                        content_of(codec, data)
+                        if data is not None
+                        else repr(refreshed.value).encode()
+                    )
+                )
+        if trace.labels is not None:
+            read_at = _at_source(refreshed.entry) if refreshed.entry is not None else None
+            trace.read((*refreshed.labels, built_from(found.store_key)), read_at)
+        if _CONTEXT in data if data is not None else _names_context(refreshed.value):
+            trace.served_context = True  # another caller's flight may have been asked
+        return refreshed.value if refreshed.data is None else codec.loads(refreshed.data)
+
+
+def _encoded(value: T, codec: Codec[T]) -> bytes | None:
+    """``value`` as ``codec`` writes it, or None (the flight said so already, if it could
+    not be)."""
+    try:
+        return codec.dumps(value)
+    except Exception:
+        return None
+
+
+def _names_context(value: Any) -> bool:
+    """What can be read of a value no codec writes: a ``context`` in it."""
+    return isinstance(value, (Mapping, str)) and "context" in value
+
+
+def _part(found: Lookup, entry: Entry, codec: Codec[Any], *, fresh: bool) -> Composed:
+    """``entry`` as a part of a conditional answer (see conditional and probes): its
+    content, and where and when it was stored."""
+    until = fresh_until(entry, found.policy) if fresh else -math.inf
+    return Composed(content_of(codec, entry.data), found.store_key, entry.stored_at, until)
+
+
+def _composed(found: Lookup, entry: Entry, codec: Codec[Any], *, fresh: bool) -> None:
+    """An entry served to the request: a part of a conditional answer being composed (see
+    conditional), its labels for a flight's answer (see within), and whether it holds a
+    ``context`` (another request's, which must not reach this answer)."""
+    collector = found.collector
+    if collector is None:
+        return
+    trace = collector.trace
+    if trace.composition is not None:
+        trace.composition.append(_part(found, entry, codec, fresh=fresh))
+    if trace.labels is not None:
+        trace.read((*entry.labels, built_from(found.store_key)), _at_source(entry))
+    if _CONTEXT in entry.data:  # a byte search: a false alarm only costs the answer a check
+        trace.served_context = True
+
+
+def _at_source(entry: Entry) -> float:
+    """When ``entry``'s data was read at its source: a flight's answer built on it is no
+    younger than that."""
+    return entry.stored_at - (entry.terms.age if entry.terms is not None else 0.0)
+
+
+# Unquoted: a value stored as a JSON string (a sub-agent's answer kept as text) holds it
+# escaped, as \"context\".
+_CONTEXT = b"context"

@@ -1,0 +1,45 @@
+"""The settings of an :class:`~adcp_stale_cache.UpstreamCache`, fixed when it is built: each
+stage of its pipeline is built once from them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..core.failures import FailureTypes
+from ..core.policy import Surfaces
+from ..ops.metrics import Fanout
+from ..stores import Store
+from .breaker import DEFAULT_BREAKER, BreakerPolicy
+from .call_loop import CallLoop
+from .shared_breakers import SharedBreakers
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What an :class:`~adcp_stale_cache.UpstreamCache` was built with, its arguments
+    resolved: a store (bounded memory by default) and its clock, the metrics with span
+    events, ``share_breakers`` as shared breakers, ``detach_calls`` as the call loop."""
+
+    store: Store
+    clock: Callable[[], float]  # stamps entries and measures their ages
+    surfaces: Surfaces = field(default_factory=Surfaces)
+    metrics: Fanout = field(default_factory=Fanout)  # the given sink, and those attached since
+    namespace: str = "adcp-stale-cache"
+    schema_version: str | None = None
+    failure_types: FailureTypes = field(default_factory=dict)
+    breaker: BreakerPolicy | None = DEFAULT_BREAKER
+    # Breakers are per process: monotonic unless the caller chose a clock (a test's).
+    breaker_clock: Callable[[], float] = time.monotonic
+    shared_breakers: SharedBreakers | None = None
+    call_loop: CallLoop | None = None  # where upstream calls run (None: the caller's loop)
+    coordinate_refreshes: bool = False
+    strict_advisories: bool = False
+
+    @property
+    def keyspace(self) -> str:
+        """What store keys start with: entries of another schema version are never read."""
+        if self.schema_version is None:
+            return self.namespace
+        return f"{self.namespace}@{self.schema_version}"

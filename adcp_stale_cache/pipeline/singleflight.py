@@ -1,0 +1,106 @@
+"""One in-flight upstream call per key, shielded from any one caller's cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any, Generic, TypeVar
+
+from .call_loop import CallLoop
+
+T = TypeVar("T")
+
+
+class SingleFlight(Generic[T]):
+    """Coalesce concurrent calls for the same key into one.
+
+    The call runs in a task of its own: a caller that is cancelled (its buyer hung up) stops
+    waiting, while the call goes on for the others and still fills the cache.
+
+    Flights are per event loop: a task belongs to the loop that runs it, and sellers that run
+    each request on a new loop in a worker thread (``asyncio.run`` per call) share one cache.
+    Callers on one loop share a flight; callers on different loops each make their own.
+    """
+
+    def __init__(self) -> None:
+        # Loop -> its flights; a finished loop's entry goes with the loop.
+        self._by_loop: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[Hashable, asyncio.Task[T]]
+        ] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()  # a new loop's first flight, from any thread
+
+    def __len__(self) -> int:
+        return sum(len(flights) for flights in list(self._by_loop.values()))
+
+    def flights(self) -> dict[Hashable, asyncio.Task[T]]:
+        """The flights of the running loop, by key."""
+        loop = asyncio.get_running_loop()
+        flights = self._by_loop.get(loop)
+        if flights is None:
+            with self._lock:
+                flights = self._by_loop.setdefault(loop, {})
+        return flights
+
+    async def run(self, key: Hashable, call: Callable[[], Awaitable[T]]) -> T:
+        """Join the flight for ``key``, starting it with ``call`` if there is none."""
+        flights = self.flights()
+        task = flights.get(key)
+        if task is None:
+            task = asyncio.ensure_future(call())
+            flights[key] = task
+            task.add_done_callback(lambda done: _land(flights, key, done))
+        return await asyncio.shield(task)
+
+
+def _land(flights: dict[Hashable, asyncio.Task[T]], key: Hashable, task: asyncio.Task[T]) -> None:
+    if flights.get(key) is task:
+        del flights[key]
+    if not task.cancelled():
+        task.exception()  # retrieved: no "never retrieved" warning when all callers left
+
+
+async def call_with_deadline(
+    call: Callable[[], Awaitable[T]], timeout: float, on: CallLoop | None = None
+) -> T:
+    """Await ``call()`` for at most ``timeout`` seconds, then raise :class:`TimeoutError`.
+
+    On timeout the call is cancelled but not awaited: a client whose cleanup talks to the
+    frozen upstream (an MCP session's closing DELETE) must not hold the answer hostage. With
+    ``on``, the call runs on that loop instead of the caller's, so that not even the end of
+    the caller's loop waits for it (see :mod:`~adcp_stale_cache.pipeline.call_loop`).
+    """
+    if on is not None and not on.runs_here():
+        task: asyncio.Future[T] = asyncio.wrap_future(on.submit(call))
+    else:
+        task = asyncio.ensure_future(call())
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+    except asyncio.CancelledError:
+        _abandon(task)
+        raise
+    if not done:
+        _abandon(task)
+        raise TimeoutError(f"no answer within {timeout:g}s")
+    if task.cancelled():
+        # Nobody cancelled it from here: the client gave up on its own (an MCP session whose
+        # server died ends its calls that way). Report a lost connection, not a cancellation,
+        # or every caller sharing the flight would think it was cancelled itself.
+        raise ConnectionError("upstream call was cancelled by its client")
+    return task.result()
+
+
+_abandoned: set[asyncio.Future[Any]] = set()
+
+
+def _abandon(task: asyncio.Future[T]) -> None:
+    task.cancel()
+    _abandoned.add(task)  # keep a reference until it winds down
+
+    def _forget(done: asyncio.Future[T]) -> None:
+        _abandoned.discard(done)
+        if not done.cancelled():
+            done.exception()
+
+    task.add_done_callback(_forget)
