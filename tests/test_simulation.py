@@ -81,7 +81,13 @@ from adcp_stale_cache import (  # noqa: E402
 from adcp_stale_cache.collector import AdvisoryCollector, use_collector  # noqa: E402
 from adcp_stale_cache.control import CacheControl, PurgeIncomplete, Warm  # noqa: E402
 from adcp_stale_cache.entry import Entry  # noqa: E402
-from adcp_stale_cache.stores import TieredStore  # noqa: E402
+from adcp_stale_cache.stores import (  # noqa: E402
+    FailureCounting,
+    GuardedWrites,
+    Purgeable,
+    PurgeCounting,
+    TieredStore,
+)
 
 TARGET, MAX_STALE, UNHEARD = 10, 100, 5.0
 ACCOUNTS = SurfacePolicy(name="accounts", field="accounts", freshness_target_seconds=TARGET,
@@ -133,7 +139,16 @@ class SharedView:
 
     @property
     def failures(self) -> int:
-        return int(getattr(self.inner, "failures", 0)) + self.cut_failures
+        inner = self.inner
+        return (inner.failures if isinstance(inner, FailureCounting) else 0) + self.cut_failures
+
+    def answered(self, failures_before: int) -> bool:
+        """Whether every operation since ``failures`` was ``failures_before`` reached the
+        store and was answered: with it, the view is ``FailureCounting``, so a purge through
+        a cut-off process is reported incomplete, never acknowledged (as a real store's)."""
+        inner = self.inner
+        reached = not isinstance(inner, FailureCounting) or inner.answered(inner.failures)
+        return not self.cut and reached and self.failures == failures_before
 
     async def _op(self, name: str, *args: Any, default: Any = None, **kw: Any) -> Any:
         if self.cut:
@@ -663,6 +678,25 @@ FileSimulation.TestCase.settings = _settings("SIMULATION_IO_EXAMPLES", "250")
 RedisSimulation.TestCase.settings = _settings("SIMULATION_IO_EXAMPLES", "250")
 test_simulation = Simulation.TestCase
 test_simulation_on_the_file = FileSimulation.TestCase
+
+
+def test_a_purge_through_a_cut_off_process_is_not_acknowledged() -> None:
+    """A view is a store that counts its faults, as the real shared ones are: else a purge
+    through a cut-off process was acknowledged unreached, and process 0 served the purged
+    entry (the harness's fault, not the cache's: the hard-purge invariant failed)."""
+    for capability in (Purgeable, PurgeCounting, GuardedWrites, FailureCounting):
+        assert isinstance(SharedView(MemoryStore(), [0, 0]), capability), capability.__name__
+    sim = Simulation()
+    sim.start()
+    try:
+        sim.fetch(process=0, principal="a", nested=False, hold=False)
+        sim.cut_off(process=1, steps=4)
+        sim.purge(process=1, soft=False, selector="partition", principal="a", changed=False)
+        assert ("a", "accounts") not in sim.purged
+        sim.outage(down=True)
+        sim.fetch(process=0, principal="a", nested=False, hold=False)  # checked as it answers
+    finally:
+        sim.teardown()
 
 
 @pytest.fixture(scope="module")
