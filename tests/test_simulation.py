@@ -27,7 +27,8 @@ The stated propagation bound: a process cut off from the shared store cannot hea
 Its memory copies are then served as fresh for at most ``unheard_fresh_seconds`` after the
 purge, and stale (with the advisory) in an outage; the model allows exactly that, for
 answers of a process that was cut off at some point since the purge (drawn, or a fault of
-the store itself that the model did not draw: a timeout on a busy machine).
+the store itself that the model did not draw: a timeout on a busy machine), or before it
+with no reading of the purge count in between (its first reading cannot tell a purge).
 
 ``SIMULATION_EXAMPLES`` (default 1500) sets how many sequences the in-process variant draws,
 ``SIMULATION_IO_EXAMPLES`` (default 250) the file and Redis variants; CI runs the defaults
@@ -137,6 +138,8 @@ class SharedView:
     def __init__(self, inner: Any, io: list[int], turn: asyncio.Lock | None = None) -> None:
         self.inner, self.io, self.cut, self.turn = inner, io, False, turn
         self.cut_failures = 0
+        self.step: Any = lambda: 0  # the simulation's step (set by it)
+        self.counted_at: list[int] = []  # the steps at which the purge count was read
         self.store_failures = 0  # the store's own, as last noted (see store_failed)
 
     @property
@@ -193,7 +196,10 @@ class SharedView:
         return int(await self._op("purge", match, soft=soft, default=0))
 
     async def generation(self) -> object:
-        return await self._op("generation")
+        count = await self._op("generation")
+        if count is not None:
+            self.counted_at.append(self.step())
+        return count
 
 
 class Shared:
@@ -340,6 +346,7 @@ class Simulation(RuleBasedStateMachine):
     def boot(self, process: int) -> None:
         """Start (or restart) a process: its own memory tier, refresh memory and breakers."""
         view = SharedView(self.shared.process_store(), self.io, self.turn)
+        view.step = lambda: self.step
         cache = UpstreamCache(SimTiers(view, self.clock), surfaces=SURFACES, clock=self.clock,
                               breaker=None)  # fmt: skip
         if process < len(self.caches):
@@ -637,8 +644,16 @@ class Simulation(RuleBasedStateMachine):
     # The invariants, on every answer.
 
     def was_cut_off(self, process: int, since: int) -> bool:
-        """Whether ``process`` was cut off from the shared store at some step since ``since``."""
-        return any(end is None or end >= since for _, end in self.cut_off_steps[process])
+        """Whether ``process`` could not hear a purge at step ``since``: cut off from the
+        shared store at some step since, or cut off before it and not one reading of the
+        purge count between (its copies from then have nothing to tell a purge by: its
+        first reading keeps them as the fallback, as documented)."""
+        cuts = self.cut_off_steps[process]
+        if any(end is None or end >= since for _, end in cuts):
+            return True
+        healed = max((end for _, end in cuts if end is not None), default=None)
+        counted = self.views[process].counted_at
+        return healed is not None and not any(healed <= step < since for step in counted)
 
     def check(self, principal: str, make: Any, started: int | None = None) -> None:
         try:
@@ -737,6 +752,25 @@ def test_a_fault_of_the_store_itself_cuts_its_process_off() -> None:
         store.retry_after_seconds = 60.0  # it stays away for the rest of the test
         store._failed("get", TimeoutError("the machine was too busy"))
         sim.outage(down=True)
+        sim.fetch(process=0, principal="a", nested=False, hold=False)  # checked as it answers
+    finally:
+        sim.teardown()
+
+
+def test_copies_from_a_cut_off_with_no_count_read_since_are_the_fallback() -> None:
+    """Shrunk by a long run: process 0 warms while cut off (a memory copy only), heals but
+    reads no purge count before a hard purge through process 1; its first reading then
+    cannot tell the purge from a Redis restarted empty, and keeps the copy as the outage
+    fallback, as documented (operating.md). The model judged process 0 as if it could hear
+    (healed before the purge) and failed with "a's data served after a hard purge"."""
+    sim = Simulation()
+    sim.start()
+    try:
+        sim.cut_off(process=0, steps=2)
+        sim.warm(principal="a", process=0)
+        sim.outage(down=True)
+        sim.warm(principal="a", process=1)  # a step: process 0 heals
+        sim.purge(process=1, soft=False, selector="partition", principal="a", changed=False)
         sim.fetch(process=0, principal="a", nested=False, hold=False)  # checked as it answers
     finally:
         sim.teardown()
