@@ -155,9 +155,10 @@ class SharedView:
         reached = not isinstance(inner, FailureCounting) or inner.answered(inner.failures)
         return not self.cut and reached and self.failures == failures_before
 
-    def store_failed(self) -> bool:
+    async def store_failed(self) -> bool:
         """Whether the store itself failed since last asked, or stays away after a failure:
-        a fault the model does not draw (a timeout on a machine too busy to run the loop)."""
+        a fault the model does not draw (a timeout on a machine too busy to run the loop).
+        On the loop: the Redis store's answer needs its loop's client."""
         inner = self.inner
         if not isinstance(inner, FailureCounting):
             return False
@@ -638,7 +639,7 @@ class Simulation(RuleBasedStateMachine):
         hear a purge) covers both, so the invariants stay as strong as it. None happens on
         an idle machine; on a busy one, the invariants would otherwise fail for the bound."""
         for process, view in enumerate(self.views):
-            if view.store_failed():
+            if self.run_now(view.store_failed()):
                 self.cut_off_steps[process].append([self.step, self.step])
 
     # The invariants, on every answer.
