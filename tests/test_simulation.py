@@ -26,7 +26,9 @@ After every answer the invariants are checked against a reference model:
 The stated propagation bound: a process cut off from the shared store cannot hear a purge.
 Its memory copies are then served as fresh for at most ``unheard_fresh_seconds`` after the
 purge, and stale (with the advisory) in an outage; the model allows exactly that, for
-answers of a process that was cut off at some point since the purge.
+answers of a process that was cut off at some point since the purge (drawn, or a fault of
+the store itself that the model did not draw: a timeout on a busy machine), or before it
+with no reading of the purge count in between (its first reading cannot tell a purge).
 
 ``SIMULATION_EXAMPLES`` (default 1500) sets how many sequences the in-process variant draws,
 ``SIMULATION_IO_EXAMPLES`` (default 250) the file and Redis variants; CI runs the defaults
@@ -81,7 +83,13 @@ from adcp_stale_cache import (  # noqa: E402
 from adcp_stale_cache.core.entry import Entry  # noqa: E402
 from adcp_stale_cache.ops.control import CacheControl, PurgeIncomplete, Warm  # noqa: E402
 from adcp_stale_cache.pipeline.collector import AdvisoryCollector, use_collector  # noqa: E402
-from adcp_stale_cache.stores import TieredStore  # noqa: E402
+from adcp_stale_cache.stores import (  # noqa: E402
+    FailureCounting,
+    GuardedWrites,
+    Purgeable,
+    PurgeCounting,
+    TieredStore,
+)
 
 TARGET, MAX_STALE, UNHEARD = 10, 100, 5.0
 ACCOUNTS = SurfacePolicy(name="accounts", field="accounts", freshness_target_seconds=TARGET,
@@ -130,10 +138,33 @@ class SharedView:
     def __init__(self, inner: Any, io: list[int], turn: asyncio.Lock | None = None) -> None:
         self.inner, self.io, self.cut, self.turn = inner, io, False, turn
         self.cut_failures = 0
+        self.step: Any = lambda: 0  # the simulation's step (set by it)
+        self.counted_at: list[int] = []  # the steps at which the purge count was read
+        self.store_failures = 0  # the store's own, as last noted (see store_failed)
 
     @property
     def failures(self) -> int:
-        return int(getattr(self.inner, "failures", 0)) + self.cut_failures
+        inner = self.inner
+        return (inner.failures if isinstance(inner, FailureCounting) else 0) + self.cut_failures
+
+    def answered(self, failures_before: int) -> bool:
+        """Whether every operation since ``failures`` was ``failures_before`` reached the
+        store and was answered: with it, the view is ``FailureCounting``, so a purge through
+        a cut-off process is reported incomplete, never acknowledged (as a real store's)."""
+        inner = self.inner
+        reached = not isinstance(inner, FailureCounting) or inner.answered(inner.failures)
+        return not self.cut and reached and self.failures == failures_before
+
+    async def store_failed(self) -> bool:
+        """Whether the store itself failed since last asked, or stays away after a failure:
+        a fault the model does not draw (a timeout on a machine too busy to run the loop).
+        On the loop: the Redis store's answer needs its loop's client."""
+        inner = self.inner
+        if not isinstance(inner, FailureCounting):
+            return False
+        failed = inner.failures != self.store_failures or not inner.answered(inner.failures)
+        self.store_failures = inner.failures
+        return failed
 
     async def _op(self, name: str, *args: Any, default: Any = None, **kw: Any) -> Any:
         if self.cut:
@@ -166,7 +197,10 @@ class SharedView:
         return int(await self._op("purge", match, soft=soft, default=0))
 
     async def generation(self) -> object:
-        return await self._op("generation")
+        count = await self._op("generation")
+        if count is not None:
+            self.counted_at.append(self.step())
+        return count
 
 
 class Shared:
@@ -313,6 +347,7 @@ class Simulation(RuleBasedStateMachine):
     def boot(self, process: int) -> None:
         """Start (or restart) a process: its own memory tier, refresh memory and breakers."""
         view = SharedView(self.shared.process_store(), self.io, self.turn)
+        view.step = lambda: self.step
         cache = UpstreamCache(SimTiers(view, self.clock), surfaces=SURFACES, clock=self.clock,
                               breaker=None)  # fmt: skip
         if process < len(self.caches):
@@ -496,6 +531,7 @@ class Simulation(RuleBasedStateMachine):
 
     def tick(self) -> None:
         """The next step: cut-off processes whose time is up reach the store again."""
+        self.note_store_faults()
         self.step += 1
         for process, view in enumerate(self.views):
             if view.cut and self.step >= self.heal_at[process]:
@@ -594,19 +630,38 @@ class Simulation(RuleBasedStateMachine):
             return
         if self.views[process].cut:
             self.cut_off_steps[process][-1][1] = self.step
+        self.note_store_faults()
         self.boot(process)
+
+    def note_store_faults(self) -> None:
+        """A fault of the store itself cuts its process off for the step it shows in, as a
+        drawn cut-off does: the stated bound (a process that cannot reach the store cannot
+        hear a purge) covers both, so the invariants stay as strong as it. None happens on
+        an idle machine; on a busy one, the invariants would otherwise fail for the bound."""
+        for process, view in enumerate(self.views):
+            if self.run_now(view.store_failed()):
+                self.cut_off_steps[process].append([self.step, self.step])
 
     # The invariants, on every answer.
 
     def was_cut_off(self, process: int, since: int) -> bool:
-        """Whether ``process`` was cut off from the shared store at some step since ``since``."""
-        return any(end is None or end >= since for _, end in self.cut_off_steps[process])
+        """Whether ``process`` could not hear a purge at step ``since``: cut off from the
+        shared store at some step since, or cut off before it and not one reading of the
+        purge count between (its copies from then have nothing to tell a purge by: its
+        first reading keeps them as the fallback, as documented)."""
+        cuts = self.cut_off_steps[process]
+        if any(end is None or end >= since for _, end in cuts):
+            return True
+        healed = max((end for _, end in cuts if end is not None), default=None)
+        counted = self.views[process].counted_at
+        return healed is not None and not any(healed <= step < since for step in counted)
 
     def check(self, principal: str, make: Any, started: int | None = None) -> None:
         try:
             value, errors, began, now, surface, process = self.run_now(make())
         except UpstreamUnavailable:
             return  # a failure is never wrong here (availability is not an invariant)
+        self.note_store_faults()
         began = started if started is not None else began
         assert value["p"] == principal, f"{principal} was served {value['p']}'s data"
         stale = [e for e in errors if e["code"] == "STALE_RESPONSE"]
@@ -663,6 +718,63 @@ FileSimulation.TestCase.settings = _settings("SIMULATION_IO_EXAMPLES", "250")
 RedisSimulation.TestCase.settings = _settings("SIMULATION_IO_EXAMPLES", "250")
 test_simulation = Simulation.TestCase
 test_simulation_on_the_file = FileSimulation.TestCase
+
+
+def test_a_purge_through_a_cut_off_process_is_not_acknowledged() -> None:
+    """A view is a store that counts its faults, as the real shared ones are: else a purge
+    through a cut-off process was acknowledged unreached, and process 0 served the purged
+    entry (the harness's fault, not the cache's: the hard-purge invariant failed)."""
+    for capability in (Purgeable, PurgeCounting, GuardedWrites, FailureCounting):
+        assert isinstance(SharedView(MemoryStore(), [0, 0]), capability), capability.__name__
+    sim = Simulation()
+    sim.start()
+    try:
+        sim.fetch(process=0, principal="a", nested=False, hold=False)
+        sim.cut_off(process=1, steps=4)
+        sim.purge(process=1, soft=False, selector="partition", principal="a", changed=False)
+        assert ("a", "accounts") not in sim.purged
+        sim.outage(down=True)
+        sim.fetch(process=0, principal="a", nested=False, hold=False)  # checked as it answers
+    finally:
+        sim.teardown()
+
+
+def test_a_fault_of_the_store_itself_cuts_its_process_off() -> None:
+    """A fault the model does not draw (the file store's timeout on a busy machine) keeps
+    process 0 from hearing a hard purge, and its copy is served stale in the outage: within
+    the stated bound. Before, the model judged it as if process 0 could hear, and failed
+    with "a's data served after a hard purge" (the unreproduced failure of a busy CI)."""
+    sim = FileSimulation()
+    sim.start()
+    try:
+        sim.fetch(process=0, principal="a", nested=False, hold=False)
+        sim.purge(process=1, soft=False, selector="partition", principal="a", changed=False)
+        store = sim.views[0].inner
+        store.retry_after_seconds = 60.0  # it stays away for the rest of the test
+        store._failed("get", TimeoutError("the machine was too busy"))
+        sim.outage(down=True)
+        sim.fetch(process=0, principal="a", nested=False, hold=False)  # checked as it answers
+    finally:
+        sim.teardown()
+
+
+def test_copies_from_a_cut_off_with_no_count_read_since_are_the_fallback() -> None:
+    """Shrunk by a long run: process 0 warms while cut off (a memory copy only), heals but
+    reads no purge count before a hard purge through process 1; its first reading then
+    cannot tell the purge from a Redis restarted empty, and keeps the copy as the outage
+    fallback, as documented (operating.md). The model judged process 0 as if it could hear
+    (healed before the purge) and failed with "a's data served after a hard purge"."""
+    sim = Simulation()
+    sim.start()
+    try:
+        sim.cut_off(process=0, steps=2)
+        sim.warm(principal="a", process=0)
+        sim.outage(down=True)
+        sim.warm(principal="a", process=1)  # a step: process 0 heals
+        sim.purge(process=1, soft=False, selector="partition", principal="a", changed=False)
+        sim.fetch(process=0, principal="a", nested=False, hold=False)  # checked as it answers
+    finally:
+        sim.teardown()
 
 
 @pytest.fixture(scope="module")

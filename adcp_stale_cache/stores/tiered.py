@@ -243,18 +243,24 @@ class TieredStore:
     ) -> bool:
         """Write both tiers unless a purge landed in either since their counts were
         ``count`` (as :meth:`generation` gave them): False when one did. The shared tier
-        decides first; a shared tier that fails still leaves the memory copy, as :meth:`set`
-        does (a copy the shared store never got: see ``_due``)."""
+        decides first; a shared tier that raises still leaves the memory copy, as :meth:`set`
+        does (a copy the shared store never got: see ``_due``). One that loses the write to
+        a fault it counts (file, Redis) leaves none: whether a purge landed since ``count``
+        is unknown, and a copy stamped now would outlive a hard purge heard of before it,
+        or beat its tombstone. (Down when the flight began, it left ``count`` unreadable:
+        that write goes as :meth:`set`.)"""
         if not isinstance(count, tuple) or len(count) != 2:
             return False
         near_count, far_count = count
         self._forget(key)
+        counted = self._far_failures
+        failures = counted.failures if counted is not None else 0
         try:
             kept = await self._far_purges.store_unless_purged(key, entry, ttl_seconds, far_count)
         except Exception:
             await self._near_purges.store_unless_purged(key, entry, ttl_seconds, near_count)
             raise
-        if not kept:
+        if not kept or (counted is not None and not counted.answered(failures)):
             return False
         return await self._near_purges.store_unless_purged(key, entry, ttl_seconds, near_count)
 
