@@ -177,7 +177,7 @@ async def _parts() -> dict[str, Any]:
         cache.serving.hit(found, codec)
 
     async def new_collector() -> None:
-        AdvisoryCollector(None).partition_from(
+        AdvisoryCollector(None).context.partition_from(
             functools.partial(middleware._partition, peek, scope)
         )
 
