@@ -462,7 +462,10 @@ def test_a_store_shared_by_threads_reads_on_each_loop(tmp_path: Path, round_: in
     another thread held the connection's snapshot, from before that write: a miss."""
     import threading
 
-    store = SqliteStore(tmp_path / "cache.db")
+    # Each operation is bounded at twice busy_timeout: on a busy machine four threads' queued
+    # writes outran the default 0.25 s, the store went unavailable and every read missed. A
+    # long bound leaves only the miss this test is about.
+    store = SqliteStore(tmp_path / "cache.db", busy_timeout_seconds=30)
     asyncio.run(store.set("seed", Entry(b"seed", time.time()), 600))
     errors: list[BaseException] = []
 
