@@ -104,7 +104,12 @@ async def _parts() -> dict[str, Any]:
     from adcp_stale_cache.asgi.responders import Answer
     from adcp_stale_cache.core.decision import plan
     from adcp_stale_cache.core.values import decode
-    from adcp_stale_cache.pipeline.collector import AdvisoryCollector, _current, current_collector
+    from adcp_stale_cache.pipeline.collector import (
+        AdvisoryCollector,
+        current_collector,
+        enter_request,
+        leave_request,
+    )
     from adcp_stale_cache.pipeline.lookup import Hit
 
     from .__main__ import POLICY, SURFACES, json_app, products
@@ -191,7 +196,7 @@ async def _parts() -> dict[str, Any]:
         middleware._surface_at(route_path(scope))
 
     async def context_var() -> None:
-        _current.reset(_current.set(collector))
+        leave_request(enter_request(collector))
 
     async def receive_hop() -> None:
         await RequestPeek(SURFACES, collector, scope, receive, 1 << 20, True).receive()

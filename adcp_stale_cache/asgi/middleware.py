@@ -92,6 +92,7 @@ class StaleAdvisoryMiddleware:
         self.surfaces = cache.surfaces if cache is not None else surfaces or Surfaces()
         self.partition = partition
         self.partition_from_call = partition_from_call
+        self._partitioned = partition is not None or partition_from_call is not None
         self.stale_headers = stale_headers
         #: Answers whose ``context`` was another request's, given their own request's.
         self.contexts_replaced = 0
@@ -205,17 +206,24 @@ class StaleAdvisoryMiddleware:
                 send = functools.partial(self._started, scope, send)
             await self.app(scope, receive, send)
             return
-        surface = self._surface_at(route_path(scope))
-        if surface is None and scope.get("root_path"):  # paths declared with their prefix
-            surface = self._surface_at(scope.get("path", ""))
-        collector = AdvisoryCollector(surface, counted_at_delivery=True)
-        scope.setdefault("state", {})[STATE_KEY] = collector
+        path: str = scope.get("path", "")
+        root = scope.get("root_path")
+        surface = None if root else self._by_path.get(path)  # the common case, in one look
+        if surface is None:
+            surface = self._surface_at(route_path(scope))
+            if surface is None and root:  # paths declared with their prefix
+                surface = self._surface_at(path)
+        collector = AdvisoryCollector(surface, None, None, True)  # counted at delivery
+        state = scope.get("state")
+        if state is None:
+            scope["state"] = state = {}
+        state[STATE_KEY] = collector
         # A declared plain-JSON route carries no JSON-RPC call: its body is kept for its
         # context only.
         request = RequestPeek(
             self.surfaces, collector, scope, receive, self.max_peek_bytes, surface is not None
         )
-        if self.partition is not None or self.partition_from_call is not None:
+        if self._partitioned:
             collector.context.partition_from(functools.partial(self._partition, request, scope))
         if request.peeking:
             if self.partition_from_call is not None:  # the hook sees the call, however early
@@ -234,7 +242,8 @@ class StaleAdvisoryMiddleware:
         finally:
             leave_request(token)
             answer.close()
-        answer.check_late_context()
+        if collector.trace.served_context:
+            answer.check_late_context()
 
 
 def upstream_unavailable(error: BaseException) -> UpstreamUnavailable | None:

@@ -69,22 +69,28 @@ class RequestPeek:
         self.peeking = scope.get("method") == "POST"
         self._chunks: list[bytes] = []
         self._size = 0
-        self._ahead: deque[Message] = deque()  # read before the app asked: replayed to it
+        self._ahead: deque[Message] | None = None  # read before the app asked: replayed to it
 
     async def receive(self) -> Message:
         """The app's ``receive``: what was read ahead first, then the request as it comes."""
         if self._ahead:
             return self._ahead.popleft()
-        return await self._read()
+        message = await self._receive()
+        if self.peeking and message["type"] == "http.request":
+            self._peek(message)
+        return message
 
     async def read_ahead(self) -> None:
         """Read the body (up to ``limit``) before the app runs, kept for it: its call is
         then known at the request's first fetch, whenever the app reads its body."""
+        ahead: deque[Message] = deque()
+        self._ahead = ahead
         while self.peeking:
-            message = await self._read()
-            self._ahead.append(message)
+            message = await self._receive()
+            ahead.append(message)
             if message["type"] != "http.request":
                 return
+            self._peek(message)
 
     def unreadable(self) -> bool:
         """Whether the body holds a call that could not be read: too large, a batch, or
@@ -95,24 +101,21 @@ class RequestPeek:
             return False
         return not isinstance(self._request(), dict)
 
-    async def _read(self) -> Message:
-        message = await self._receive()
-        if self.peeking and message["type"] == "http.request":
-            body = message.get("body", b"")
-            self._size += len(body)
-            if self._size > self.limit:
-                self.peeking, self._chunks, self.oversized = False, [], True
-            elif message.get("more_body", False):
-                self._chunks.append(body)
-            else:
-                self.peeking = False
-                if self._chunks:  # most bodies come in one message: no copy then
-                    body, self._chunks = b"".join((*self._chunks, body)), []
-                if not self.declared:  # (no byte test: "json\u0072pc" is "jsonrpc" too)
-                    self._read_calls(body)
-                if not self.calls:  # a plain JSON request: read if a context is in doubt
-                    self._body = body
-        return message
+    def _peek(self, message: Message) -> None:
+        body = message.get("body", b"")
+        self._size += len(body)
+        if self._size > self.limit:
+            self.peeking, self._chunks, self.oversized = False, [], True
+        elif message.get("more_body", False):
+            self._chunks.append(body)
+        else:
+            self.peeking = False
+            if self._chunks:  # most bodies come in one message: no copy then
+                body, self._chunks = b"".join((*self._chunks, body)), []
+            if not self.declared:  # (no byte test: "json\u0072pc" is "jsonrpc" too)
+                self._read_calls(body)
+            if not self.calls:  # a plain JSON request: read if a context is in doubt
+                self._body = body
 
     async def read_rest(self) -> None:
         """Read what the app left of the body (it failed before reading it all), to answer

@@ -9,7 +9,7 @@ event stream event by event. Anything else passes through byte for byte.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.types import Message, Scope, Send
@@ -53,9 +53,10 @@ class Answer:
         self.forward: Send | None = None  # who writes the answer, once it has started
         self.in_doubt = False  # the cache had served a value holding a context at the start
 
-    async def send(self, message: Message) -> None:
+    def send(self, message: Message) -> Awaitable[None]:
+        """The app's ``send``: the writer's own awaitable, handed back (no frame of ours)."""
         forward = self.forward if self.forward is not None else self._begin(message)
-        await forward(message)
+        return forward(message)
 
     def _begin(self, start: Message) -> Send:
         """Who writes the answer ``start`` starts (or where a message before it goes)."""
@@ -64,9 +65,12 @@ class Answer:
         self.forward = self.downstream
         collector, calls = self.collector, len(self.request.calls)
         self.in_doubt = collector.trace.served_context
-        if collector or calls or self.in_doubt:  # else the common case: nothing to do
-            chosen = responder_for(start, self.scope, calls, bool(collector), self.in_doubt)
-            if isinstance(chosen, Untouched) and collector:
+        # Advisories not yet written are unsettled (a dict, as the middleware counts them):
+        # asked directly, the common case pays no call.
+        advisories = bool(collector.unsettled)
+        if advisories or calls or self.in_doubt:  # else the common case: nothing to do
+            chosen = responder_for(start, self.scope, calls, advisories, self.in_doubt)
+            if isinstance(chosen, Untouched) and advisories:
                 self.dropped(chosen)
             elif isinstance(chosen, Untouched):
                 _unchecked(str(chosen))

@@ -70,7 +70,7 @@ class RequestContext:
     one request: its surface, its caller partition, the release it pins, its budget. Made
     by the front door, which alone writes it; the pipeline only reads it."""
 
-    __slots__ = ("_partition", "_partition_of", "budget", "in_flight", "request_field", "surface")
+    __slots__ = ("_budget", "_partition", "_partition_of", "in_flight", "request_field", "surface")
 
     def __init__(
         self,
@@ -87,8 +87,15 @@ class RequestContext:
         self._partition_of = partition_of  # computed on first use: most requests never need it
         # A field of the AdCP request being answered, for what keys by it: the pinned release.
         self.request_field = request_field if request_field is not None else _no_field
-        self.budget = budget if budget is not None else Budget()
+        self._budget = budget  # made on first use: most requests never spend one
         self.in_flight = in_flight  # a flight's (see within): its request warned already
+
+    @property
+    def budget(self) -> Budget:
+        """The library's waiting in this request (shared with its flights)."""
+        if self._budget is None:
+            self._budget = Budget()
+        return self._budget
 
     def within(self) -> RequestContext:
         """The context of a flight started from this request: same surface, partition (asked
@@ -151,19 +158,24 @@ class Trace:
     call read, see :meth:`AdvisoryCollector.within`), or a conditional answer's parts while
     it is composed (see conditional); and whether one held a ``context``."""
 
-    __slots__ = ("composition", "labels", "read_since", "served_context")
+    # Class defaults, no __init__: every request makes one, and most never write to it.
+    #: While a conditional answer is composed: every entry its fetches answered with.
+    composition: list[Composed] | None = None
+    #: A flight's: the labels of what its call read, which its answer carries too.
+    labels: set[str] | None = None
+    #: A flight's too: when the oldest data its call read was read at its source (wall
+    #: clock): the answer it stores is as old as that.
+    read_since: float = math.inf
+    #: A value served from the store (or another caller's flight) held a ``context``: the
+    #: answer's context must then be checked to be this request's own.
+    served_context: bool = False
 
-    def __init__(self, labels: set[str] | None = None) -> None:
-        # While a conditional answer is composed: every entry its fetches answered with.
-        self.composition: list[Composed] | None = None
-        # A flight's: the labels of what its call read, which its answer carries too.
-        self.labels = labels
-        # A flight's too: when the oldest data its call read was read at its source (wall
-        # clock): the answer it stores is as old as that.
-        self.read_since = math.inf
-        # A value served from the store (or another caller's flight) held a "context": the
-        # answer's context must then be checked to be this request's own.
-        self.served_context = False
+    @classmethod
+    def of_flight(cls) -> Trace:
+        """A flight's trace: it gathers the labels its call reads."""
+        trace = cls()
+        trace.labels = set()
+        return trace
 
     def read(self, labels: Iterable[str], read_at_source: float | None) -> None:
         """A flight's call read an entry with ``labels``, read at its source then (None:
@@ -196,8 +208,8 @@ class AdvisoryCollector:
         surface: SurfacePolicy | None = None,
         partition: str | None = None,
         partition_of: Callable[[], str | None] | None = None,
-        *,
         counted_at_delivery: bool = False,
+        *,
         context: RequestContext | None = None,
         trace: Trace | None = None,
     ) -> None:
@@ -218,7 +230,7 @@ class AdvisoryCollector:
         flight gets them, and a value built on stale data is not stored as fresh) and trace."""
         # Counted by each caller the flight answers, as it writes (or drops) them.
         context = RequestContext(in_flight=True) if parent is None else parent.context.within()
-        return cls(counted_at_delivery=True, context=context, trace=Trace(set()))
+        return cls(counted_at_delivery=True, context=context, trace=Trace.of_flight())
 
     @property
     def surface(self) -> SurfacePolicy | None:
@@ -280,7 +292,8 @@ class AdvisoryCollector:
         """The request is answered: what is recorded from now on (by a task outliving it)
         counts as lost as it is recorded."""
         self.closed = True
-        self._settle(_AFTER_ANSWER)
+        if self.unsettled:
+            self._settle(_AFTER_ANSWER)
 
     def _settle(self, fate: tuple[str, str] | None) -> None:
         if not self.unsettled:
@@ -356,27 +369,13 @@ _flight: ContextVar[AdvisoryCollector | None] = ContextVar(
 )
 
 
-def enter_request(collector: AdvisoryCollector) -> contextvars.Token[AdvisoryCollector | None]:
-    """Make ``collector`` the current request's (a front door's): undo with
-    :func:`leave_request`."""
-    return _current.set(collector)
-
-
-def leave_request(token: contextvars.Token[AdvisoryCollector | None]) -> None:
-    """Undo the :func:`enter_request` that gave ``token``."""
-    _current.reset(token)
-
-
-def enter_flight(collector: AdvisoryCollector) -> contextvars.Token[AdvisoryCollector | None]:
-    """Make ``collector`` the current one inside an upstream flight (the cache's own task):
-    it comes before the request's. Undo with :func:`leave_flight`."""
-    return _flight.set(collector)
-
-
-def leave_flight(token: contextvars.Token[AdvisoryCollector | None]) -> None:
-    """Undo the :func:`enter_flight` that gave ``token``."""
-    _flight.reset(token)
-
+#: Make a collector the current request's (a front door's); ``leave_request(token)`` undoes
+#: it. The ContextVar's own methods: a request passing through pays no call of ours.
+enter_request = _current.set
+leave_request = _current.reset
+#: The same inside an upstream flight (the cache's own task): it comes before the request's.
+enter_flight = _flight.set
+leave_flight = _flight.reset
 
 #: Where the middleware keeps a request's collector in ``scope["state"]`` (``request.state``).
 STATE_KEY = "adcp_stale_cache"
