@@ -1,8 +1,5 @@
 """Stage 2 of a fetch, **admit**: may this fetch call its upstream now (budget, breakers)?
-
-Injected outages are only declared here (:class:`OutageInjector`): :mod:`adcp_stale_cache.testing`
-answers them around the pipeline, never inside it.
-"""
+Injected outages are only declared here: the harness answers them around the pipeline."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Blocking upstream calls (a ``requests`` client, a database driver) from sync code.
-
-The fetch runs on the library's call loop in a copy of the caller's context; the blocking call
-runs in its upstream's :class:`Lane` of daemon threads, so a frozen upstream holds only its own.
-"""
+"""Blocking upstream calls from sync code: the fetch runs on the library's call loop, the call
+in its upstream's :class:`Lane` of daemon threads, so a frozen upstream holds only its own."""
 
 from __future__ import annotations
 
@@ -67,12 +64,9 @@ class _Work(Generic[T]):
 
 
 class Lane:
-    """At most ``threads`` blocking calls at once that a caller waits for, the others
-    waiting in order; abandoned calls stop counting (up to ``threads`` more threads).
-
-    Not a ``ThreadPoolExecutor``: its threads are joined at exit (one stuck would hold the
-    exit) and idle ones kept for good.
-    """
+    """At most ``threads`` blocking calls at once that a caller waits for, the others waiting
+    in order; abandoned calls stop counting (up to ``threads`` more threads). Not a
+    ``ThreadPoolExecutor``: one thread stuck there would hold the interpreter's exit."""
 
     def __init__(self, threads: int, name: str) -> None:
         self.threads, self.name = threads, name

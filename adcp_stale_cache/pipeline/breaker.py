@@ -1,8 +1,5 @@
-"""Per-upstream circuit breaker, sans-I/O: a failure detector and a cooldown.
-
-Times are monotonic readings: a wall clock stepped back would hold a breaker open. Rate limits
-open the breaker of the credentials that hit them, other outages the upstream's.
-"""
+"""Per-upstream circuit breaker, sans-I/O: a failure detector and a cooldown. Times are
+monotonic readings: a wall clock stepped back would hold a breaker open."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""``UpstreamCache``, the hub: :meth:`~UpstreamCache.fetch` runs four stages, each its own
-module knowing nothing of the later ones: look up, admit, fly, serve.
-"""
+"""``UpstreamCache``, the hub: a fetch runs four stages (look up, admit, fly, serve)."""
 
 from __future__ import annotations
 
@@ -49,10 +47,14 @@ class Decorator(Protocol):
 class UpstreamCache:
     """A freshness-aware cache in front of upstream calls, serving stale on outages.
 
-    Settings are fixed when it is built (assigning one raises ``AttributeError``). ``breaker``
-    None turns the breaker off; ``failure_types`` maps your exception types to what they mean (see
-    :func:`~adcp_stale_cache.classify`); ``detach_calls`` runs calls on the library's own loop;
-    ``test_mode`` enables :meth:`force_upstream_unavailable`. See the configuration guide.
+    Settings are fixed when it is built (assigning one raises ``AttributeError``): ``store``
+    (default: a bounded memory store), ``clock`` (default: the store's), ``breaker`` (None: off),
+    ``failure_types`` (your exceptions as outages, see :func:`~adcp_stale_cache.classify`),
+    ``schema_version`` (bump it when cached shapes change), ``detach_calls`` (calls on the
+    library's own loop), ``blocking_threads`` (per upstream, for :meth:`fetch_blocking`),
+    ``share_breakers`` and ``coordinate_refreshes`` (across processes sharing Redis),
+    ``strict_advisories`` (raise rather than lose an advisory), ``test_mode`` (enables
+    :meth:`force_upstream_unavailable`).
     """
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -155,10 +157,10 @@ class UpstreamCache:
 
         ``surface`` names the policy (default: the request's); ``validate`` may raise
         :class:`~adcp_stale_cache.InvalidPayload`; ``cacheable`` False serves without keeping;
-        ``tags`` label the entry for purges; ``revalidate`` is called with the held value
-        instead of ``call``; ``directives`` reads what an answer says of its own caching.
-        Raises :class:`~adcp_stale_cache.UpstreamUnavailable` when the upstream fails with no
-        entry within max-stale; failures that are no outage are re-raised as they are.
+        ``tags`` label the entry for purges; ``revalidate`` gets the held value instead of
+        ``call``; ``directives`` reads what an answer says of its own caching. Raises
+        :class:`~adcp_stale_cache.UpstreamUnavailable` when the upstream fails with no entry
+        within max-stale; failures that are no outage are re-raised as they are.
         """
         found = await self.lookups.look_up(upstream, key, surface, tags, codec)  # 1. look up
         if isinstance(found, Hit):
@@ -197,9 +199,7 @@ class UpstreamCache:
         revalidate: Callable[[T], T] | None = None,
         directives: Callable[[T], Directives | None] | None = None,
     ) -> T:
-        """:meth:`fetch` for a blocking ``call`` (a ``requests`` client, say), from any thread,
-        a running loop's included; ``call`` runs in one of ``upstream``'s ``blocking_threads``.
-        """
+        """:meth:`fetch` for a blocking ``call``, from any thread (a running loop's included)."""
         lane = self.lanes.of(upstream)
         fetch = functools.partial(
             self.fetch,
@@ -226,8 +226,7 @@ class UpstreamCache:
         tags: Iterable[str] | Callable[..., Iterable[str]] = (),
     ) -> Decorator:
         """Decorator form of :meth:`fetch`; the key defaults to the function and its arguments,
-        ``tags`` may be a function of them. A plain function goes through :meth:`fetch_blocking`.
-        """
+        ``tags`` may be a function of them. A plain function goes through :meth:`fetch_blocking`."""
         return _decorator(self, upstream, surface, key, codec, tags)
 
     # The control plane's seam (see steering).
@@ -258,8 +257,6 @@ class UpstreamCache:
         """Run remembered refreshes in the background, ``concurrency`` at a time, each as the
         flight its key's requests join."""
         self.flights.refresh_soon(refreshes, concurrency)
-
-    # Compliance testing: testing.py wraps fetch from outside (see _test_mode).
 
     def force_upstream_unavailable(
         self,

@@ -1,9 +1,6 @@
-"""An event loop of the library's own, in a daemon thread, for upstream calls.
-
-A call abandoned at its deadline winds down here, not on the request's loop (``asyncio.run``
-would wait for it). One loop serves the process: calls must not block it (use
-``fetch_blocking``).
-"""
+"""An event loop of the library's own, in a daemon thread, for upstream calls: one abandoned
+at its deadline winds down here, not on the request's loop (``asyncio.run`` would wait for it).
+One loop serves the process: calls must not block it (use ``fetch_blocking``)."""
 
 from __future__ import annotations
 

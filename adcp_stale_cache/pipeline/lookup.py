@@ -75,8 +75,7 @@ class Lookup:
 
     @property
     def behind(self) -> bool:
-        """Whether the entry may be served now with its refresh behind it
-        (stale-while-revalidate)."""
+        """Whether the entry may be served now, its refresh behind it (stale-while-revalidate)."""
         return (
             isinstance(self.step, Refresh)
             and self.step.fallback is not None
@@ -178,8 +177,7 @@ class Lookups:
         return pinned
 
     def store_key(self, upstream: Upstream, key: object, partition: str | None = None) -> str:
-        """The store key of ``key`` for ``upstream`` (and the caller partition, if any; and
-        the upstream's own credentials: never shared across them)."""
+        """The store key of ``key`` for ``upstream``, the caller partition and its credentials."""
         parts: tuple[object, ...] = (upstream.url, partition, key)
         if upstream.url_digest is not None:  # what the public URL leaves out tells it apart
             parts = (*parts, ("url", upstream.url_digest))

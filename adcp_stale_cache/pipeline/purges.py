@@ -1,7 +1,5 @@
-"""The witness that a purge landed while an upstream call was in flight.
-
-A flight reads the store's purge count before it calls and stores its answer only if the count
-has not moved since, so a purge (from any process) is never undone by an older call's answer.
+"""The witness that a purge landed while an upstream call was in flight: a flight stores its
+answer only if the store's purge count has not moved since it called, or it would undo the purge.
 """
 
 from __future__ import annotations
@@ -25,8 +23,7 @@ class PurgeWitness:
         self._listening = store if isinstance(store, Listening) else None
 
     async def count(self) -> object:
-        """The store's purge count: None when it keeps none, :data:`UNREADABLE` when it
-        cannot be read now."""
+        """The store's purge count (None: it keeps none; :data:`UNREADABLE`: not now)."""
         if self._counting is None:
             return None
         try:
@@ -52,8 +49,7 @@ class PurgeWitness:
     ) -> bool:
         """Store ``entry`` unless a purge landed since the count read ``before`` (in one step
         where the store offers it); False when the write was refused."""
-        # Unread at the start: a count readable now means the store came back and a purge
-        # may have landed unseen.
+        # Unread at the start but readable now: a purge may have landed unseen.
         if before is UNREADABLE:
             if await self.count() is not UNREADABLE:
                 return False

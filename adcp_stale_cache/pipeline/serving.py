@@ -64,8 +64,7 @@ class Serving:
         return value
 
     def behind(self, found: Lookup, failure: Failure | None, codec: Codec[T]) -> T:
-        """The entry held, served while its refresh flies behind it; raises
-        :class:`~adcp_stale_cache.core.values.Unreadable` when it cannot be read."""
+        """The entry held, served while its refresh flies behind it (or raises ``Unreadable``)."""
         return self._served(found, found.fallback, failure, codec, None)
 
     def from_cache(

@@ -1,8 +1,5 @@
-"""Open breakers published through a shared store (``UpstreamCache(share_breakers=True)``).
-
-A process whose breaker opens publishes its last failure for the cooldown, so the others answer
-from cache at once; each still keeps and probes its own breaker.
-"""
+"""Open breakers published through a shared store (``UpstreamCache(share_breakers=True)``):
+the other processes answer from cache at once, each still keeping and probing its own breaker."""
 
 from __future__ import annotations
 

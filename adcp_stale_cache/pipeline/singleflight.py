@@ -14,10 +14,8 @@ T = TypeVar("T")
 
 
 class SingleFlight(Generic[T]):
-    """Coalesce concurrent calls for the same key into one, per event loop.
-
-    A cancelled caller stops waiting; the call goes on for the others and still fills the cache.
-    """
+    """Coalesce concurrent calls for the same key into one, per event loop; a cancelled caller
+    stops waiting while the call goes on for the others."""
 
     def __init__(self) -> None:
         self._by_loop: weakref.WeakKeyDictionary[
