@@ -112,7 +112,8 @@ class Target:
 def as_made(origin: AdvisoryCollector | None, refresh: RememberedRefresh) -> RememberedRefresh:
     """``refresh``, to be re-run later as the request that made it (its surface, partition
     and pin), never as whoever asks for the refresh."""
-    # The request's facts only: its collector would stay alive with every remembered key.
+    # The request's facts only: its collector would stay alive with every remembered key
+    # (and "is not None": an empty collector is falsy).
     made = origin.context.as_made() if origin is not None else RequestContext
 
     async def again(before: object = None) -> Any:
