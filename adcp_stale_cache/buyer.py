@@ -1,20 +1,6 @@
-"""The buyer's side: read ``STALE_RESPONSE`` advisories from whatever a client returned.
-
-    from adcp_stale_cache.buyer import stale_advisories, covered_items, summary
-
-    result = await client.get_products(...)        # an adcp TaskResult, an MCP result, ...
-    for advisory in stale_advisories(result):
-        stale = covered_items(payload_of(result), advisory)
-    print(summary(stale_advisories(result)))  # "served from cache: products from ..."
-
-Accepted: a payload dict; an MCP ``CallToolResult`` (``structuredContent``, else the JSON of
-its text content); an A2A task or message (0.3 or 1.0 JSON, or ``a2a-sdk`` protobuf objects):
-the last data part of the last artifact, or of the message; an ``adcp`` client ``TaskResult``
-(its ``data``, typed or not). The ``adcp`` client 9.2 over A2A marks a completed answer that
-carries advisories ``success=False`` and drops its payload from ``data``; built with
-``AgentConfig(..., debug=True)`` it keeps the wire answer in ``debug_info``, and the payload
-is recovered from there. A failed task, an ``isError`` result or an ``adcp_error`` envelope
-has no advisories (and no payload): failed stays failed.
+"""The buyer's side: read ``STALE_RESPONSE`` advisories from whatever a client returned: a
+payload, an MCP result, an A2A task or message (JSON or ``a2a-sdk`` protobuf), an ``adcp``
+``TaskResult`` (docs: For buyers).
 """
 
 from __future__ import annotations
@@ -43,7 +29,8 @@ class StaleAdvisory:
 
 
 def payload_of(response: Any) -> dict[str, Any] | None:
-    """The AdCP payload of ``response`` (see the module text), or None when it has none."""
+    """The AdCP payload of ``response`` (any shape the module names), or None: a failure has
+    none."""
     if response is None:
         return None
     data = _as_data(response)
@@ -64,9 +51,8 @@ def stale_advisories(response: Any) -> list[StaleAdvisory]:
 
 
 def covered_items(payload: Mapping[str, Any] | None, advisory: StaleAdvisory) -> list[Any]:
-    """The items of ``payload`` the advisory covers: the entries of its ``field`` whose
-    ``format_id.agent_url`` (or ``agent_url``) is the stale upstream's URL when items say
-    where they come from; otherwise every item of ``field``."""
+    """The items of the advisory's ``field`` from the stale upstream's URL (``agent_url``),
+    or all of them when the items do not say where they come from."""
     if payload is None or advisory.field is None:
         return []
     items = payload.get(advisory.field.split(".")[0].split("[")[0])
@@ -138,7 +124,6 @@ def _origin(item: Any) -> str | None:
 
 
 def _as_data(response: Any) -> Any:
-    """Unwrap the shapes clients return down to a JSON-like payload."""
     if hasattr(response, "DESCRIPTOR"):  # a2a-sdk protobuf (Task, Message, ...)
         from google.protobuf.json_format import MessageToDict
 
@@ -147,7 +132,8 @@ def _as_data(response: Any) -> Any:
         if hasattr(response, "status") and hasattr(response, "data"):  # adcp TaskResult
             if response.data is not None:
                 return _as_data(response.data)
-            debug = getattr(response, "debug_info", None)  # the wire answer, when debug is on
+            # adcp 9.2 over A2A drops an answer with errors[] from data; debug keeps it here.
+            debug = getattr(response, "debug_info", None)
             return _as_data(dict(debug.response)) if debug is not None else None
         dumped = response.model_dump(mode="json", by_alias=True, exclude_none=True)
         response = dumped
@@ -174,8 +160,7 @@ def _mcp_content(response: Mapping[str, Any]) -> bool:
 
 
 def _task_ids(response: Mapping[str, Any]) -> bool:
-    # An A2A task's status is an object; an AdCP payload's is a string beside its own
-    # context_id (null when unset, as fastmcp writes a model): that is a payload, not a task.
+    # An A2A task: a status object and a context id (a payload's context_id may be null).
     return isinstance(response.get("status"), Mapping) and (
         response.get("contextId") is not None or response.get("context_id") is not None
     )

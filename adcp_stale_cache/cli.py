@@ -79,20 +79,30 @@ def _parser() -> argparse.ArgumentParser:
     )
     seller.add_argument("--inventory-service", required=True, metavar="URL")
     seller.add_argument(
-        "--sub-seller", type=_agent, action="append", default=[], metavar="NAME=URL",
+        "--sub-seller",
+        type=_agent,
+        action="append",
+        default=[],
+        metavar="NAME=URL",
         help="another AdCP seller's MCP endpoint: sell its public wholesale feed too "
         "(needs the adcp-server extra)",
-    )  # fmt: skip
+    )
     seller.add_argument(
-        "--webhook-jwks", type=_named_jwks, action="append", default=[], metavar="NAME=PATH",
+        "--webhook-jwks",
+        type=_named_jwks,
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
         help="a sub-seller's webhook-signing keys (a JWKS file): receive its signed feed "
         "events at /webhooks/NAME",
-    )  # fmt: skip
+    )
     seller.add_argument(
-        "--webhook-signing-key", type=_signing_key, metavar="KID=PATH",
+        "--webhook-signing-key",
+        type=_signing_key,
+        metavar="KID=PATH",
         help="this seller's webhook-signing private key (PEM): buyers register feed webhooks "
         "with sync_accounts and get signed events when the public feed changes (one worker)",
-    )  # fmt: skip
+    )
     seller.add_argument("--freshness-target", type=int, default=60, metavar="S")
     seller.add_argument("--max-stale", type=int, default=3600, metavar="S")
     seller.add_argument("--upstream-timeout", type=float, default=5.0, metavar="S")
@@ -160,14 +170,20 @@ def _parser() -> argparse.ArgumentParser:
     seller_check.add_argument("--transport", choices=["mcp", "a2a"], required=True)
     seller_check.add_argument("--tool", default="get_products")
     seller_check.add_argument(
-        "--upstream", action="append", default=[], metavar="NAME",
+        "--upstream",
+        action="append",
+        default=[],
+        metavar="NAME",
         help="the upstream to force down (repeat: each must get its own advisory); "
         "default: the tool's default upstream",
-    )  # fmt: skip
+    )
     seller_check.add_argument(
-        "--cache-age", type=int, default=120, metavar="S",
+        "--cache-age",
+        type=int,
+        default=120,
+        metavar="S",
         help="the forced cache_age_seconds (default 120: within most sellers' max-stale)",
-    )  # fmt: skip
+    )
     seller_check.add_argument("--auth", metavar="TOKEN", help="a bearer token for every call")
     seller_check.add_argument("--json", metavar="PATH", help="write the report as JSON")
     seller_check.add_argument("--timeout", type=float, default=30.0, metavar="S")
@@ -288,8 +304,7 @@ def _config(args: argparse.Namespace) -> int:
 
 
 def _has_examples_extra() -> bool:
-    """Whether the examples extra is installed: looked up, not imported (the demo's apps
-    import it in processes of their own), before any app starts."""
+    """Whether the examples extra is installed, looked up without importing it."""
     return all(importlib.util.find_spec(name) is not None for name in EXAMPLES_EXTRA)
 
 
@@ -331,9 +346,13 @@ def _serve(args: argparse.Namespace) -> int:
             # Each worker process builds the app from the same options (uvicorn imports it).
             os.environ[SELLER_OPTIONS] = json.dumps(options)
             uvicorn.run(
-                "adcp_stale_cache.cli:seller_from_environment", factory=True,
-                host=args.host, port=args.port, workers=args.workers, log_level="warning",
-            )  # fmt: skip
+                "adcp_stale_cache.cli:seller_from_environment",
+                factory=True,
+                host=args.host,
+                port=args.port,
+                workers=args.workers,
+                log_level="warning",
+            )
             return 0
         app = seller_app(**options)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
@@ -350,11 +369,14 @@ def seller_from_environment() -> Any:
 
 
 def seller_app(
-    *, redis_url: str | None, cache_file: str | None,
-    webhook_signing_key: Sequence[str] | None = None, **options: Any,
-) -> Any:  # fmt: skip
-    """The example seller, its store built from ``redis_url`` and ``cache_file``, its
-    webhook signer from ``webhook_signing_key`` (``(kid, PEM path)``)."""
+    *,
+    redis_url: str | None,
+    cache_file: str | None,
+    webhook_signing_key: Sequence[str] | None = None,
+    **options: Any,
+) -> Any:
+    """The example seller on a store of ``redis_url`` and ``cache_file``, signing feed events
+    with ``webhook_signing_key`` (``(kid, PEM path)``)."""
     from .demo.seller import create_seller_app
 
     if webhook_signing_key:

@@ -1,22 +1,5 @@
-"""Compliance-test hooks: the spec's ``force_upstream_unavailable`` scenario.
-
-Only an :class:`~adcp_stale_cache.UpstreamCache` built with ``test_mode=True`` accepts them:
-never enable that outside a sandbox.
-
-A forced outage makes the named upstream's calls fail for the *next affected response*: the
-next request whose surface calls that upstream is answered from cache with a
-``STALE_RESPONSE`` whose ``cache_age_seconds`` is the forced age, and later requests see the
-upstream healthy again. The spec's ``cache_age_seconds`` parameter "MUST appear on the next
-affected response", and the compliance storyboard checks that a healthy call after the forced
-one carries no advisory without ever resetting: a one-shot outage honours both. When the
-cache is cold, the upstream is called once for real to seed the entry (test mode only).
-
-``empty_cache=True`` (an extension of this library's controller, not the spec's) answers the
-next affected response as if nothing were cached: the failure stays a failure, with no
-``STALE_RESPONSE``, so a conformance check can hold that rule too.
-
-Test mode wraps a cache's pipeline from outside (:class:`ComplianceFetch`): the core never
-imports this module; ``UpstreamCache(test_mode=True)`` loads it.
+"""Compliance-test hooks: the spec's ``force_upstream_unavailable`` as a one-shot outage of the
+next affected response. Only ``UpstreamCache(test_mode=True)`` loads this: sandboxes only.
 """
 
 from __future__ import annotations
@@ -71,14 +54,14 @@ class ForcedOutage:
             return False
         if self.upstream_name is not None:
             return self.upstream_name == upstream.name
-        # No upstream named: the tool's default upstream (its first), else any of its upstreams.
+        # No upstream named: the tool's default (its first), else any.
         return not policy.upstreams or policy.upstreams[0] == upstream.name
 
     def affects(
         self, policy: SurfacePolicy, upstream: Upstream, collector: AdvisoryCollector | None
     ) -> bool:
-        """True when this call is affected: by its own surface, or by the tool the request
-        answers (a tool's answer read through a surface of another name, say a shared one)."""
+        """True when this call is affected, by its own surface or by the tool the request
+        answers."""
         asked = collector.context.surface if collector is not None else None
         return self.matches(policy, upstream) or (
             asked is not None and asked is not policy and self.matches(asked, upstream)
@@ -135,9 +118,8 @@ class ForcedOutages:
 
 
 def in_test_mode(cache: UpstreamCache, outages: OutageInjector | None = None) -> OutageInjector:
-    """Put ``cache`` in test mode (``UpstreamCache(test_mode=True)`` does): its fetch answers
-    what ``outages`` injects (new :class:`ForcedOutages` unless given) before its pipeline.
-    Returns the injector."""
+    """Put ``cache`` in test mode: its fetch answers what ``outages`` (new
+    :class:`ForcedOutages` unless given) injects first. Returns the injector."""
     injector = outages if outages is not None else ForcedOutages()
     # The instance's own fetch (a subclass's too) runs every fetch no outage claims.
     cache.fetch = ComplianceFetch(cache, injector, cache.fetch).fetch  # type: ignore[method-assign]
@@ -145,8 +127,7 @@ def in_test_mode(cache: UpstreamCache, outages: OutageInjector | None = None) ->
 
 
 class ComplianceFetch:
-    """A cache's fetch in test mode: an injected outage is answered here, around the
-    pipeline (``fetch``, the cache's own), which answers every other fetch."""
+    """A cache's fetch in test mode: injected outages here, all else by ``fetch``."""
 
     def __init__(
         self, cache: UpstreamCache, outages: OutageInjector, fetch: Callable[..., Awaitable[Any]]
@@ -183,8 +164,8 @@ class ComplianceFetch:
         call: Callable[[], Awaitable[T]],
         codec: Codec[T],
     ) -> T:
-        """Serve the entry aged as asked (a cold key seeded for real first, with the labels
-        a purge selects it by), or fail as if nothing were cached."""
+        """Serve the entry aged as asked (a cold key seeded for real first), or fail as if
+        nothing were cached."""
         cache, upstream, policy = self.cache, found.upstream, found.policy
         if outage.empty_cache:  # as if nothing were cached: the failure stays a failure
             cache.metrics.unavailable(policy.name, upstream.name, FORCED_FAILURE.code)
@@ -201,17 +182,14 @@ class ComplianceFetch:
         age = outage.cache_age_seconds
         if age is None:
             age = max(whole_seconds(entry.age(now)), policy.freshness_target_seconds)
-        # The aged copy is served, never stored: the real entry keeps its real age (and the
-        # copy its labels and terms: what the answer's scope and token are read from).
+        # The aged copy is served, never stored: the real entry keeps its real age.
         terms = None if entry.terms is None else dataclasses.replace(entry.terms, age=0)
         aged = dataclasses.replace(entry, stored_at=now - age, terms=terms)
         return cache.serving.from_cache(found, aged, FORCED_FAILURE, codec)
 
 
 def _forced_age(value: object) -> int:
-    """The age a buyer forced, as the next advisory states it exactly: a whole number of
-    seconds (an A2A client's double, ``120.0``, included) up to 2^31; else ValueError (a
-    401-digit one would overflow the clock, a string compare with nothing)."""
+    """The age a buyer forced: whole seconds (``120.0`` too) up to 2^31, else ValueError."""
     seconds = stated_seconds(value)
     if seconds is None or seconds != value or not seconds.is_integer():
         raise ValueError(f"cache_age_seconds must be a whole number from 0 to {MAX_STATED_SECONDS}")

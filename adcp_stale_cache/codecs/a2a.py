@@ -1,9 +1,5 @@
-"""A2A results: the payload is the last DataPart of the last artifact of a completed task.
-
-Both wire generations are read: A2A 1.0 (``result.task``, ``TASK_STATE_COMPLETED``, parts
-``{"data": ...}``) and 0.3 (a bare task with ``"kind": "task"``, state ``completed``, parts
-``{"kind": "data", "data": ...}``), and their streaming events.
-"""
+"""A2A results, 1.0 and 0.3 (``"kind"``) wire shapes, and their stream events: the payload is
+the last DataPart of the last artifact of a completed task."""
 
 from __future__ import annotations
 
@@ -14,11 +10,18 @@ from .json import Untouched, inject_payload
 _COMPLETED = frozenset({"completed", "TASK_STATE_COMPLETED"})
 _TERMINAL = _COMPLETED | frozenset(
     {
-        "failed", "canceled", "rejected", "input-required", "auth-required",
-        "TASK_STATE_FAILED", "TASK_STATE_CANCELED", "TASK_STATE_REJECTED",
-        "TASK_STATE_INPUT_REQUIRED", "TASK_STATE_AUTH_REQUIRED",
+        "failed",
+        "canceled",
+        "rejected",
+        "input-required",
+        "auth-required",
+        "TASK_STATE_FAILED",
+        "TASK_STATE_CANCELED",
+        "TASK_STATE_REJECTED",
+        "TASK_STATE_INPUT_REQUIRED",
+        "TASK_STATE_AUTH_REQUIRED",
     }
-)  # fmt: skip
+)
 
 
 def kind_of(result: Any) -> tuple[str, dict[str, Any]] | None:
@@ -74,14 +77,14 @@ def inject_result(result: Any, errors: list[dict[str, Any]]) -> None:
 
 
 def inject_artifacts(artifacts: Any, errors: list[dict[str, Any]]) -> None:
-    """Inject into the last DataPart of the last artifact."""
+    """Append ``errors`` to the last DataPart of the last artifact."""
     if not isinstance(artifacts, list) or not artifacts or not isinstance(artifacts[-1], dict):
         raise Untouched("A2A task has no artifact")
     inject_parts(artifacts[-1].get("parts"), errors)
 
 
 def inject_parts(parts: Any, errors: list[dict[str, Any]]) -> None:
-    """Inject into the last DataPart of ``parts``."""
+    """Append ``errors`` to the last DataPart of ``parts``."""
     for part in reversed(parts if isinstance(parts, list) else []):
         if (
             isinstance(part, dict)

@@ -1,12 +1,7 @@
-"""Plain JSON bodies: the body is the AdCP payload.
+"""Plain JSON bodies, where the body is the AdCP payload: rewritten without losing data.
 
-The rewrite never loses data. When the payload has no ``errors`` member (the common case)
-the advisories are spliced in before the closing brace and every original byte is kept.
-When it has one, the payload is re-encoded: through orjson, or through the stdlib when the
-body holds a number orjson may not hold exactly (an integer past 64 bits, a decimal with more
-digits than a double). What no re-encoding keeps exactly (``NaN``, ``Infinity``, ``1e400``, a
-decimal with more than 17 significant digits) is left untouched, as is a body that is not
-UTF-8 (RFC 8259). Lone surrogate escapes (``"\\ud83d"``) survive, re-escaped.
+Advisories are spliced before the closing brace when there is no ``errors`` member; else the
+payload is re-encoded exactly, or left untouched when no re-encoding could be exact.
 """
 
 from __future__ import annotations
@@ -18,9 +13,7 @@ from typing import Any
 
 import orjson
 
-# Digits and dots all become "0": a run of 18 "0"s then means a number that orjson may not
-# hold exactly (a long integer, a long decimal). translate + substring search is C-speed; a
-# regex scan is ten times slower.
+# Digits and dots become "0": 18 in a row may be a number orjson rounds. C-speed, unlike a regex.
 _DIGITS_TO_ZERO = bytes.maketrans(b"0123456789.", b"0" * 11)
 _LONG_RUN = b"0" * 18
 
@@ -31,8 +24,7 @@ def has_long_number(body: bytes) -> bool:
 
 
 class Untouched(Exception):
-    """The body must pass through unchanged; the message says why, ``reason`` in a word (what
-    an ``advisory_lost`` log line names)."""
+    """The body must pass through unchanged; the message says why, ``reason`` in a word."""
 
     reason = "unwritable"
 
@@ -43,22 +35,18 @@ class Untouched(Exception):
 
 
 class NotJson(Untouched, ValueError):
-    """A body this package does not read as JSON: not UTF-8, not JSON, or nested deeper than
-    a parser holds (a ``ValueError`` too, for callers that answer bad input with a 400)."""
+    """A body not read as JSON (not UTF-8, not JSON, nested too deep); a ``ValueError`` too."""
 
     reason = "not_json"
 
 
-#: Why a value nested past what the parsers and encoders hold is left alone.
 TOO_DEEP = "nested too deep to read or re-encode"
-#: The nesting the stdlib reads and encodes here, on every Python alike: its own limit moves
-#: (about 1,000 levels less the stack in use to 3.11, 1,500 on 3.12, 10,000 on 3.13).
+#: The nesting read and encoded through the stdlib on every Python alike (its own limit moves).
 STDLIB_DEPTH = 512
 
 
 class Unmendable(Untouched):
-    """An answer holding another request's ``context`` that cannot be re-encoded exactly
-    (``NaN``, ``1e400``, a decimal past 17 digits): it goes out as it came, said loudly."""
+    """An answer holding another request's ``context`` that no re-encoding keeps exact."""
 
 
 class _Marker:
@@ -75,16 +63,13 @@ class _Marker:
 KEEP: Any = _Marker("KEEP")
 #: The request carried no ``context``: an answer's ``context`` is then another request's.
 NO_CONTEXT: Any = _Marker("NO_CONTEXT")
-#: The request's ``context`` could not be read (its body was not, or could not be): an
-#: answer's ``context`` in doubt cannot be shown to be its own, so it goes.
+#: The request's ``context`` could not be read: an answer's ``context`` in doubt goes.
 UNKNOWN: Any = _Marker("UNKNOWN")
 
 
 class Delivery(list[dict[str, Any]]):
-    """The advisories handed to one answer (a list, appended to its payload's ``errors[]``),
-    and the ``context`` of the request it answers: a payload whose ``context`` is not that
-    one (a cached value's, another buyer's) gets the request's instead, or none when the
-    request had none (:data:`NO_CONTEXT`). ``replaced`` counts the payloads so mended."""
+    """The advisories for one answer, and its request's ``context``, which replaces any other
+    in the payload; ``replaced`` counts the payloads so mended."""
 
     def __init__(self, errors: list[dict[str, Any]], context: Any = KEEP) -> None:
         super().__init__(errors)
@@ -93,10 +78,8 @@ class Delivery(list[dict[str, Any]]):
 
 
 def delivery(errors: list[dict[str, Any]], context: Callable[[], Any], in_doubt: bool) -> Delivery:
-    """The :class:`Delivery` of ``errors`` to an answer whose request's ``context`` is
-    ``context()`` (asked only when needed): mended whenever the cache served the request a
-    value holding one (``in_doubt``: then one that cannot be read mends to none), else only
-    when the answer is rewritten anyway and the request's is known."""
+    """The :class:`Delivery` of ``errors``: contexts mended always when ``in_doubt`` (a cached
+    value was served), else only in an answer rewritten anyway."""
     if in_doubt:
         return Delivery(errors, context())
     if not errors:
@@ -106,9 +89,7 @@ def delivery(errors: list[dict[str, Any]], context: Callable[[], Any], in_doubt:
 
 
 def context_of(request: Any) -> Any:
-    """The ``context`` of an AdCP request (its body, a tool's arguments, a skill's
-    parameters): :data:`NO_CONTEXT` when it has none (null is none), :data:`UNKNOWN` when
-    the request is not an object that could be read."""
+    """The ``context`` of an AdCP request, :data:`NO_CONTEXT` or :data:`UNKNOWN`."""
     if not isinstance(request, dict):
         return UNKNOWN
     context = request.get("context")
@@ -116,33 +97,20 @@ def context_of(request: Any) -> Any:
 
 
 def foreign_context(payload: Any, context: Any) -> bool:
-    """Whether ``payload`` carries a ``context`` other than the request's ``context``.
-
-    A null ``context`` carries none (fastmcp writes an unset field as null): never foreign,
-    so it stays as the app wrote it."""
+    """Whether ``payload`` carries a non-null ``context`` other than the request's."""
     if context is KEEP or not present(payload, "context"):
         return False
     return context in (NO_CONTEXT, UNKNOWN) or payload["context"] != context
 
 
 def present(obj: Any, key: str) -> bool:
-    """True when the object ``obj`` holds ``key`` with a value other than null.
-
-    A null member is an absent member: fastmcp serialises a pydantic model's unset fields as
-    ``null`` (``"adcp_error": null`` on every successful answer), so presence tests read
-    through this, never through ``in``.
-    """
+    """True when ``obj`` holds ``key`` with a non-null value (fastmcp writes unset as null)."""
     return isinstance(obj, dict) and obj.get(key) is not None
 
 
 def inject_payload(payload: Any, errors: list[dict[str, Any]]) -> None:
-    """Append ``errors`` to an AdCP payload's ``errors[]`` in place (creating it), and, for a
-    :class:`Delivery`, make its ``context`` the request's.
-
-    Leaves alone what it must not touch: a non-object, an ``errors`` that is not a list, and a
-    failed task (``adcp_error`` present: a stale advisory is never promoted to a fatal error,
-    nor mixed into one).
-    """
+    """Append ``errors`` to a payload's ``errors[]`` in place and mend its ``context``;
+    :class:`Untouched` for a non-object, a non-list ``errors`` or a failed task."""
     if errors:
         _check(payload)
         existing = payload.get("errors")
@@ -171,9 +139,7 @@ def _check(payload: Any) -> None:
 
 
 def loads(body: bytes | str) -> Any:
-    """Parse untrusted JSON to read it (not to re-encode it: see :func:`parse`), numbers as
-    the stdlib reads them (orjson would make an integer past 64 bits a float); raises
-    :class:`NotJson`, never ``RecursionError``, for what is no JSON read here."""
+    """Parse untrusted JSON to read it (long integers exact); :class:`NotJson` if it is not."""
     if not has_long_number(body.encode() if isinstance(body, str) else body):
         try:
             return orjson.loads(body)
@@ -183,8 +149,7 @@ def loads(body: bytes | str) -> Any:
 
 
 def read(body: bytes | str) -> tuple[Any, bool]:
-    """Parse JSON to read it, and say whether re-encoding that value would be exact (else
-    :func:`parse` it again before re-encoding)."""
+    """Parse JSON to read it, and whether re-encoding that value would be exact."""
     try:
         value = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -203,7 +168,7 @@ def parse(body: bytes | str) -> Any:
 
 
 def _stdlib(body: bytes | str, parse_float: Any) -> Any:
-    try:  # strictly UTF-8: json.loads would guess UTF-16 from bytes, and the splice corrupt it
+    try:  # strictly UTF-8: json.loads would guess UTF-16, which the splice would corrupt
         text = body.decode() if isinstance(body, bytes) else body
     except UnicodeDecodeError:
         raise NotJson("body is not UTF-8 JSON") from None
@@ -224,15 +189,13 @@ def _stdlib(body: bytes | str, parse_float: Any) -> Any:
 
 
 def _deeper_than_the_stdlib_goes(value: Any, text: str) -> bool:
-    """Whether ``value``, encoded as ``text``, nests past :data:`STDLIB_DEPTH`: read only
-    when the text opens that many lists and objects (C-speed counts), rarely."""
+    """Whether ``value`` (encoded as ``text``) nests past :data:`STDLIB_DEPTH`."""
     opened = text.count("[") + text.count("{")
     return opened > STDLIB_DEPTH and _nested_deeper_than(value, STDLIB_DEPTH)
 
 
 def _nested_deeper_than(value: Any, levels: int) -> bool:
-    """Whether ``value`` nests lists and dicts more than ``levels`` deep (read level by
-    level: no recursion)."""
+    """Whether ``value`` nests more than ``levels`` deep (read without recursion)."""
     layer = [value]
     for _ in range(levels):
         layer = [
@@ -247,7 +210,6 @@ def _nested_deeper_than(value: Any, levels: int) -> bool:
 
 
 def _exact_float(text: str) -> float:
-    """A JSON decimal as a float, refusing one a double would change."""
     value = float(text)
     digits = text.lstrip("-").split("e")[0].split("E")[0].replace(".", "").strip("0")
     if not math.isfinite(value) or len(digits) > 17:
@@ -260,9 +222,7 @@ def _no_constant(name: str) -> Any:
 
 
 def dumps(value: Any) -> bytes:
-    """Serialise JSON compactly (stdlib for what orjson refuses: long integers, lone
-    surrogates, which are then escaped, values nested past orjson's 255 levels).
-    :class:`Untouched` for a value nested deeper than the stdlib holds."""
+    """Serialise JSON compactly, through the stdlib for what orjson refuses."""
     try:
         return orjson.dumps(value)
     except TypeError:
@@ -274,8 +234,7 @@ def dumps(value: Any) -> bytes:
 
 
 def dumps_text(value: Any, **options: Any) -> str:
-    """``json.dumps`` with its ``options``, but :class:`Untouched` for a value nested deeper
-    than :data:`STDLIB_DEPTH` or the stack holds (never ``RecursionError``)."""
+    """``json.dumps``, but :class:`Untouched` for a value nested too deep."""
     try:
         text = json.dumps(value, **options)
     except RecursionError:
@@ -288,12 +247,9 @@ def dumps_text(value: Any, **options: Any) -> str:
 def inject_json(
     body: bytes, errors: list[dict[str, Any]], *, rpc_is_envelope: bool = False
 ) -> bytes:
-    """The JSON body with ``errors`` appended to its payload's ``errors[]``.
-
-    ``rpc_is_envelope``: a body with a ``jsonrpc`` member is a JSON-RPC envelope whose call
-    was not read (not a payload): leave it untouched rather than write beside ``result``.
-    """
-    payload = loads(body)  # the splice below keeps every byte: no exact parse needed for it
+    """The JSON body with ``errors`` appended to its payload's ``errors[]``
+    (``rpc_is_envelope``: a ``jsonrpc`` body is left untouched)."""
+    payload = loads(body)  # the splice keeps every byte: no exact parse needed
     if rpc_is_envelope and present(payload, "jsonrpc"):
         raise Untouched("a JSON-RPC message, not a payload: its call was not read", "call_unread")
     foreign = isinstance(errors, Delivery) and foreign_context(payload, errors.context)

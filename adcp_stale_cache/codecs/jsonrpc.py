@@ -1,8 +1,5 @@
-"""JSON-RPC requests: which calls a POST carries (MCP ``tools/call``, A2A ``message/send``...).
-
-The middleware reads this off the request body as the app receives it, to learn the tool
-surface of the request and which response message carries the tool's payload.
-"""
+"""JSON-RPC: the tool calls a request carries (MCP ``tools/call``, A2A ``message/send``) and
+the advisories their answers get."""
 
 from __future__ import annotations
 
@@ -34,8 +31,7 @@ class RpcCall:
 
 
 def parse_calls(body: bytes) -> list[RpcCall]:
-    """The tool calls in a JSON-RPC request body (a batch may hold several); [] otherwise.
-    Read as a JSON server reads it: a leading BOM allowed, ids exact (past 64 bits too)."""
+    """The tool calls in a JSON-RPC request body (a batch may hold several), ids exact."""
     try:
         data = parse(body.removeprefix(_BOM))
     except Untouched:
@@ -62,10 +58,8 @@ def parse_calls(body: bytes) -> list[RpcCall]:
 
 
 def a2a_call(message: Any) -> tuple[str | None, Any]:
-    """The AdCP skill an A2A message invokes and the arguments the skill gets, as the
-    ``adcp`` SDK server reads them (``a2a_server._default_parse_request``): one invocation,
-    in a DataPart or as a TextPart's JSON (``{"skill": ..., "parameters": ...}``), with its
-    ``parameters`` ({} when absent or not an object); none, or several: (None, None)."""
+    """The skill an A2A message invokes and its parameters, as the ``adcp`` SDK server reads
+    them; (None, None) unless exactly one part invokes one."""
     parts = message.get("parts") if isinstance(message, dict) else None
     found: list[tuple[str, Any]] = []
     for part in parts if isinstance(parts, list) else []:
@@ -106,11 +100,9 @@ def inject_response(message: Any, call: RpcCall, errors: list[dict[str, Any]]) -
 
 
 def inject_body(body: bytes, calls: list[RpcCall], errors: list[dict[str, Any]]) -> bytes:
-    """A JSON-RPC response body (one message or a batch) with ``errors`` injected. In a
-    batch, advisories cannot be attributed to one call, but each answer's ``context`` is
-    still made its own call's (for a :class:`~.json.Delivery` in doubt of contexts)."""
-    if len(calls) != 1 and (errors or not isinstance(errors, Delivery)
-                            or errors.context is KEEP):  # fmt: skip
+    """A JSON-RPC response body with ``errors`` injected; in a batch, which no advisory can
+    be attributed to, only each answer's ``context`` is mended."""
+    if len(calls) != 1 and (errors or not isinstance(errors, Delivery) or errors.context is KEEP):
         raise Untouched(
             f"{len(calls)} tool calls in one request: advisories cannot be attributed", "batch"
         )
@@ -148,7 +140,7 @@ def _own_contexts(body: bytes, calls: list[RpcCall], delivery: Delivery) -> byte
         matching = [call for call in calls if same_id(message, call)]
         if not matching:
             continue
-        # Two calls under one id: whose answer this is cannot be told, so neither context.
+        # Two calls under one id: whose answer it is cannot be told.
         call = matching[0]
         own = Delivery([], call.context if len(matching) == 1 else UNKNOWN)
         try:

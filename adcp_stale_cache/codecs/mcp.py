@@ -8,13 +8,8 @@ from .json import Untouched, dumps_text, inject_payload, loads, parse
 
 
 def inject_tool_result(result: Any, errors: list[dict[str, Any]]) -> None:
-    """Append ``errors`` to a ``CallToolResult``'s payload, in place.
-
-    The payload is ``structuredContent``; a ``text`` content block holding the same payload as
-    JSON is updated too, while a human summary text is left alone. Without
-    ``structuredContent`` a text block holding a JSON object is the payload. Tool errors
-    (``isError: true``) are never touched.
-    """
+    """Append ``errors`` to a ``CallToolResult``'s payload and its JSON text mirrors, in place
+    (no ``structuredContent``: the one JSON text block); never to an ``isError`` result."""
     if not isinstance(result, dict):
         raise Untouched("tools/call result is not an object", "not_json")
     if result.get("isError"):
@@ -32,7 +27,7 @@ def inject_tool_result(result: Any, errors: list[dict[str, Any]]) -> None:
 
 
 def _payload_texts(result: dict[str, Any], structured: Any) -> list[tuple[dict[str, Any], Any]]:
-    """The text blocks that are the payload as JSON (equal to ``structuredContent`` if any)."""
+    """The text blocks that are the payload as JSON."""
     content = result.get("content")
     found = []
     for block in content if isinstance(content, list) else []:
@@ -46,7 +41,7 @@ def _payload_texts(result: dict[str, Any], structured: Any) -> list[tuple[dict[s
         except Untouched:
             continue
         if structured is None or _without_nulls(payload) == _without_nulls(structured):
-            # Rewritten: parsed again exactly (Untouched for what a re-encoding would change).
+            # Parsed again exactly, since it is rewritten.
             found.append((block, parse(text)))
     if structured is None and len(found) > 1:
         raise Untouched("several JSON text blocks and no structuredContent: which is the payload?")
@@ -54,7 +49,7 @@ def _payload_texts(result: dict[str, Any], structured: Any) -> list[tuple[dict[s
 
 
 def _without_nulls(payload: Any) -> Any:
-    """A payload less its null members: a mirror may be written with or without them."""
+    """A payload less its null members (a mirror may have them or not)."""
     if isinstance(payload, dict):
         return {key: value for key, value in payload.items() if value is not None}
     return payload

@@ -1,8 +1,6 @@
-"""Server-sent events: split a stream into events across body messages, rewrite ``data:``.
+"""Server-sent events: split a stream into whole events, rewrite their ``data:``.
 
-Only whole events are handed on, each byte for byte unless rewritten: line endings (CRLF, LF
-or CR), ``event:``/``id:``/``retry:`` lines and comments are kept as they came. The stream
-itself is never buffered beyond the event being assembled.
+Events pass on byte for byte unless rewritten; nothing is buffered beyond the event at hand.
 """
 
 from __future__ import annotations
@@ -10,18 +8,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-# An event ends with an empty line: two line endings in a row. A lone CR counts as a line
-# ending only when no LF follows it, so that CRLF is never read as two endings.
+# Two line endings in a row; a CR followed by LF is one ending (CRLF), never two.
 _EVENT_END = re.compile(rb"(?:\r\n|\n|\r(?!\n))(?:\r\n|\n|\r(?!\n))")
 
 
 class EventSplitter:
-    """Feed body chunks, get complete raw events back (terminators included).
-
-    Linear in the stream's size: the buffer grows in place and each feed scans only the bytes
-    it has not scanned yet (a long event in small chunks would otherwise be rescanned, and
-    recopied, once per chunk).
-    """
+    """Feed body chunks, get complete raw events back (terminators included); linear in the
+    stream's size, since each feed scans only bytes not scanned yet."""
 
     __slots__ = ("_buffer", "_resume")
 
@@ -35,8 +28,7 @@ class EventSplitter:
         buffer += chunk
         events: list[bytes] = []
         start = 0
-        # Only line breaks can end an event: jump from one to the next with find (C speed)
-        # and try the pattern there, instead of scanning every byte of the data.
+        # Only line breaks can end an event: jump between them with find (C speed).
         at = _next_break(buffer, self._resume)
         while at >= 0:
             match = _EVENT_END.match(buffer, at)
@@ -69,8 +61,7 @@ def _next_break(buffer: bytes | bytearray, start: int) -> int:
 
 
 def _single_data_line(event: bytes) -> tuple[int, int, int] | None:
-    """(line start, value start, value end) of the event's one ``data:`` line; None when
-    the event has none, several, or a form this fast path leaves to the general one."""
+    """(line start, value start, value end) of the event's only ``data:`` line, else None."""
     line = _line_starting(event, b"data", 0)
     if line < 0 or event[line + 4 : line + 5] != b":":
         return None
@@ -82,8 +73,8 @@ def _single_data_line(event: bytes) -> tuple[int, int, int] | None:
 
 
 def _line_starting(event: bytes, prefix: bytes, start: int) -> int:
-    """The offset of the first line at or after ``start`` that begins with ``prefix``
-    (``start`` itself must be a line start or a line break)."""
+    """The offset of the first line at or after ``start`` (a line start or break) that
+    begins with ``prefix``."""
     at = event.find(prefix, start)
     while at > start and event[at - 1] not in b"\r\n":  # inside a line: not a field name
         at = event.find(prefix, at + 1)
@@ -91,7 +82,7 @@ def _line_starting(event: bytes, prefix: bytes, start: int) -> int:
 
 
 def event_data(event: bytes) -> bytes | None:
-    """The event's data (multi-line data joined with LF, as the SSE spec says), or None."""
+    """The event's data (lines joined with LF, as the SSE spec says), or None."""
     single = _single_data_line(event)
     if single is not None:  # the usual event: one data line, sliced out once
         return event[single[1] : single[2]]
@@ -101,11 +92,8 @@ def event_data(event: bytes) -> bytes | None:
 
 
 def rewrite_data(event: bytes, rewrite: Callable[[bytes], bytes | None]) -> bytes:
-    """The event with its ``data`` replaced by ``rewrite(data)``, or as it was on None.
-
-    The new data is written back as one ``data:`` line where the first one stood, with the
-    event's own line ending.
-    """
+    """The event with its ``data`` replaced by ``rewrite(data)`` on one line (unchanged on
+    None)."""
     single = _single_data_line(event)
     if single is not None:
         line, value, end = single

@@ -1,9 +1,7 @@
 """Tool answers streamed as server-sent events (MCP SSE replies, A2A ``message/stream``).
 
-Events pass on one by one as they complete. The event answering the tool call gets the
-advisories: for MCP the JSON-RPC response itself; for an A2A stream, the last artifact event
-carrying a DataPart, held back until the final status says whether the task completed
-(artifacts come before the final status event, and a failed task must stay untouched).
+An A2A artifact event is held until the final status says the task completed (a failed
+task stays untouched).
 """
 
 from __future__ import annotations
@@ -21,9 +19,8 @@ Written = Callable[[], None]
 
 
 class RpcEventStream:
-    """Rewrite one SSE response answering ``call``; ``errors()`` gives the advisories so far
-    (a :class:`~.json.Delivery` also says whose ``context`` the answer must carry),
-    ``on_written()`` hears that they went into an event, ``on_untouched`` why they could not."""
+    """Rewrite one SSE response answering ``call`` with the advisories ``errors()`` gives;
+    ``on_written`` and ``on_untouched`` hear whether they went in."""
 
     def __init__(
         self,
@@ -36,8 +33,7 @@ class RpcEventStream:
         self.errors = errors
         self.on_untouched, self.on_written = on_untouched, on_written
         self._splitter = EventSplitter()
-        # An A2A artifact event waiting for the final status, then the events after it (held
-        # too, so that none overtakes it), and their size.
+        # A held artifact event, then the events after it: none may overtake it.
         self._held: list[bytes] = []
         self._held_size = 0
 
@@ -46,7 +42,7 @@ class RpcEventStream:
         return b"".join(self._event(event) for event in self._splitter.feed(chunk))
 
     def close(self) -> bytes:
-        """Bytes left to send when the stream ends (an unterminated last event is read too)."""
+        """Bytes left to send when the stream ends."""
         rest = self._splitter.close()
         return (self._event(rest) if rest else b"") + self._release(inject=False)
 
@@ -129,8 +125,8 @@ _MAX_HELD_BYTES = 1024 * 1024
 
 
 def _answer(event: bytes, call: RpcCall) -> tuple[dict[str, Any], bytes, bool] | None:
-    """The JSON-RPC message of an event when it answers ``call``, the event's data, and
-    whether that message re-encodes exactly (else it is parsed again, exactly, if rewritten)."""
+    """The JSON-RPC message of an event answering ``call``, its data, and whether it
+    re-encodes exactly."""
     data = event_data(event)
     if not data:
         return None

@@ -1,9 +1,5 @@
-"""The AdCP error model, and the one place that builds ``STALE_RESPONSE`` advisories.
-
-Shapes follow ``core/error.json`` and ``error-details/stale-response.json``. Empty objects
-are never emitted: an upstream with neither name nor URL, or an original error with no code,
-is left out rather than sent as ``{}``.
-"""
+"""The AdCP error model, and the one place that builds ``STALE_RESPONSE`` advisories
+(``core/error.json``, ``error-details/stale-response.json``; never an empty object)."""
 
 from __future__ import annotations
 
@@ -20,9 +16,7 @@ from .policy import SurfacePolicy, Upstream
 STALE_RESPONSE = "STALE_RESPONSE"
 SERVICE_UNAVAILABLE = "SERVICE_UNAVAILABLE"
 
-#: Tools whose answers have no ``errors[]`` and allow no extra member (AdCP 3.2's
-#: ``list_products``): no advisory is ever injected there (they tell staleness in
-#: ``incomplete[]``: see :mod:`~adcp_stale_cache.adcp.feeds`).
+#: Tools whose answers allow no ``errors[]`` (AdCP 3.2): staleness goes in ``incomplete[]``.
 NO_ERRORS_MEMBER = frozenset({"list_products"})
 
 Recovery = Literal["transient", "correctable", "terminal"]
@@ -61,7 +55,7 @@ class StaleResponseDetails(BaseModel):
 class AdcpError(BaseModel):
     """``core/error.json``: one entry of a payload's ``errors[]``."""
 
-    # Frozen: the advisories of stale serves are memoised and shared by every request.
+    # Frozen: advisories are memoised and shared by every request.
     model_config = ConfigDict(extra="allow", frozen=True)
 
     code: str = Field(min_length=1, max_length=64)
@@ -90,13 +84,8 @@ def stale_response(
     failure: Failure | None,
     target_seconds: int | None = None,
 ) -> AdcpError:
-    """The advisory for one upstream served from a cache entry ``age_seconds`` old
-    (``target_seconds``: the entry's own target, when the upstream set it).
-
-    ``failure`` is None for a stale-while-revalidate answer (no call failed: the refresh runs
-    behind it), and ``original_error`` is then left out. Results are memoised (a sustained
-    outage repeats the same few advisories): the returned error is frozen.
-    """
+    """The advisory for one upstream served from an entry ``age_seconds`` old; memoised, so
+    frozen. ``failure`` is None for stale-while-revalidate (no ``original_error``)."""
     return _stale_response(
         upstream.name,
         upstream.url,
@@ -108,8 +97,7 @@ def stale_response(
     )
 
 
-# Memoised on the strings and numbers the advisory shows: they hash and compare far faster
-# than the models they come from.
+# Memoised on strings and numbers: they hash far faster than the models they come from.
 @functools.lru_cache(maxsize=4096)
 def _stale_response(
     name: str,
@@ -159,8 +147,7 @@ def service_unavailable(error: UpstreamUnavailable, field: str | None = None) ->
 
 
 def failed_payload(errors: list[dict[str, Any]], context: Any = None) -> dict[str, Any]:
-    """The payload of a task that failed: its first error as ``adcp_error``, every one in
-    ``errors[]``, and the request's ``context`` (None: the request had none)."""
+    """A failed task's payload: ``adcp_error``, ``errors[]`` and the request's ``context``."""
     payload: dict[str, Any] = {"adcp_error": errors[0], "errors": errors}
     if context is not None:
         payload["context"] = context
@@ -168,8 +155,7 @@ def failed_payload(errors: list[dict[str, Any]], context: Any = None) -> dict[st
 
 
 def _retry_after(seconds: float | None) -> int | None:
-    # AdCP 3.2 producers emit a whole number from 1 to 3600, rounded up.
-    # The hint may come from any exception an adopter raises: NaN and infinities included.
+    # AdCP 3.2: a whole number from 1 to 3600, rounded up; an adopter's hint may be NaN.
     if seconds is None or not seconds > 0:  # NaN compares false
         return None
     return 3600 if seconds >= 3600 else max(1, math.ceil(seconds))

@@ -1,21 +1,6 @@
-"""The caching decision, with no I/O: tested by tables, shared by every adapter.
-
-Two questions are asked of an entry (or its absence), the current time and a policy:
-
-* before calling the upstream, :func:`plan`: serve the entry as fresh, or call the upstream
-  (keeping the entry, when it is still within max-stale, as the fallback);
-* after the upstream call failed, :func:`on_failure`: serve the entry stale, or fail.
-
-Boundaries (RFC 9111 semantics): an entry is fresh while ``age < target``, so a target of 0
-makes every hit past target; it may be served stale while ``age <= target + max_stale``.
-
-An entry's target and max-stale are the policy's, unless the upstream said otherwise (the
-entry's :class:`~adcp_stale_cache.core.entry.Terms`, kept when the surface honours HTTP
-directives): its ``max-age`` is clamped into the policy's freshness range, its
-``stale-if-error`` caps max-stale (never above the policy's), and its
-``stale-while-revalidate`` opens a window past the target where the entry is served at once
-while it is refreshed behind.
-"""
+"""The caching decision, with no I/O: :func:`plan` before an upstream call, :func:`on_failure`
+after it. An entry is fresh while ``age < target``, servable stale while
+``age <= target + max_stale`` (RFC 9111); honoured directives move both within the policy."""
 
 from __future__ import annotations
 
@@ -51,10 +36,8 @@ class Fresh:
 
 @dataclass(frozen=True, slots=True)
 class Refresh:
-    """Call the upstream; ``fallback`` is the entry to serve stale if the call fails,
-    ``previous`` the entry held (its validators make the call conditional), even past
-    max-stale; ``background``: serve ``fallback`` now and refresh behind it (the upstream's
-    ``stale-while-revalidate`` window)."""
+    """Call the upstream; ``fallback`` is served stale if it fails, ``previous`` (even past
+    max-stale) makes the call conditional, ``background`` serves ``fallback`` now."""
 
     fallback: Entry | None
     previous: Entry | None = None
@@ -81,8 +64,7 @@ def whole_seconds(age: float) -> int:
 
 
 def target_seconds(entry: Entry, policy: Freshness) -> float:
-    """The entry's freshness target: the upstream's ``max-age`` clamped into the policy's
-    range, else the policy's target."""
+    """The upstream's ``max-age`` clamped into the policy's range, else the policy's target."""
     terms = entry.terms
     if terms is None or terms.max_age is None:
         return policy.freshness_target_seconds
@@ -92,8 +74,7 @@ def target_seconds(entry: Entry, policy: Freshness) -> float:
 
 
 def max_stale_seconds(entry: Entry, policy: Freshness) -> float:
-    """How far past its target the entry may be served: the policy's max-stale, capped by
-    the upstream's ``stale-if-error``."""
+    """The policy's max-stale, capped by the upstream's ``stale-if-error``."""
     terms = entry.terms
     if terms is None or terms.stale_if_error is None:
         return policy.max_stale_seconds
@@ -101,18 +82,16 @@ def max_stale_seconds(entry: Entry, policy: Freshness) -> float:
 
 
 def is_fresh(entry: Entry, now: float, policy: Freshness) -> bool:
-    """True while the entry is younger than its freshness target (and not soft-purged: an
-    invalidated entry is past its target whatever its age)."""
+    """True while the entry is younger than its target and not soft-purged."""
     if entry.revalidate:
         return False
-    if entry.terms is None:  # no terms of the upstream's (most entries): every hit asks this
+    if entry.terms is None:  # most entries: every hit asks this
         return max(0.0, now - entry.stored_at) < policy.freshness_target_seconds
     return entry.age(now) < target_seconds(entry, policy)
 
 
 def fresh_until(entry: Entry, policy: Freshness) -> float:
-    """When the entry stops being fresh, on the clock of its ``stored_at``: its target less
-    the age it was stored with (an upstream's ``Age``, a sub-agent's or a composite's)."""
+    """When the entry stops being fresh, on the clock of its ``stored_at``."""
     if entry.revalidate:
         return -math.inf
     carried = 0.0 if entry.terms is None else entry.terms.age
@@ -145,17 +124,12 @@ def plan(entry: Entry | None, now: float, policy: Freshness) -> Fresh | Refresh:
 
 
 def on_failure(entry: Entry | None, now: float, policy: Freshness) -> Fresh | ServeStale | Fail:
-    """After a failed upstream call: serve the entry stale if it is still servable.
-
-    The entry may have been refreshed by a concurrent call meanwhile: a fresh entry is
-    served as a plain hit, with no advisory.
-    """
+    """After a failed upstream call: serve the entry stale if servable (fresh if refreshed)."""
     if entry is None or not is_servable(entry, now, policy):
         return Fail()
     if is_fresh(entry, now, policy):
         return Fresh(entry)
     age = whole_seconds(entry.age(now))
     target = whole_seconds(target_seconds(entry, policy))
-    # A purge is the operator saying "no longer fresh": a purged entry's target is cut to its
-    # age, so that every advisory says an age at least its target (the spec's own condition).
+    # A purged entry's target is cut to its age: an advisory's age is never below its target.
     return ServeStale(entry, age, min(target, age) if entry.revalidate else target)

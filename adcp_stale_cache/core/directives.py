@@ -1,9 +1,4 @@
-"""HTTP's caching contract, read from response headers (no I/O): RFC 9111 and RFC 5861.
-
-:func:`parse` reads what an upstream says about its answer; the cache then clamps it into
-the surface policy (:func:`~adcp_stale_cache.core.decision.terms_for`): an upstream can only move
-values inside what the seller allows.
-"""
+"""HTTP's caching contract read from response headers, with no I/O (RFC 9111, RFC 5861)."""
 
 from __future__ import annotations
 
@@ -16,15 +11,9 @@ from .failures import Failure, delta_seconds
 
 @dataclass(frozen=True, slots=True)
 class Directives:
-    """What one response says about its own caching (None: it says nothing of it).
-
-    ``max_age`` is ``s-maxage`` when present (we are a shared cache), else ``max-age``;
-    ``age`` is the ``Age`` header, seconds the answer already spent in caches upstream.
-    ``stale_at_source`` is set when the upstream said its answer is itself a stale serve
-    (an AdCP sub-agent's own ``STALE_RESPONSE``, see :mod:`~adcp_stale_cache.adcp.hops`): the
-    failure it named, which our advisory repeats once the answer is past our target;
-    ``age_known`` is False when it gave no readable age (then it is at least our target).
-    """
+    """What one response says about its own caching (None: nothing). ``max_age`` prefers
+    ``s-maxage`` (a shared cache); ``stale_at_source`` is the failure a sub-agent's own
+    stale serve named, ``age_known`` False when it gave no readable age."""
 
     max_age: float | None = None
     no_cache: bool = False
@@ -39,16 +28,15 @@ class Directives:
 
     @property
     def vary_any(self) -> bool:
-        """``Vary: *``: the answer varies on more than the request's headers."""
+        """``Vary: *``."""
         return "*" in self.vary
 
     def storable(self, shared: bool) -> bool:
-        """False for ``no-store``, ``Vary: *``, and ``private`` on an entry ``shared`` across
-        callers (a shared cache must not store it: RFC 9111 section 3.5)."""
+        """False for ``no-store``, ``Vary: *``, or ``private`` when ``shared`` (RFC 9111 3.5)."""
         return not (self.no_store or self.vary_any or (self.private and shared))
 
     def terms(self) -> Terms | None:
-        """The entry's terms from these directives (None when they say nothing of them)."""
+        """The entry's terms (None when these say nothing of them)."""
         max_age = 0.0 if self.no_cache else self.max_age
         said = (max_age, self.stale_if_error, self.stale_while_revalidate)
         if all(value is None for value in said) and not self.age:
@@ -57,11 +45,8 @@ class Directives:
 
 
 def parse(headers: Mapping[str, str]) -> Directives:
-    """The directives of a response's ``Cache-Control``, ``Age`` and ``Vary`` headers.
-
-    Unknown directives are ignored; a malformed number (``max-age=soon``) is as if absent
-    (RFC 9111 section 4.2.1: then the answer has no explicit freshness from it).
-    """
+    """The directives of a response's ``Cache-Control``, ``Age`` and ``Vary`` headers
+    (unknown ones ignored, a malformed number as if absent: RFC 9111 4.2.1)."""
     values: dict[str, str | None] = {}
     for part in headers.get("cache-control", "").split(","):
         name, _, value = part.strip().partition("=")

@@ -9,11 +9,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class Terms:
-    """What the upstream said of an answer's freshness (HTTP ``Cache-Control``), in seconds;
-    None where it said nothing. The decision clamps them into the reading surface's policy
-    (:func:`~adcp_stale_cache.core.decision.target_seconds`), so an upstream only moves values
-    inside what the seller allows. ``max_age`` is 0 for ``no-cache``; ``age`` is the
-    ``Age`` the answer arrived with (time it spent in caches upstream), part of its age."""
+    """What the upstream said of an answer's freshness, in seconds (None: nothing); ``max_age``
+    is 0 for ``no-cache``, ``age`` the ``Age`` it arrived with."""
 
     max_age: float | None = None
     stale_if_error: float | None = None
@@ -21,7 +18,7 @@ class Terms:
     age: float = 0.0
 
     def pack(self) -> bytes:
-        """32 bytes: four big-endian doubles, NaN for None (how stores keep them)."""
+        """32 bytes: four big-endian doubles, NaN for None."""
         values = (self.max_age, self.stale_if_error, self.stale_while_revalidate, self.age)
         return _TERMS.pack(*(math.nan if v is None else v for v in values))
 
@@ -48,16 +45,9 @@ TERMS_SIZE = _TERMS.size
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """One cached value.
-
-    ``stored_at`` is a reading of the cache's clock (monotonic in memory, the wall clock in
-    shared and file stores). ``labels`` say what the entry is of (``upstream=NAME``,
-    ``surface=NAME``, ``partition=P``, ``tag=T``): invalidations select entries by them.
-    ``terms`` are what the upstream said of its freshness (HTTP directives, when honoured).
-    ``revalidate`` marks an entry soft-purged: past its freshness target whatever its age,
-    still the outage fallback. A ``tombstone`` stands for an entry hard-purged in a store
-    shared by processes: no entry, and it tells a process's memory tier to drop its copy.
-    """
+    """One cached value; ``stored_at`` is on the cache's clock (monotonic in memory, wall in
+    shared stores). ``revalidate`` marks it soft-purged (past target, still a fallback); a
+    ``tombstone`` is a shared store's hard purge, telling memory tiers to drop their copy."""
 
     data: bytes
     stored_at: float
@@ -67,8 +57,7 @@ class Entry:
     terms: Terms | None = None
 
     def age(self, now: float) -> float:
-        """Seconds since the entry was stored (plus the ``Age`` it arrived with), never
-        negative."""
+        """Seconds since stored, plus the ``Age`` it arrived with; never negative."""
         age = max(0.0, now - self.stored_at)
         return age if self.terms is None else age + self.terms.age
 
@@ -78,5 +67,5 @@ class Entry:
         return len(self.data) + sum(len(label) for label in self.labels) + _OVERHEAD
 
 
-# Rough per-entry bookkeeping (object headers, key, dict slot) counted against the byte bound.
+# Rough per-entry bookkeeping (object headers, key, dict slot).
 _OVERHEAD = 120

@@ -1,25 +1,5 @@
-"""One place that turns an upstream failure into ``original_error`` ``{code, message}``.
-
-Codes are the AdCP code the upstream returned (``SERVICE_UNAVAILABLE``), or a transport
-identifier:
-
-=====================  =====================================================
-``TIMEOUT``            no answer within the upstream deadline
-``CONNECTION_REFUSED`` nothing listens at the upstream's address
-``CONNECTION_RESET``   the connection dropped mid-answer
-``DNS_FAILURE``        the upstream's host name did not resolve
-``TLS_ERROR``          the TLS handshake or certificate check failed
-``CONNECTION_ERROR``   any other connection-level failure
-``UPSTREAM_HTTP_<n>``  the upstream answered HTTP status ``n`` (5xx, 429)
-``INVALID_PAYLOAD``    a 2xx answer that is not a valid payload
-``UPSTREAM_ERROR``     any other exception (counts as an outage only if the policy says so)
-=====================  =====================================================
-
-The exceptions of the HTTP clients (httpx, requests, urllib3, aiohttp, the stdlib's urllib)
-are recognised by their classes' modules, never imported. Messages are fixed templates: raw
-exception text can carry hostnames, URLs with tokens or file paths, so it is logged by the
-seller, never sent to a buyer.
-"""
+"""Upstream failures classified into ``original_error`` ``{code, message}``: fixed messages,
+since raw exception text may carry hosts, tokens or paths."""
 
 from __future__ import annotations
 
@@ -43,27 +23,22 @@ _ADCP_CODE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
 
 
 def is_adcp_code(value: object) -> TypeGuard[str]:
-    """True for what may stand as an AdCP error code in an advisory (``SERVICE_UNAVAILABLE``):
-    an upstream's text is never repeated as a code unless it is one, whole."""
+    """True for a whole AdCP error code (``SERVICE_UNAVAILABLE``): nothing else is repeated."""
     return isinstance(value, str) and _ADCP_CODE.fullmatch(value) is not None
 
 
 def retry_after_of(headers: Mapping[str, str] | email.message.Message) -> float | None:
-    """An HTTP answer's ``Retry-After`` hint in seconds, or None. RFC 9110 delay-seconds are
-    digits only (``inf``, ``1e999`` and ``-1`` are not hints); an HTTP date is not worth
-    parsing for a hint."""
+    """An HTTP answer's ``Retry-After`` in delay-seconds, or None (an HTTP date too)."""
     value = headers.get("retry-after")
     return delta_seconds(value.strip()) if isinstance(value, str) else None
 
 
-#: The most seconds an upstream's number is read as (RFC 9111's cap, 68 years): more says
-#: no more, and no conversion of a 400-digit number may overflow.
+#: The most seconds an upstream's number is read as (RFC 9111's cap): no overflow.
 MAX_STATED_SECONDS = 2**31
 
 
 def stated_seconds(value: object) -> float | None:
-    """Seconds a JSON number states, at most :data:`MAX_STATED_SECONDS`; None for what
-    states none (a string, a boolean, a negative, NaN, an infinity)."""
+    """Seconds a JSON number states, capped; None for a non-number, a negative or NaN."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     if isinstance(value, float) and not math.isfinite(value):
@@ -72,8 +47,7 @@ def stated_seconds(value: object) -> float | None:
 
 
 def delta_seconds(text: str | None) -> float | None:
-    """HTTP delta-seconds (RFC 9111 1.2.2): ASCII digits only (``inf``, ``-1``, ``1e9`` are
-    not seconds), at most :data:`MAX_STATED_SECONDS`."""
+    """HTTP delta-seconds (RFC 9111 1.2.2): ASCII digits only, capped; else None."""
     if text is None or not (text.isascii() and text.isdigit()):
         return None
     digits = text.lstrip("0")  # int() refuses 4,300 digits and more: never asked
@@ -90,23 +64,18 @@ class Failure:
     retry_after: float | None = None
 
 
-#: The breaker is open and no failure was seen yet in this process (a restart, say).
+#: The breaker is open and this process saw no failure yet (a restart, say).
 CIRCUIT_OPEN = Failure(FailureKind.CONNECTION, "CIRCUIT_OPEN", "Upstream is failing; calls paused")
-#: Any other exception.
 UNKNOWN_FAILURE = Failure(FailureKind.UNEXPECTED, "UPSTREAM_ERROR", "Upstream call failed")
 _CONNECTION_FAILED = Failure(
     FailureKind.CONNECTION, "CONNECTION_ERROR", "Connection to upstream failed"
 )
-#: The request's budget ran out before this upstream could be called.
 BUDGET_SPENT = Failure(FailureKind.TIMEOUT, "TIMEOUT", "Request time budget spent before the call")
 
 
 class UpstreamError(Exception):
-    """Raise from an upstream call when the upstream answered with an AdCP error.
-
-    ``code`` becomes ``original_error.code`` (e.g. ``SERVICE_UNAVAILABLE``); the upstream's own
-    message is kept for logs only.
-    """
+    """Raise from an upstream call when the upstream answered with an AdCP error: ``code``
+    becomes ``original_error.code``, the message is kept for logs only."""
 
     def __init__(self, code: str, message: str = "", *, retry_after: float | None = None):
         super().__init__(f"{code}: {message}" if message else code)
@@ -115,8 +84,7 @@ class UpstreamError(Exception):
 
 
 class StaleBeyondBound(UpstreamError):
-    """An upstream's answer is its own stale serve, older than the surface may serve at all
-    (its target plus max-stale): no answer to give, with the failure the upstream named."""
+    """An upstream's own stale serve, older than the surface may serve at all."""
 
 
 class InvalidPayload(Exception):
@@ -133,11 +101,7 @@ class UpstreamHTTPError(Exception):
 
 
 class UpstreamUnavailable(Exception):
-    """An upstream failed and no cached entry could stand in for it.
-
-    Sellers either let it fail the request or turn it into the fatal ``SERVICE_UNAVAILABLE``
-    error with :func:`adcp_stale_cache.service_unavailable`.
-    """
+    """An upstream failed and no cached entry could stand in for it."""
 
     def __init__(self, upstream: Upstream, failure: Failure):
         super().__init__(f"upstream {upstream.name!r} unavailable: {failure.code}")
@@ -146,14 +110,8 @@ class UpstreamUnavailable(Exception):
 
 
 def http_status_failure(source: int | BaseException) -> Failure | None:
-    """The outage an HTTP status stands for (5xx, 429), or None (2xx-4xx, or no status).
-
-    Given an exception, its status is read where it states one: an int ``status_code`` or
-    ``status``, ``response.status_code``, or its text (``503 Service Unavailable``,
-    ``HTTP 503``, ``Failed to fetch segments: 503 ...``). The built-in reading does so for
-    bare ``Exception``, ``RuntimeError``, ``OSError`` and ``ConnectionError`` only; name your
-    own types in ``failure_types={SegmentsError: http_status_failure}``.
-    """
+    """The outage (5xx, 429) a status or an exception's attributes or text state, or None;
+    for your own types: ``failure_types={SegmentsError: http_status_failure}``."""
     if isinstance(source, int):
         return _status_failure(source, None)
     stated = _stated_status(source) or _status_of_text(source)
@@ -178,22 +136,17 @@ def _status_failure(status_code: int, retry_after: float | None) -> Failure | No
     return None
 
 
-#: What one of an adopter's exception types means: a :class:`Failure`, an AdCP code
-#: (``"SERVICE_UNAVAILABLE"``, which counts as the upstream's error, ``upstream_error``), or a
-#: function of the exception returning either, or None when it says nothing of this one (a
-#: type the seller also raises for permanent errors, say): the usual rules then apply.
+#: A :class:`Failure`, an AdCP code, or a function returning either (None: the usual rules).
 FailureMeaning = Failure | str | Callable[[BaseException], Failure | str | None]
 
-#: An adopter's own exception types and what they mean (see :data:`FailureMeaning`).
 FailureTypes = Mapping[type[BaseException], FailureMeaning]
 
-#: What ``UpstreamCache(failure_types=...)`` takes: a mapping, or one function reading every
-#: exception.
+#: What ``UpstreamCache(failure_types=...)`` takes: a mapping, or one function for all.
 FailureTypesLike = FailureTypes | Callable[[BaseException], Failure | str | None]
 
 
 def failure_types_of(given: FailureTypesLike | None) -> dict[type[BaseException], FailureMeaning]:
-    """A mapping of exception types to meanings; a lone function reads every exception."""
+    """A mapping of exception types to meanings."""
     if given is None:
         return {}
     if callable(given) and not isinstance(given, Mapping):
@@ -201,7 +154,7 @@ def failure_types_of(given: FailureTypesLike | None) -> dict[type[BaseException]
     return dict(given)
 
 
-# Codes that say only "it failed": a meaning the adopter gave is more specific than these.
+# Codes that say only "it failed": an adopter's meaning is more specific.
 _GENERIC_CODES = frozenset({"CONNECTION_ERROR", "UPSTREAM_ERROR"})
 
 
@@ -210,27 +163,14 @@ def classify(
     timeout_seconds: float | None = None,
     failure_types: FailureTypes | None = None,
 ) -> Failure:
-    """Classify an exception raised by an upstream call (ExceptionGroups and chains included).
-
-    The chain speaks first: this library's exceptions, HTTP statuses (httpx's, requests',
-    urllib3's and aiohttp's status errors; a bare ``Exception`` stating one, see
-    :func:`http_status_failure`), the ``adcp`` client's exceptions (by type:
-    ``ADCPTimeoutError``, ``ADCPConnectionError``, ``ADCPTaskError`` with an AdCP code) and
-    transport errors (those HTTP clients' included), most specific first. An
-    adopter's ``failure_types`` (see ``UpstreamCache(failure_types=...)``) say what their own
-    exceptions mean, unless that exception's own causes say something more specific: a
-    seller's ``ServiceUnavailable`` raised from a refused connection keeps
-    ``CONNECTION_REFUSED``, one with no cause becomes what the mapping says (its name or
-    message are never read once mapped).
-    """
+    """Classify an exception raised by an upstream call, its groups and chains included;
+    ``failure_types`` give meanings unless the exception's causes say something more specific."""
     found = list(causes_of(exc))
     if failure_types:
         mapped = _mapped(found, failure_types)
         if mapped is not None:
             meant, matched = mapped
-            # What the matched exception's own causes say, when it says more; the matched
-            # exception itself is not read by the heuristics (its name or message would
-            # override what the adopter said of it).
+            # Only its causes: its own name or message would override what the adopter said.
             causes = list(causes_of(matched))[1:]
             cancelled = _cancelled(list(causes_of(matched, contexts=False))[1:])
             own = _from_chain(causes, timeout_seconds, cancelled)
@@ -261,15 +201,14 @@ def _from_chain(
 
 
 def _cancelled(raised: Iterable[BaseException]) -> bool:
-    """Whether a cancellation was raised (not merely being handled when another error was)."""
+    """Whether a cancellation was raised (not merely being handled)."""
     return any(isinstance(e, asyncio.CancelledError) for e in raised)
 
 
 def _mapped(
     found: list[BaseException], failure_types: FailureTypes
 ) -> tuple[Failure, BaseException] | None:
-    """The first meaning an adopter's mapping gives an exception of the chain, and that
-    exception. A meaning function that raises says nothing (logged once)."""
+    """The first meaning the mapping gives an exception of the chain, and that exception."""
     for candidate in found:
         for exc_type, meaning in failure_types.items():
             if not isinstance(candidate, exc_type):
@@ -320,24 +259,19 @@ def _explicit(exc: BaseException) -> Failure | None:
     stated = _http_status(exc)
     if stated is None:
         return None
-    # A 4xx is the caller's problem, whatever the exception's type says (requests' HTTPError
-    # is an OSError): not an outage.
+    # A 4xx is no outage, whatever the type says (requests' HTTPError is an OSError).
     return _status_failure(*stated) or (UNKNOWN_FAILURE if 400 <= stated[0] < 500 else None)
 
 
-# The HTTP clients whose exceptions are read by their classes' modules (none is imported;
-# ``urllib`` is the stdlib's, whose HTTPError states ``status`` and ``headers``).
 _HTTP_CLIENTS = frozenset(
     {"aiohttp", "httpcore", "httpx", "httpx2", "requests", "urllib", "urllib3"}
 )
 
-# Exceptions raised bare, with no meaning of their own: their text may be read for a status.
-# A seller's own subclass is never read (its message is its own; see http_status_failure).
+# Only bare exceptions' text is read for a status: a seller's own subclass means its own.
 _BARE_TYPES = frozenset({Exception, RuntimeError, OSError, ConnectionError})
 
 
 def _client_classes(exc: BaseException) -> set[str]:
-    """The HTTP clients' classes an exception is an instance of, as ``package.Name``."""
     found: set[str] = set()
     for cls in type(exc).__mro__:
         package = cls.__module__.partition(".")[0]
@@ -347,8 +281,7 @@ def _client_classes(exc: BaseException) -> set[str]:
 
 
 def _http_status(exc: BaseException) -> tuple[int, float | None] | None:
-    """The HTTP status an exception states, where it means the upstream's answer: an HTTP
-    client's own exception (its attributes), a bare exception (its attributes or text)."""
+    """The HTTP status an HTTP client's or a bare exception states, and its Retry-After."""
     classes = _client_classes(exc)
     bare = type(exc) in _BARE_TYPES
     stated = _stated_status(exc) if classes or bare else None
@@ -360,12 +293,12 @@ def _http_status(exc: BaseException) -> tuple[int, float | None] | None:
     return stated
 
 
-# urllib3's ResponseError when Retry(status_forcelist=...) gives up; the status is only there.
+# urllib3's ResponseError when Retry(status_forcelist=...) gives up.
 _RETRIES_RAN_OUT = re.compile(r"too many ([1-5]\d\d) error responses")
 
 
 def _stated_status(exc: BaseException) -> tuple[int, float | None] | None:
-    """The HTTP status an exception's attributes state, and its answer's Retry-After."""
+    """The HTTP status an exception's attributes state, and its Retry-After."""
     response = _attribute(exc, "response")
     for holder, name in ((exc, "status_code"), (exc, "status"), (response, "status_code")):
         status = _attribute(holder, name)
@@ -386,7 +319,7 @@ def _status_of_text(exc: BaseException) -> tuple[int, float | None] | None:
 
 
 def _attribute(holder: object, name: str) -> object:
-    """An attribute of a foreign object, or None: a property that raises reads as absent."""
+    # A property that raises reads as absent.
     try:
         return getattr(holder, name, None)
     except Exception:
@@ -401,8 +334,7 @@ def _text(exc: BaseException) -> str:
 
 
 def _first_code(errors: object) -> str | None:
-    """The first error code of an ``errors`` list (models in some ``adcp`` versions, dicts
-    in others)."""
+    """The first code of an ``errors`` list (of models or dicts, by ``adcp`` version)."""
     for error in errors if isinstance(errors, list) else []:
         code = error.get("code") if isinstance(error, dict) else getattr(error, "code", None)
         if isinstance(code, str) and code:
@@ -411,8 +343,7 @@ def _first_code(errors: object) -> str | None:
 
 
 def causes_of(exc: BaseException, *, contexts: bool = True) -> Iterator[BaseException]:
-    """The exception, the members of its groups, and its cause/context chains, each once.
-    ``contexts=False`` leaves out what was being handled when one was raised."""
+    """The exception, its groups' members and its cause/context chains, each once."""
     seen: set[int] = set()
     stack = [exc]
     while stack and len(seen) < 64:
@@ -444,8 +375,7 @@ def _is_dns(exc: BaseException) -> bool:
     )
 
 
-# The HTTP clients' words for a connection dropped mid-answer, and for any other connection
-# failure (requests' own are OSErrors, caught as such).
+# requests' own connection errors are OSErrors, caught as such.
 _CLIENT_RESETS = frozenset(
     {"urllib3.ProtocolError", "aiohttp.ServerDisconnectedError", "aiohttp.ClientPayloadError"}
 )

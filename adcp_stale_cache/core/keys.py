@@ -15,8 +15,7 @@ from typing import Any
 
 
 def digest(parts: Iterable[object]) -> str:
-    """A stable 32-hex-digit digest of the parts (each one length-prefixed, so no two
-    different sequences of parts collide by concatenation)."""
+    """A stable 32-hex-digit digest of the parts, each length-prefixed."""
     h = hashlib.blake2b(digest_size=16)
     for part in parts:
         data = _bytes(part)
@@ -26,8 +25,7 @@ def digest(parts: Iterable[object]) -> str:
 
 
 def key_size(key: object) -> int:
-    """How many bytes ``key`` encodes to: what a call kept for later (the refresh memory)
-    holds of its arguments, roughly."""
+    """Roughly how many bytes ``key`` holds (0 when it has no key form)."""
     try:
         return len(_bytes(key))
     except (TypeError, ValueError):
@@ -44,12 +42,8 @@ def _bytes(part: object) -> bytes:
 
 
 def _encode(value: object, out: bytearray) -> None:
-    """Append ``value``'s exact, typed encoding: equal encodings only for equal values.
-
-    What has no exact form is refused, never approximated: a ``repr()`` may mask the very
-    field that tells two principals apart (a ``SecretStr``, an ``Authorization`` header).
-    Secrets are revealed here because the key is hashed before it is stored or logged.
-    """
+    """Append ``value``'s exact, typed encoding; refuse what has none (a ``repr()`` may mask
+    the very secret that tells two callers apart: revealed here, since keys are hashed)."""
     if value is None or isinstance(value, bool):
         out += b"n" if value is None else b"t" if value else b"f"
     elif isinstance(value, (str, bytes)):
@@ -88,9 +82,7 @@ def _encode_object(value: object, out: bytearray) -> None:
     elif callable(dump) and isinstance(
         model_fields := getattr(type(value), "model_fields", None), dict
     ):
-        # Every field, those excluded from dumps too (model_dump drops them: two values
-        # told apart only by an excluded field, a tenant's credentials, would share a key),
-        # and the extras; SecretStr values are revealed above, never masked.
+        # Every field, excluded ones too (a tenant's credentials), and the extras.
         held = vars(value)  # read without a deprecated field's warning
         fields = {
             name: held[name] if name in held else getattr(value, name) for name in model_fields
@@ -142,17 +134,13 @@ def _store_key(namespace: str, upstream_name: str, parts: tuple[object, ...]) ->
     return f"{namespace}:{upstream_name}:{digest(parts)}"
 
 
-# Hits repeat the same keys: remembering recent digests makes a key a dict lookup. Only for
-# parts whose equality implies equal digests (1 == 1.0 == True would share one otherwise):
-# None, str and bytes, and tuples of str and bytes; and short ones (a remembered key keeps
-# its parts alive: no large request bodies).
+# Recent digests are remembered only for short text parts: 1 == 1.0 == True would share one.
 _TEXT = frozenset({str, bytes})
 _MAX_REMEMBERED = 1024
 _recent_key = functools.lru_cache(maxsize=4096)(_store_key)
 
 
-#: Headers carrying a caller's credentials or tenant: they vary the answer, so both the
-#: incoming partition and the outgoing (httpx transport) key are built from them.
+#: Headers carrying a caller's credentials or tenant: incoming and outgoing keys read them.
 CREDENTIAL_HEADERS = ("authorization", "x-adcp-auth", "x-api-key", "cookie", "x-adcp-tenant")
 
 #: What the default partition reads off an incoming request: credentials, tenant, host name.
@@ -160,14 +148,12 @@ CALLER_HEADERS = (*(h.encode() for h in CREDENTIAL_HEADERS), b"host")
 
 
 def caller_partition(scope: Mapping[str, Any]) -> str:
-    """The default cache partition of an incoming request: a digest of its credentials,
-    tenant and host name, so that no caller is ever served another caller's entry.
-    (Hashed: no credential is kept in clear. The port is left out of the host: workers
-    behind one name, on several ports, share their entries.)"""
+    """The default partition of an incoming request: a digest of its credentials, tenant and
+    host name (without port: workers on several ports share entries)."""
     headers = dict.fromkeys(CALLER_HEADERS, b"")
     for name, value in scope.get("headers", []):
         name = name.lower()
-        if name in headers:  # a repeated header counts with all its values (no newline in one)
+        if name in headers:  # a repeated header counts with all its values
             headers[name] = headers[name] + b"\n" + value if headers[name] else value
     headers[b"host"] = _host_name(headers[b"host"])
     return digest(headers[name] for name in CALLER_HEADERS)

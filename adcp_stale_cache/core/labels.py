@@ -16,13 +16,10 @@ def labels(
     partition: str | None = None,
     tags: Iterable[str] = (),
 ) -> tuple[str, ...]:
-    """The labels of these facts: what an entry is stored with, and what a selection of
-    entries asks for (one spelling for both)."""
+    """The labels of these facts: one spelling for entries and for selections of them."""
     facts = (("upstream", upstream), ("surface", surface), ("url", url), ("partition", partition))
     found = [f"{name}={_escaped(value)}" for name, value in facts if value is not None]
-    # A tag may be anyone's text (a buyer's account id): data, never an error. Line breaks,
-    # backslashes and lone surrogates are escaped, so that every store keeps a label on one
-    # line in UTF-8, and a selection spells a tag as its entries do.
+    # A tag may be anyone's text: escaped so that every store keeps it on one UTF-8 line.
     found.extend(f"tag={_escaped(str(tag))}" for tag in tags)
     return tuple(found)
 
@@ -39,10 +36,8 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 def entry_labels(
     upstream: Upstream, surface: str, partition: str | None, tags: Iterable[str]
 ) -> tuple[str, ...]:
-    """The labels the cache stores with an entry (what invalidations select by; and
-    ``credentials=own`` for an upstream called with a tenant's own credentials: the entry is
-    that tenant's, as a per-caller one is. Never the credentials, nor a digest of them:
-    labels are shown to operators)."""
+    """The labels the cache stores with an entry; ``credentials=own`` marks a tenant's own
+    (never the credentials, nor a digest: operators see labels)."""
     found = labels(
         upstream=upstream.name, url=upstream.url, surface=surface, partition=partition, tags=tags
     )
@@ -50,12 +45,11 @@ def entry_labels(
 
 
 def built_from(store_key: str) -> str:
-    """The label an entry built from the entry under ``store_key`` carries (a catalog answer
-    whose call read an account through the cache): a purge of that key takes it too."""
+    """The label of an entry built from the one under ``store_key``: purging that takes it."""
     return f"from={_escaped(store_key)}"
 
 
 def label_value(entry_labels: Iterable[str], name: str) -> str | None:
-    """The value of the label ``name`` among ``entry_labels``, if there is one."""
+    """The value of the label ``name`` among ``entry_labels``, or None."""
     prefix = f"{name}="
     return next((label[len(prefix) :] for label in entry_labels if label.startswith(prefix)), None)

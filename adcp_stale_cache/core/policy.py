@@ -1,9 +1,5 @@
-"""Caching policy per tool surface, and the upstreams a seller calls.
-
-A *surface* is one AdCP tool a seller answers (``get_products``, ``list_creative_formats``):
-it owns the freshness contract the buyer is told about and the payload path an advisory
-names. An *upstream* is one dependency the seller calls to build that answer.
-"""
+"""Caching policy per tool surface (one AdCP tool a seller answers), and the upstreams a
+seller calls to build its answers."""
 
 from __future__ import annotations
 
@@ -40,12 +36,10 @@ class FailureKind(str, enum.Enum):
     UNEXPECTED = "unexpected"
 
 
-#: The longest deadline a setting takes (a day): deadlines feed lease and store expiries,
-#: which must stay finite.
+#: The longest deadline a setting takes (a day): lease and store expiries must stay finite.
 MAX_SECONDS = 86_400.0
 
-#: Failures that serve stale by default. ``UNEXPECTED`` (a bug in the caller's own code, say)
-#: is left out so that it surfaces instead of hiding behind cached data.
+#: Failures that serve stale by default: not ``UNEXPECTED`` (a bug must not hide behind data).
 DEFAULT_STALE_ON: frozenset[FailureKind] = frozenset(FailureKind) - {FailureKind.UNEXPECTED}
 
 
@@ -131,22 +125,8 @@ class SurfacePolicy(BaseModel):
 
 
 class Upstream(BaseModel):
-    """One dependency a seller calls: a creative agent, an inventory service, a database.
-
-    ``url`` is what the advisory reports as ``details.upstream.url``: set it for an upstream
-    buyers may know (a creative agent), leave it out for an internal service. It takes a
-    ``str``, a pydantic ``AnyUrl``/``HttpUrl``, an ``httpx.URL``: anything whose ``str()`` is
-    an absolute http(s) URL. Userinfo, path parameters (``;jsessionid=...``), query and
-    fragment are stripped so that a credential in a URL never reaches a buyer; what is
-    stripped (but the fragment) still tells upstreams apart, as a digest (:attr:`key_url`).
-
-    ``credentials`` are what the seller calls the upstream with when they are not the same
-    for every caller (a tenant's token for a private creative agent): they join every cache
-    key of the upstream, hashed, so two tenants calling one URL with their own credentials
-    never share an entry, even on a surface ``shared_across_callers``. They are never shown:
-    not in advisories, logs, ``repr`` or dumps. (``CachingTransport`` keys on the credential
-    headers of each outgoing request by itself.)
-    """
+    """One dependency a seller calls. ``url`` reaches buyers without userinfo, path parameters,
+    query or fragment (:attr:`key_url` tells them apart); ``credentials`` are never shown."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
@@ -169,7 +149,7 @@ class Upstream(BaseModel):
         "join its cache keys, hashed, so calls made with different ones never share an entry.",
     )
 
-    if TYPE_CHECKING:  # what the validators take, for type checkers (the fields hold str)
+    if TYPE_CHECKING:  # what the validators take (the fields hold str)
 
         def __init__(
             self,
@@ -180,9 +160,7 @@ class Upstream(BaseModel):
             credentials: SecretStr | str | None = None,
         ) -> None: ...
 
-    # A digest of what the public URL leaves out and the upstream still gets (userinfo, path
-    # parameters, query): agents told apart only there are two upstreams, not one. A field
-    # (set from ``url``, never dumped) so that a hit reads it as cheaply as ``url``.
+    # A field, not a property: a hit reads it as cheaply as ``url``.
     url_digest: str | None = Field(
         default=None,
         exclude=True,
@@ -194,15 +172,12 @@ class Upstream(BaseModel):
 
     @property
     def identity(self) -> tuple[str, str | None]:
-        """What tells two upstreams apart: the name and the URL. Two tenants' agents both
-        named "DCO Agent" at two URLs have two breakers, two sets of keys, two advisories."""
+        """What tells two upstreams apart (breakers, keys, advisories): name and URL."""
         return (self.name, self.key_url)
 
     @property
     def key_url(self) -> str | None:
-        """The URL as keys and breakers know it: the public one, and a digest of the userinfo
-        or query it leaves out (``#<digest>``, never in clear): two agents at one public URL
-        told apart only there (``?tenant=``) never share an entry or a breaker."""
+        """The URL as keys and breakers know it: the public one, ``#<digest>`` of the rest."""
         return self.url if self.url_digest is None else f"{self.url}#{self.url_digest}"
 
     @field_validator("url", mode="before")
@@ -222,9 +197,8 @@ class Upstream(BaseModel):
 
 
 def _split_url(value: object) -> tuple[str, tuple[str, str, str]]:
-    """A URL's public form, and what that leaves out but the upstream gets: userinfo, the
-    path with its parameters (``;jsessionid=...``), the query. (The fragment is never sent.)"""
-    # The URL types sellers hold (pydantic's, httpx's) are not str, but their str() is.
+    """A URL's public form, and the userinfo, parametered path and query it leaves out."""
+    # pydantic's and httpx's URLs are not str, but their str() is.
     parts = urlsplit(value if isinstance(value, str) else str(value))
     if parts.scheme not in ("http", "https") or not parts.hostname:
         given = "" if isinstance(value, str) else f" (got {type(value).__name__})"
@@ -260,7 +234,7 @@ class Surfaces(BaseModel):
 
     @functools.cached_property
     def by_name(self) -> dict[str, SurfacePolicy]:
-        """The policies by tool name (every cache call looks one up)."""
+        """The policies by tool name."""
         return {policy.name: policy for policy in self.policies}
 
     def find(self, name: str | None) -> SurfacePolicy | None:
@@ -280,7 +254,7 @@ class Surfaces(BaseModel):
         return None
 
     def get(self, name: str) -> SurfacePolicy:
-        """The policy named ``name``; a clear error for an unknown name."""
+        """The policy named ``name``; KeyError naming the known ones."""
         policy = self.find(name)
         if policy is not None:
             return policy

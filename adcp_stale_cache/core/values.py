@@ -1,10 +1,5 @@
-"""Value codecs: how a cached value becomes the bytes a store keeps, and back.
-
-A codec that refuses a value (raises in ``dumps``), or whose bytes it cannot read back, makes
-it "served, not cached": the upstream answered, so its value reaches the caller whatever the
-codec does with it. A stored entry it cannot read (raises in ``loads``) counts as no entry.
-Both are logged by the helpers here, which the cache calls.
-"""
+"""Value codecs: a cached value to the bytes a store keeps, and back. A value a codec refuses
+is served, not cached; an entry it cannot read counts as no entry."""
 
 from __future__ import annotations
 
@@ -32,14 +27,12 @@ class Codec(Protocol[T]):
         ...
 
     def loads(self, data: bytes) -> T:
-        """Deserialise."""
+        """Deserialise; an exception makes the entry count as absent."""
         ...
 
 
 def content_of(codec: Codec[Any], data: bytes) -> bytes:
-    """What of a stored value is its content, for the tokens of answers composed of it (see
-    conditional): the codec's ``content(data)`` when it has one (an HTTP response's status
-    and body, not its ``Date``), else all of it."""
+    """What answers' tokens hash of a stored value: the codec's ``content(data)``, else all."""
     content = getattr(codec, "content", None)
     return content(data) if content is not None else data
 
@@ -48,12 +41,8 @@ class JsonCodec(Generic[T]):
     """JSON values (dicts, lists, strings, numbers) through orjson."""
 
     def dumps(self, value: T) -> bytes:
-        """Serialise with orjson; refuse what JSON cannot hold exactly.
-
-        orjson writes NaN and infinities as ``null``: a value holding one would come back
-        changed, so it is refused (served, not cached), as are the types orjson refuses
-        (``Decimal``, ``set``, integers over 64 bits, non-string dict keys).
-        """
+        """Serialise with orjson; raise for what JSON cannot hold exactly (NaN, infinities,
+        ``Decimal``, integers past 64 bits, non-string keys)."""
         data = orjson.dumps(value)
         if b"null" in data and _has_non_finite(value):
             raise ValueError("NaN or infinity: JSON would store it as null")
@@ -82,21 +71,14 @@ _MISSING = object()
 
 
 class SharedJsonCodec(JsonCodec[T]):
-    """JSON values decoded once and shared by every caller: for read-only callers.
-
-    The default :data:`JSON` codec gives each caller its own decoded copy, which is most of
-    the cost of a hit. This one keeps the decoded value of each stored body (up to
-    ``max_values`` of them, first in first out) and hands the same object to every caller:
-    a hit is then a lookup. Callers must treat the value as read-only, since a mutation
-    would reach every later caller. The decoded values live outside the store's byte bound.
-    """
+    """JSON values decoded once and shared by every caller, who must treat them as read-only;
+    up to ``max_values`` of them (first in, first out), outside the store's byte bound."""
 
     def __init__(self, max_values: int = 1024) -> None:
         if max_values < 1:
             raise ValueError("max_values must be positive")
         self.max_values = max_values
-        # Keyed by the stored bytes: a memory store hands back the same object, whose hash
-        # CPython caches, so a lookup costs no rehash of the body.
+        # Keyed by the stored bytes, whose hash CPython caches: a lookup never rehashes a body.
         self._values: dict[bytes, Any] = {}
         self._lock = threading.Lock()
 
@@ -105,7 +87,7 @@ class SharedJsonCodec(JsonCodec[T]):
         value = self._values.get(data, _MISSING)
         if value is _MISSING:
             value = orjson.loads(data)
-            with self._lock:  # evictions from several threads (a hit takes no lock)
+            with self._lock:  # a hit takes no lock
                 if len(self._values) >= self.max_values:
                     del self._values[next(iter(self._values))]
                 self._values[data] = value
@@ -132,14 +114,8 @@ def decode(codec: Codec[T], entry: Entry, upstream: Upstream) -> T:
 
 
 def encode(codec: Codec[T], value: T, upstream: Upstream) -> bytes | None:
-    """The stored form of ``value``, or None when the codec refuses it or cannot read its own
-    bytes back: the upstream answered, so the answer is served; it is only not cached.
-
-    Reading back costs one decode per store (never per hit): a codec that writes what it
-    cannot load (a model whose members do not round-trip) would otherwise fail every later
-    hit, or the very call that stored it. A codec whose every write loads back by
-    construction says so (``round_trips = True``) and is not read back.
-    """
+    """The stored form of ``value``, or None (logged) when the codec refuses it or cannot
+    read it back; a codec with ``round_trips = True`` is not read back."""
     try:
         data = codec.dumps(value)
     except Exception as exc:
@@ -152,9 +128,7 @@ def encode(codec: Codec[T], value: T, upstream: Upstream) -> bytes | None:
     except Exception as exc:
         _not_cacheable(codec, upstream, "does not round-trip", exc)
         return None
-    # orjson hands back its whole write buffer (4 KiB at least) behind the bytes it wrote: a
-    # 200-byte answer kept as it came held 4 KiB in a memory store, where Entry.size (and
-    # max_bytes) counted 200. An exact copy, once per store, holds what it says.
+    # orjson's bytes hold its whole 4 KiB write buffer: an exact copy holds what Entry.size says.
     return bytes(memoryview(data)) if type(data) is bytes else data
 
 
@@ -162,8 +136,7 @@ _warned: set[tuple[str, str, str]] = set()
 
 
 def _not_cacheable(codec: Codec[Any], upstream: Upstream, reason: str, exc: Exception) -> None:
-    """Log a value served but not kept: a WARNING the first time for an upstream, codec and
-    error (a misfit codec fails the same way on every answer), DEBUG after that."""
+    """Log a value served but not kept: WARNING once per upstream, codec and error, then DEBUG."""
     seen = (upstream.name, type(codec).__name__, f"{reason}:{type(exc).__name__}")
     first = seen not in _warned
     if first and len(_warned) < 1024:
@@ -179,18 +152,8 @@ def _not_cacheable(codec: Codec[Any], upstream: Upstream, reason: str, exc: Exce
 
 
 class PydanticCodec(Generic[T]):
-    """Values of one declared type (a pydantic model, ``list[Format]``, ``dict[str, Model]``,
-    any type a ``TypeAdapter`` takes), stored whole and read back as that type.
-
-    ``model_dump`` is not a cache format: it drops fields marked ``exclude=True`` (a seller's
-    internal ``platform_config``, say), private attributes and which fields were set. This
-    codec keeps, for every model in the value: the fields that were set (excluded ones too)
-    under the name validation takes (so aliases round-trip), extras, and the fields-set record
-    (``exclude_unset`` dumps stay the same); and the private attributes of the value's
-    top-level models (the value itself, or the items of a top-level list, tuple or dict),
-    which must be JSON values. Loading validates against the type: an entry written by an
-    older shape of the model is unreadable (no entry, refreshed), never a wrong object.
-    """
+    """Values of one type a ``TypeAdapter`` takes (a model, ``list[Format]``), read back as it,
+    with what ``model_dump`` drops: excluded fields, extras, fields set, top-level privates."""
 
     def __init__(self, value_type: Any) -> None:
         from pydantic import TypeAdapter
@@ -206,8 +169,7 @@ class PydanticCodec(Generic[T]):
             data = orjson.dumps(state, default=_jsonable)
         except TypeError:  # an integer past 64 bits, say: the stdlib holds it exactly
             data = json.dumps(state, default=_jsonable, separators=(",", ":")).encode()
-        # What JSON changes on the way (integer dict keys become strings, NaN in an optional
-        # float becomes None) still validates: only an equal value read back may be kept.
+        # JSON may change a value that still validates (int keys, NaN): keep only an equal one.
         if self.loads(data) != value:
             raise ValueError("the value does not read back equal")
         return data
@@ -245,7 +207,7 @@ def _state(value: Any) -> Any:
 
 
 def _input_name(name: str, field: Any) -> str:
-    """The key validation reads a field from: its validation alias or alias, else its name."""
+    """The key validation reads a field from (so aliases round-trip)."""
     alias = field.validation_alias
     choices = getattr(alias, "choices", None)  # AliasChoices: the first plain name
     if isinstance(choices, list) and choices and isinstance(choices[0], str):

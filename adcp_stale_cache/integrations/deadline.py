@@ -1,5 +1,4 @@
-"""The last bound on a client call: past it, a :class:`TimeoutError` (a ``TIMEOUT`` outage
-the cache serves stale over), never a wait for an answer a client lost."""
+"""The last bound on a client call: past it, a :class:`TimeoutError` (a ``TIMEOUT`` outage)."""
 
 from __future__ import annotations
 
@@ -13,8 +12,7 @@ T = TypeVar("T")
 
 
 def checked_timeout(seconds: float) -> float:
-    """``seconds`` when it bounds a call (a finite number above 0), else :class:`ValueError`:
-    0 would fail every call unasked, inf or None would wait for ever."""
+    """``seconds`` as a float when finite and above 0, else :class:`ValueError`."""
     is_number = isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
     if not is_number or not 0 < seconds < math.inf:  # NaN compares false: refused too
         raise ValueError(f"timeout must be a finite number of seconds above 0, not {seconds!r}")
@@ -22,11 +20,8 @@ def checked_timeout(seconds: float) -> float:
 
 
 async def within(call: Awaitable[T], seconds: float, what: str) -> T:
-    """``call``'s result, or :class:`TimeoutError` naming ``what`` after ``seconds``.
-
-    The call is cancelled then, not awaited: a client's cleanup that talks to the frozen
-    server (an MCP session's closing DELETE) must not hold the answer past its bound.
-    """
+    """``call``'s result, or :class:`TimeoutError` naming ``what`` after ``seconds``; the call
+    is cancelled, not awaited (a client's cleanup to a frozen server must not hold the answer)."""
     try:
         return await call_with_deadline(lambda: call, seconds)
     except TimeoutError:  # the deadline's (a call's own TimeoutError is a timeout alike)

@@ -1,27 +1,6 @@
-"""fastmcp servers: advisories on every tool answer, however the server was started.
-
-``fastmcp run server.py`` and ``server.run()`` serve the server object itself, not an ASGI app
-a seller wrapped in :class:`~adcp_stale_cache.StaleAdvisoryMiddleware`: stale data then goes
-out with no advisory. fastmcp's own middleware runs on every transport (HTTP, stdio, the
-in-memory client), so add this one to the server::
-
-    server.add_middleware(AdvisoryMiddleware(cache=cache))  # or surfaces=cache.surfaces
-
-Each tool call gets a collector of its own (its surface is the tool's name); the advisories
-its fetches recorded go into the tool result's ``errors[]``, in ``structured_content`` and in
-a text block holding the same JSON, as the ASGI middleware writes them on the wire. The
-result stays a success, and a failed one (``isError``) is left alone: its advisories, as any
-the result cannot carry, count as lost (``advisory_lost``).
-
-When a request collector is open already (``StaleAdvisoryMiddleware`` around
-``server.http_app()``, a parent server's ``AdvisoryMiddleware``), that one delivers and this
-one stands down: one advisory per upstream, never two, keyed by the outer one's partition.
-
-A server started on its own has no ASGI lifespan to check its surfaces at: at its first
-message (a client's first listing or call) this middleware logs a ``surface_unserved`` WARNING
-per surface without ``paths`` that no tool of the server is named after (see tool_names).
-
-Works on fastmcp 2.10+ (``mcp`` 1.12+), 3.x and 4.x (``mcp`` 2.x). Needs the ``fastmcp`` extra.
+"""fastmcp servers: advisories on every tool answer, however the server was started
+(``fastmcp run``, ``server.run()``: no ASGI app of the seller's is in the path). Add
+``server.add_middleware(AdvisoryMiddleware(cache=cache))``; needs the ``fastmcp`` extra.
 """
 
 from __future__ import annotations
@@ -53,8 +32,7 @@ else:
 
 logger = logging.getLogger("adcp_stale_cache.fastmcp")
 
-# The scope partitions read when a tool call came over no HTTP request (stdio, in memory):
-# no headers, one caller.
+# What partitions read for a call over no HTTP request (stdio, in memory): one caller.
 _NO_REQUEST: Scope = {"type": "http", "headers": []}
 
 
@@ -66,14 +44,10 @@ class _MayFail(Protocol):
 
 
 class AdvisoryMiddleware(Middleware):
-    """A fastmcp middleware: each tool answer carries the ``STALE_RESPONSE`` advisories of
-    the stale data it was built from.
+    """A fastmcp middleware: each tool answer carries the advisories of its stale data.
 
-    ``cache`` (or its ``surfaces``) names the tools' surfaces. ``partition`` is the cache
-    partition of a call's caller, from the ASGI scope of its HTTP request (a scope without
-    headers when there is none), exactly as ``StaleAdvisoryMiddleware(partition=...)``;
-    ``partition_from_call`` instead reads it from the call (its arguments: a principal
-    passed to the tool), as ``StaleAdvisoryMiddleware(partition_from_call=...)`` does.
+    ``cache`` (or its ``surfaces``) names the tools' surfaces; ``partition`` and
+    ``partition_from_call`` are ``StaleAdvisoryMiddleware``'s.
     """
 
     def __init__(
@@ -96,21 +70,17 @@ class AdvisoryMiddleware(Middleware):
         self._checked = False
 
     async def on_message(self, context: Any, call_next: Callable[[Any], Awaitable[Any]]) -> Any:
-        """At the server's first message (its first listing or call, before any answer),
-        check its tools (see :meth:`check_tools`)."""
+        """Check the server's tools at its first message (see :meth:`check_tools`)."""
         if not self._checked:
             self._checked = True
-            # Under StaleAdvisoryMiddleware (a collector is open), that one checked the
-            # whole app at start-up, which may serve the name another way (A2A, a route).
+            # Under StaleAdvisoryMiddleware, that one checked the whole app at start-up.
             if current_collector() is None and context.fastmcp_context is not None:
                 await self.check_tools(context.fastmcp_context.fastmcp)
         return await call_next(context)
 
     async def check_tools(self, server: object) -> None:
-        """Say which surfaces named by tool alone (no ``paths``) no tool of ``server`` (a
-        fastmcp server) is named after: one WARNING each. Run at the server's first message;
-        await it in the server's lifespan to hear it at start. An unreadable listing is
-        skipped (DEBUG)."""
+        """Log a WARNING for each surface without ``paths`` that no tool of ``server`` (a
+        fastmcp server) is named after; await it in the server's lifespan to hear it at start."""
         names = await tool_names(server)
         if names is not None:
             untold = [policy for policy in self.surfaces.policies if not policy.paths]
@@ -118,12 +88,11 @@ class AdvisoryMiddleware(Middleware):
 
     async def on_call_tool(self, context: Any, call_next: Callable[[Any], Awaitable[Any]]) -> Any:
         """Run the tool with a collector of its own, and add what it recorded to its result."""
-        if current_collector() is not None:  # the outer layer delivers (see the module)
+        if current_collector() is not None:  # the outer layer delivers: one advisory, not two
             return await call_next(context)
         name, arguments = context.message.name, context.message.arguments or {}
         partition_of = self._partition_of(name, arguments)
         surface = self.surfaces.find(name)
-        # The tool's arguments are the AdCP request.
         request = RequestContext(surface, None, partition_of, arguments.get)
         collector = AdvisoryCollector(counted_at_delivery=True, context=request)
         with use_collector(collector):
@@ -141,7 +110,6 @@ class AdvisoryMiddleware(Middleware):
     def _partition_of(
         self, tool: str, arguments: dict[str, Any]
     ) -> Callable[[], str | None] | None:
-        """How to compute the call's partition, when a per-caller key asks for it."""
         if self.partition_from_call is None and self.partition is None:
             return None
         try:
@@ -154,7 +122,6 @@ class AdvisoryMiddleware(Middleware):
         return functools.partial(self.partition, scope)
 
     def _deliver(self, result: Any, collector: AdvisoryCollector, request_context: Any) -> None:
-        """Append the advisories (and mend the answer's ``context``) in ``result``, in place."""
         delivery = Delivery(collector.errors(), request_context)
         if isinstance(result, _MayFail) and result.is_error:
             collector.lost("is_error", "tool result has isError: true")

@@ -1,26 +1,6 @@
-"""A sub-agent's wholesale-feed webhooks, verified and applied to the cache.
-
-The spec pushes ``product.*``, ``signal.*`` and ``wholesale_feed.bulk_change`` events, signed
-with the AdCP RFC 9421 webhook profile (``specs/wholesale-feed-webhooks.md``).
-:class:`FeedWebhooks` is a pure ASGI app to mount where the sub-agent delivers them. It
-verifies each event with ``adcp.webhooks.verify_webhook_signature`` (an unsigned, badly signed,
-replayed or tampered event changes nothing and is answered 401), then applies its
-``applies_to.scope`` to the entries of that sub-agent (see
-:class:`~adcp_stale_cache.integrations.adcp_agent.AdcpAgent`):
-
-- ``public``: the public layer and every overlay built on it: all of the agent's entries;
-- ``account`` with ``account_ids``: those accounts' entries;
-- ``account`` without: the receiving account's (the event's ``account_id``).
-
-**The cache is the mirror.** An event soft-purges what it applies to, through
-:meth:`~adcp_stale_cache.ops.control.CacheControl.invalidate`: every process sharing the store
-hears of it through the purge count, and the next request revalidates with the feed's token
-(a changed feed is read in full; the entry stays the outage fallback meanwhile). That is
-why the events' contents are not applied as deltas, as ``adcp.FeedMirror`` does in one
-process's memory: a soft purge is the same whichever order events arrive in and however
-often one is delivered, so neither ordering nor de-duplication can serve a buyer wrong data,
-and no process holds a copy the others cannot see. ``wholesale_feed.bulk_change`` also
-re-reads the feed at once (:meth:`~adcp_stale_cache.ops.control.CacheControl.refresh`).
+"""A sub-agent's wholesale-feed webhooks, verified (AdCP's RFC 9421 profile) and applied to
+the cache as soft purges: the same whatever the order or repeats, seen by every process
+sharing the store (docs: Federation).
 """
 
 from __future__ import annotations
@@ -39,19 +19,16 @@ from .adcp_agent import account_tag
 
 logger = logging.getLogger("adcp_stale_cache")
 
-#: The largest event body read (events are small; a bigger body is refused unread).
+#: The largest event body read; a bigger one is refused unread.
 MAX_BODY = 256 * 1024
 
 
 class FeedWebhooks:
     """Wholesale-feed events of ``upstream`` (an AdCP agent behind ``control``'s cache).
 
-    ``verify`` is the ``adcp`` package's ``WebhookVerifyOptions``: its JWKS resolver must name
-    this agent's keys and no other's (an event another agent signed is then no event of this
-    one's); keep one instance for the receiver's life, it holds the replay store. ``url`` is
-    this endpoint's public URL, the one the agent signs: never read from the request, whose
-    ``Host`` header is the sender's to choose (an event signed for another seller's URL would
-    verify here).
+    ``verify`` is ``adcp``'s ``WebhookVerifyOptions`` naming this agent's keys only (one for
+    the receiver's life: it holds the replay store); ``url`` is the public URL the agent
+    signs, never read from the request (its ``Host`` is the sender's to choose).
     """
 
     def __init__(self, control: CacheControl, upstream: Upstream, *, verify: Any, url: str) -> None:
@@ -87,16 +64,17 @@ class FeedWebhooks:
         from adcp.webhooks import verify_webhook_signature
 
         try:
-            verify_webhook_signature(method="POST", url=self.url, headers=headers, body=body,
-                                     options=self.verify)  # fmt: skip
+            verify_webhook_signature(
+                method="POST", url=self.url, headers=headers, body=body, options=self.verify
+            )
         except SignatureVerificationError as exc:
             logger.warning("feed_webhook_refused upstream=%s code=%s", self.upstream.name, exc.code)
             return str(exc.code)
         return None
 
     async def apply(self, event: object) -> dict[str, Any]:
-        """Apply a verified event: soft-purge what its ``applies_to`` names (and re-read the
-        feed for a bulk change); what was done. Raises ``ValueError`` for what is no event."""
+        """Soft-purge what a verified event's ``applies_to`` names (a bulk change re-reads);
+        returns what was done, raises ``ValueError`` for what is no event."""
         if not isinstance(event, Mapping):
             raise ValueError("the body is no JSON object")
         inner = event.get("event")
@@ -112,14 +90,15 @@ class FeedWebhooks:
             else:
                 count += await self.control.invalidate(upstream=self.upstream, tags=tags)
         done = {"applied": kind, "scope": applies.get("scope"), "entries": count}
-        logger.info("feed_webhook_applied upstream=%s kind=%s entries=%d",
-                    self.upstream.name, kind, count)  # fmt: skip
+        logger.info(
+            "feed_webhook_applied upstream=%s kind=%s entries=%d", self.upstream.name, kind, count
+        )
         return done
 
 
 def _selections(applies: Mapping[str, Any], receiving: object) -> list[list[str]]:
-    """The tags of each selection an ``applies_to`` makes: one of none (every entry of the
-    agent) for ``public``, one per account otherwise."""
+    """The tags of each selection: none (every entry of the agent) for ``public``, else one
+    per account."""
     scope = applies.get("scope")
     if scope == "public":
         return [[]]
@@ -134,7 +113,7 @@ def _selections(applies: Mapping[str, Any], receiving: object) -> list[list[str]
 
 
 async def _body(receive: Receive) -> bytes | None:
-    """The request body, or None past :data:`MAX_BODY` (never read further)."""
+    """The request body, or None past :data:`MAX_BODY`."""
     chunks, size = [], 0
     while True:
         message = await receive()

@@ -1,39 +1,6 @@
-"""An httpx transport that puts one named upstream behind the cache.
-
-Mount it on the client a seller already uses for that upstream::
-
-    inventory = Upstream(name="inventory-service")
-    client = httpx.AsyncClient(
-        base_url="http://inventory.internal",
-        transport=CachingTransport(cache, inventory, surface="get_products"),
-    )
-
-Successful (2xx) answers are cached under a key built from the method, URL, body and the
-request headers that vary the answer (credentials); 5xx, 429, timeouts, connection errors and
-invalid payloads count as outages and fall back to the cached answer. An upstream is expected
-to answer JSON: a 2xx whose content type is not JSON (a ``200 text/html`` maintenance page)
-or whose JSON does not parse is an invalid payload, never cached over the good entry
-(``expect_json=False`` for an upstream that answers other types). A 4xx is the caller's
-problem: it passes through and is never cached.
-
-HTTP's caching contract (RFC 9111, RFC 5861):
-
-- **Validators, always**: an entry's ``ETag`` and ``Last-Modified`` make its refresh
-  conditional (``If-None-Match``, ``If-Modified-Since``); a ``304`` re-stamps the entry with
-  the 304's headers merged in (no body transfer), counts as a successful refresh, and the
-  caller gets the full 200. ``SurfacePolicy.keep_seconds`` holds entries past max-stale for
-  this only, never to serve them.
-- **Directives, opt-in** (``honor_cache_control=True`` here, or on the surface's policy):
-  ``max-age`` / ``s-maxage`` set the entry's freshness within the policy's range,
-  ``no-cache`` revalidates every time, ``stale-if-error`` caps max-stale,
-  ``stale-while-revalidate`` opens a window served at once while refreshing, ``Age`` counts
-  into the entry's age, ``private`` is never stored for a surface shared across callers,
-  ``Vary`` names request headers that join the key (variants kept side by side; the first
-  answer that names new ones is served, not stored) and ``Vary: *`` is never stored.
-  ``no-store`` is always honoured.
-- **Negative caching, opt-in** (``negative_ttl_seconds``): a 403, 404 or 410 is kept that
-  long (a denial exactly as "not found": nothing tells them apart), never as an outage
-  fallback, and never over a good entry.
+"""An httpx transport that puts one named upstream behind the cache, with HTTP's caching
+contract (RFC 9111, RFC 5861): validators always, directives and negative caching opt-in
+(docs: HTTP caching contract).
 """
 
 from __future__ import annotations
@@ -54,14 +21,18 @@ from ..pipeline.cache import UpstreamCache
 #: Request headers that make an answer principal-specific, and so are part of the key.
 DEFAULT_VARY_HEADERS = CREDENTIAL_HEADERS
 
-# Not kept with a cached answer: they describe one transfer, not the content.
+# They describe one transfer, not the content.
 _TRANSFER_HEADERS = frozenset(
     {"content-length", "content-encoding", "transfer-encoding", "connection"}
 )
 
 
 class CachingTransport(httpx.AsyncBaseTransport):
-    """Serve one upstream's answers from the cache, stale when the upstream is down."""
+    """Serve one upstream's answers from the cache, stale when the upstream is down.
+
+    2xx answers are cached; a 5xx, 429, timeout, connection error or non-JSON 2xx (unless
+    ``expect_json=False``) is an outage; a 4xx passes through uncached.
+    """
 
     def __init__(
         self,
@@ -89,13 +60,12 @@ class CachingTransport(httpx.AsyncBaseTransport):
         self._validate = validate
         self.expect_json = expect_json
         self.tags = tuple(tags)  # on every entry: see adcp_stale_cache.ops.control
-        # None: as the surface's policy says (SurfacePolicy.honor_cache_control).
         self.honor_cache_control = honor_cache_control
         self._honor = honor_cache_control
         if negative_ttl_seconds is not None and not 0 < negative_ttl_seconds < 2**31:
             raise ValueError("negative_ttl_seconds must be a positive number of seconds")
         self.negative_ttl_seconds = negative_ttl_seconds
-        # The request headers each (method, URL) varies on, as its answers said (Vary).
+        # The request headers each (method, URL) varies on, as its answers said.
         self._vary: LRUCache[tuple[str, str], tuple[str, ...]] = LRUCache(max_learned_vary)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -121,8 +91,7 @@ class CachingTransport(httpx.AsyncBaseTransport):
             if response.status_code == 304 and held is not None and outgoing is not request:
                 if _validates(response, held):
                     return _refreshed(held, response)  # the held body, updated headers
-                # RFC 9111 4.3.4: a 304 naming another representation updates nothing; the
-                # held body is not that one, so ask for the current one whole.
+                # RFC 9111 4.3.4: a 304 naming another representation: ask for it whole.
                 response = await self._transport.handle_async_request(request)
                 await response.aread()
                 await response.aclose()
@@ -153,19 +122,24 @@ class CachingTransport(httpx.AsyncBaseTransport):
             return parse(response.headers) if honor else None
 
         return await self.cache.fetch(
-            self.upstream, key, lambda: send(None), surface=self.surface, codec=RESPONSES,
-            cacheable=cacheable, tags=self.tags, revalidate=send, directives=directives,
-        )  # fmt: skip
+            self.upstream,
+            key,
+            lambda: send(None),
+            surface=self.surface,
+            codec=RESPONSES,
+            cacheable=cacheable,
+            tags=self.tags,
+            revalidate=send,
+            directives=directives,
+        )
 
     def _negative(self, response: httpx.Response) -> bool:
-        # "Exists but denied" (403) is kept exactly as "not found" (404, 410): hits, misses,
-        # ages and timings must never tell a caller which of the two an ID is (AdCP's
-        # existence-leak uniformity). The key is per caller: a denial is never shared.
+        # A 403 is kept exactly as a 404: nothing may tell "exists but denied" from "not
+        # found" (AdCP's existence-leak uniformity); keys are per caller.
         return self.negative_ttl_seconds is not None and response.status_code in (403, 404, 410)
 
     def _varying(self, request: httpx.Request) -> list[str]:
-        """The values of the vary headers, in order ("" when absent): one pass over the
-        request's headers (``Headers.get`` rescans them all for each name)."""
+        """The values of the vary headers, in order ("" when absent), in one pass."""
         values = dict.fromkeys(self._vary_raw, b"")
         for name, value in request.headers.raw:
             name = name.lower()
@@ -202,7 +176,6 @@ def _is_json(response: httpx.Response) -> bool:
 
 
 def _conditional(request: httpx.Request, held: httpx.Response) -> httpx.Request:
-    """``request`` made conditional on the held answer's validators (itself when it has none)."""
     headers = {}
     if "etag" in held.headers:
         headers["If-None-Match"] = held.headers["etag"]
@@ -211,9 +184,12 @@ def _conditional(request: httpx.Request, held: httpx.Response) -> httpx.Request:
     if not headers or not held.is_success:
         return request
     conditional = httpx.Request(
-        request.method, request.url, headers=request.headers, content=request.content,
+        request.method,
+        request.url,
+        headers=request.headers,
+        content=request.content,
         extensions=request.extensions,
-    )  # fmt: skip
+    )
     conditional.headers.update(headers)
     return conditional
 
@@ -221,15 +197,13 @@ def _conditional(request: httpx.Request, held: httpx.Response) -> httpx.Request:
 # Marks an answer that must not replace the entry held for its key.
 _KEEP_HELD = "adcp_stale_cache.keep_held"
 
-# Never taken from a 304 into the stored answer (RFC 9111 section 3.2): they describe the
-# 304's own (empty) transfer, not the stored content.
+# Never taken from a 304 into the stored answer (RFC 9111 3.2): they describe its transfer.
 _NOT_UPDATED = _TRANSFER_HEADERS | {"content-type"}
 
 
 def _validates(not_modified: httpx.Response, held: httpx.Response) -> bool:
-    """True when a 304 names the held answer (RFC 9111 4.3.4): its ETag, when it has one, is
-    the held one (the weak comparison: ``W/"x"`` matches ``"x"``); without one, the held answer
-    was the only one asked about."""
+    """True when a 304 names the held answer (RFC 9111 4.3.4): no ETag, or the held one
+    (weak comparison)."""
     said = not_modified.headers.get("etag")
     if said is None:
         return True
@@ -238,8 +212,7 @@ def _validates(not_modified: httpx.Response, held: httpx.Response) -> bool:
 
 
 def _refreshed(held: httpx.Response, not_modified: httpx.Response) -> httpx.Response:
-    """The held answer (decoded for this refresh alone), its headers updated in place by the
-    304 that validated it."""
+    """The held answer, its headers updated in place by the 304 that validated it."""
     updates = [(k, v) for k, v in not_modified.headers.multi_items() if k not in _NOT_UPDATED]
     replaced = {name for name, _ in updates}
     kept = [(k, v) for k, v in held.headers.multi_items() if k not in replaced]
@@ -250,8 +223,7 @@ def _refreshed(held: httpx.Response, not_modified: httpx.Response) -> httpx.Resp
 class ResponseCodec:
     """An httpx response as bytes: status, headers as JSON, then the (decoded) body."""
 
-    #: Every write loads back (an int, pairs of strings, bytes): a store need not read it
-    #: back to check (see values.encode), which cost a 304 revalidation a third of its work.
+    #: Every write loads back: a store need not check it (a third of a 304's work).
     round_trips = True
 
     def dumps(self, response: httpx.Response) -> bytes:
@@ -269,8 +241,7 @@ class ResponseCodec:
         return httpx.Response(status, headers=headers, content=data[4 + size :])
 
     def content(self, data: bytes) -> bytes:
-        """The status and body: what an answer composed of this response is made of (its
-        headers change on every revalidation, ``Date`` for one, while the content stays)."""
+        """The status and body, without the headers a revalidation changes (``Date``)."""
         (size,) = struct.unpack_from(">I", data)
         status, _ = orjson.loads(data[4 : 4 + size])
         return str(status).encode() + b"\n" + data[4 + size :]

@@ -1,16 +1,5 @@
-"""Call a tool on an MCP server (a creative agent, a sub-agent) and get its AdCP payload.
-
-Pair it with :meth:`UpstreamCache.fetch`, which bounds the call with the upstream's deadline
-and abandons the client's cleanup when the server is frozen (the call's own ``timeout`` is
-the last bound, for a caller without one)::
-
-    formats = await cache.fetch(
-        agent, ("list_creative_formats", args),
-        lambda: call_mcp_tool(agent.url, "list_creative_formats", args),
-    )
-
-Needs the ``mcp`` extra: ``mcp`` 2.x (its ``Client``) or 1.x (``ClientSession`` over
-``streamablehttp_client``, what fastmcp 2/3 sellers have installed).
+"""Call a tool on an MCP server (a creative agent, a sub-agent) and get its AdCP payload;
+pair it with :meth:`UpstreamCache.fetch`. Needs the ``mcp`` extra (``mcp`` 2.x or 1.x).
 """
 
 from __future__ import annotations
@@ -54,18 +43,11 @@ async def call_mcp_tool(
     headers: Mapping[str, str] | None = None,
     timeout: float = 30.0,
 ) -> dict[str, Any]:
-    """One ``tools/call`` over streamable HTTP; returns the payload as a dict.
+    """One ``tools/call`` over streamable HTTP, within about ``timeout`` seconds; the payload.
 
-    Never waits longer than about ``timeout`` seconds (connecting, each HTTP read, the whole
-    call): an answer that never comes, or that mcp 1.x loses with a broken-off stream,
-    raises :class:`TimeoutError`, an outage (``TIMEOUT``) the cache serves stale over; one
-    that mcp 2.x sees break off raises :class:`ConnectionResetError` (``CONNECTION_RESET``).
-    Raises :class:`~adcp_stale_cache.UpstreamError` for a tool error (``isError: true``,
-    with the payload's ``adcp_error`` code when it has one),
-    :class:`~adcp_stale_cache.InvalidPayload` when the result holds no JSON object and
-    :class:`~adcp_stale_cache.core.failures.UpstreamHTTPError` when the server answered a 5xx or
-    a 429 (an outage, served stale). Raises :class:`ValueError` for a ``timeout`` that
-    bounds nothing (not a finite number above 0).
+    Raises outages (:class:`TimeoutError`, :class:`ConnectionResetError`, ``UpstreamHTTPError``
+    on a 5xx or 429), ``UpstreamError`` for a tool error, ``InvalidPayload`` for no JSON object,
+    :class:`ValueError` for a ``timeout`` that is not finite and above 0.
     """
     timeout = checked_timeout(timeout)
     call = _call(url, tool, arguments, headers, timeout)
@@ -80,16 +62,14 @@ async def _call(
     timeout: float,
 ) -> dict[str, Any]:
     if not MCP_V1:
-        # mcp 2.x turns an HTTP error into a JSON-RPC "Server returned an error response"
-        # (-32603) and drops the status: a 503 would read as the caller's own bug, never as
-        # an outage. The responses are watched here so the status stays what fails.
+        # mcp 2.x turns an HTTP 5xx into a JSON-RPC -32603 and drops the status: keep it here.
         outage: list[httpx2.Response] = []
 
         async def watch(response: httpx2.Response) -> None:
             if response.status_code >= 500 or response.status_code == 429:
                 outage.append(response)
 
-        # timeout: httpx's own default (5 s) cut an answer slower than that to start.
+        # timeout: httpx's default (5 s) cut slower answers.
         http = httpx2.AsyncClient(
             headers=dict(headers or {}), timeout=timeout, event_hooks={"response": [watch]}
         )
@@ -100,8 +80,7 @@ async def _call(
                 result = await client.call_tool(tool, dict(arguments or {}))
         except Exception as exc:
             if not outage and _broke_off(exc):
-                # mcp 2.x's "SSE stream ended without a response": the answer broke off,
-                # an outage (never the caller's bug).
+                # mcp 2.x's "SSE stream ended without a response": an outage.
                 raise ConnectionResetError("the MCP server's answer broke off") from exc
             if not outage:
                 raise
@@ -122,7 +101,7 @@ async def _call(
 
 
 def _broke_off(exc: BaseException) -> bool:
-    """mcp 2.x's own error for a connection or response stream that closed unanswered."""
+    """mcp 2.x's error for a stream that closed unanswered."""
     return any(isinstance(e, MCPError) and e.code == CONNECTION_CLOSED for e in causes_of(exc))
 
 
@@ -140,11 +119,8 @@ def _answer_of(result: Any, tool: str) -> dict[str, Any]:
 
 
 def _member(result: Any, name: str, v1_name: str) -> Any:
-    """A result's member under mcp 2.x's ``name``, else under mcp 1.x's ``v1_name``.
-
-    The 1.x spelling is read only where the 2.x one does not exist: a ``False`` or ``None``
-    there is the answer (results that keep both spell the old one as a deprecated alias).
-    """
+    """A result's member under mcp 2.x's ``name``, else (only when absent, not falsy) under
+    mcp 1.x's ``v1_name``."""
     if hasattr(result, name):
         return getattr(result, name)
     return getattr(result, v1_name, None)

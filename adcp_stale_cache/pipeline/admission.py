@@ -1,14 +1,5 @@
-"""Stage 2 of a fetch, **admit**: may this fetch call its upstream now?
-
-One answer per fetch that found no fresh hit: :class:`Admitted` (call, within this deadline,
-perhaps as the breaker's one probe) or :class:`Refused` (answer from cache with this failure:
-the request's budget is spent, the breaker is open here, or another process published its
-open breaker). :class:`Breakers` holds the per-upstream breakers the flight reports to.
-
-An *injected* outage (a compliance harness's ``force_upstream_unavailable``) is declared
-here as a protocol, :class:`OutageInjector`; :mod:`adcp_stale_cache.testing` implements it
-and answers it around the pipeline, never inside it.
-"""
+"""Stage 2 of a fetch, **admit**: may this fetch call its upstream now (budget, breakers)?
+Injected outages are only declared here: the harness answers them around the pipeline."""
 
 from __future__ import annotations
 
@@ -72,8 +63,7 @@ class OutageInjector(Protocol):
 
 @dataclass(slots=True)
 class Admitted:
-    """Call the upstream within ``timeout``; ``probe``: the breaker's one probe (its
-    ``last_failure`` is what a stale answer in front of it reports)."""
+    """Call the upstream within ``timeout``; ``probe``: the breaker this call probes."""
 
     timeout: float
     probe: Breaker | None = None
@@ -93,9 +83,7 @@ class Refused:
 
 
 class Breakers:
-    """The circuit breakers of one cache (none when its ``breaker`` setting is None), on the
-    breaker clock (monotonic: per process), shared with other processes through its shared
-    breakers: one per upstream, and one per set of credentials an upstream is called with
+    """The circuit breakers of one cache: one per upstream and one per set of credentials
     (see :func:`~adcp_stale_cache.pipeline.breaker.breaker_keys`)."""
 
     def __init__(self, settings: Settings) -> None:
@@ -112,8 +100,7 @@ class Breakers:
         return breaker
 
     def is_open(self, upstream: Upstream | str) -> bool:
-        """True while a breaker of ``upstream`` holds its calls back (given a name: a breaker
-        of any upstream of that name, whatever credentials)."""
+        """True while a breaker of ``upstream`` (or of any upstream so named) holds calls back."""
         if isinstance(upstream, Upstream):
             keys = breaker_keys(upstream)
             return any(key in self._breakers and self._breakers[key].is_open for key in keys)
@@ -124,8 +111,7 @@ class Breakers:
         timeout = found.timeout
         collector = found.collector
         budget = collector.context.budget_left(found.policy) if collector is not None else None
-        # The budget holds a call back only for an entry to serve instead: with nothing
-        # usable, the call is the only answer there is.
+        # With nothing to serve instead, the call is the only answer: no budget applies.
         if budget is not None and found.fallback is not None:
             if budget <= 0:  # before the breaker: a caller that will not call takes no probe
                 return Refused(BUDGET_SPENT)
@@ -156,10 +142,8 @@ class Breakers:
         return Admitted(timeout, probe, abandoned)
 
     async def report(self, upstream: Upstream, failure: Failure | None, outage: bool) -> None:
-        """A call's verdict: ``failure`` None for an answer; ``outage`` whether the failure
-        counts as one (one that does not still means the upstream answered). A rate limit
-        counts against the credentials' breaker (the upstream answered); any other outage
-        against the upstream's (the credentials' get no verdict)."""
+        """A call's verdict: ``failure`` None for an answer; ``outage`` whether it counts as
+        one. A rate limit counts against the credentials' breaker, other outages the upstream's."""
         if self.policy is None:
             return
         host, own = breaker_keys(upstream)

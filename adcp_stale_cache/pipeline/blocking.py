@@ -1,18 +1,5 @@
-"""Blocking upstream calls (a ``requests`` client, a database driver) from sync code.
-
-:meth:`~adcp_stale_cache.UpstreamCache.fetch_blocking` runs the fetch pipeline on the
-library's call loop (:data:`~adcp_stale_cache.pipeline.call_loop.CALLS`) in a copy of the caller's
-context, so the request's collector, and with it its budget, follows; the calling thread
-blocks on the answer. That works from a worker thread and from a thread whose event loop is
-running (fastmcp 2.x runs sync tools on the server's loop, where ``asyncio.run`` cannot).
-
-The blocking call itself runs in its upstream's :class:`Lane`: at most ``threads`` calls at
-once, each in a daemon thread. A frozen upstream then holds its own lane's threads and no
-others (``asyncio.to_thread`` shares one executor between every upstream). A call abandoned
-at its deadline keeps its thread until it returns (no longer counted, up to ``threads``
-such threads more); one still waiting for a thread at its deadline never runs. The
-breaker's probe always gets a thread (:func:`as_probe`).
-"""
+"""Blocking upstream calls from sync code: the fetch runs on the library's call loop, the call
+in its upstream's :class:`Lane` of daemon threads, so a frozen upstream holds only its own."""
 
 from __future__ import annotations
 
@@ -34,7 +21,7 @@ from .call_loop import CallLoop
 T = TypeVar("T")
 P = ParamSpec("P")
 
-#: Blocking calls one upstream may run at once, by default (``UpstreamCache(blocking_threads=)``).
+#: Default ``UpstreamCache(blocking_threads=)``.
 DEFAULT_BLOCKING_THREADS = 8
 
 
@@ -43,9 +30,8 @@ _probing: contextvars.ContextVar[bool] = contextvars.ContextVar("probing", defau
 
 
 def as_probe(refresh: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
-    """``refresh`` run as a breaker's probe: a blocking call it makes gets a thread of its
-    lane at once, even when calls abandoned against a frozen upstream hold every one, so a
-    recovered upstream is asked within the breaker's cooldown and one deadline."""
+    """``refresh`` run as a breaker's probe: its blocking call gets a thread at once, even when
+    abandoned calls hold every one, so a recovered upstream is asked within one deadline."""
 
     @functools.wraps(refresh)
     async def probe(*args: P.args, **kwargs: P.kwargs) -> T:
@@ -60,8 +46,6 @@ def as_probe(refresh: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
 
 @dataclass(slots=True, eq=False)  # one call is itself only (a queue's remove)
 class _Work(Generic[T]):
-    """One blocking call, to run in the context it was submitted from."""
-
     call: Callable[[], T]
     context: contextvars.Context
     future: concurrent.futures.Future[T]
@@ -80,18 +64,9 @@ class _Work(Generic[T]):
 
 
 class Lane:
-    """At most ``threads`` blocking calls at once that a caller waits for, the others
-    waiting in order.
-
-    A call abandoned at its deadline keeps its thread until it returns, but no longer counts:
-    a recovered upstream is not left unasked behind calls a frozen one holds. At most
-    ``threads`` such threads more run (a frozen upstream holds no more than twice its
-    share), and the breaker's probe (one at a time) always gets a thread.
-
-    Not a ``ThreadPoolExecutor``: that one joins its threads when the interpreter exits (one
-    stuck on a frozen upstream would hold the exit) and keeps idle threads for good. A lane's
-    threads are daemons, and each ends when no call waits for it.
-    """
+    """At most ``threads`` blocking calls at once that a caller waits for, the others waiting
+    in order; abandoned calls stop counting (up to ``threads`` more threads). Not a
+    ``ThreadPoolExecutor``: one thread stuck there would hold the interpreter's exit."""
 
     def __init__(self, threads: int, name: str) -> None:
         self.threads, self.name = threads, name
@@ -105,8 +80,7 @@ class Lane:
         return self._submit(call).future
 
     def calling(self, fn: Callable[P, T]) -> Callable[P, Awaitable[T]]:
-        """``fn`` as an async function that runs it in this lane (cancelling it there
-        cancels the call if it still waits for a thread, and frees its place if it runs)."""
+        """``fn`` as an async function run in this lane (cancelling it frees its place)."""
 
         def call(*args: P.args, **kwargs: P.kwargs) -> Awaitable[T]:
             work = self._submit(functools.partial(fn, *args, **kwargs))
@@ -121,8 +95,7 @@ class Lane:
         context.run(_probing.set, False)  # what the call fetches itself is no probe
         work = _Work(call, context, concurrent.futures.Future(), _probing.get())
         with self._lock:
-            # Calls waiting go first where abandoned ones made room (their own callers have
-            # left by their deadlines: none is started here after it).
+            # Waiting calls take the room abandoned ones made first (their order is kept).
             starting = self._take_waiting()
             now = work.probe or (not self._waiting and self._has_room())
             self.running += now
@@ -176,16 +149,14 @@ class Lane:
                     self.stranded += 1
 
     def _forget(self, work: _Work[Any], future: concurrent.futures.Future[Any]) -> None:
-        # A call abandoned while waiting leaves the queue now: a lane frozen for an hour
-        # would otherwise keep every call made meanwhile.
+        # Now, not when a thread frees: a lane frozen for an hour would keep every call.
         if future.cancelled():
             with self._lock, contextlib.suppress(ValueError):  # a thread took it: it skips it
                 self._waiting.remove(work)
 
 
 class Lanes:
-    """One :class:`Lane` per upstream (by :attr:`~adcp_stale_cache.Upstream.identity`),
-    of ``threads`` each."""
+    """One :class:`Lane` of ``threads`` per upstream identity."""
 
     def __init__(self, threads: int = DEFAULT_BLOCKING_THREADS) -> None:
         if threads < 1:
@@ -210,8 +181,7 @@ class Lanes:
 
 
 def wait_for(pipeline: Callable[[], Awaitable[T]], on: CallLoop) -> T:
-    """Run ``pipeline()`` on ``on`` in a copy of this thread's context, blocking this thread
-    until it answers (an interrupted wait cancels it)."""
+    """Run ``pipeline()`` on ``on`` in a copy of this context, blocking until it answers."""
     if on.runs_here():
         raise RuntimeError("fetch_blocking on the call loop's own thread would wait on itself")
     future = on.submit(pipeline)

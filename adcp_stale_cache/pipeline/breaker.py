@@ -1,20 +1,5 @@
-"""Per-upstream circuit breaker, sans-I/O: a failure detector and a cooldown.
-
-After ``failure_threshold`` outage failures within ``window_seconds`` the breaker opens: calls
-are not made, answers come from cache at once (the last failure as ``original_error``). After
-``cooldown_seconds`` one probe is let through (half-open); its success closes the breaker, its
-failure keeps it open for another cooldown. A probe that ends with no verdict (cancelled, or
-answered from another process's refresh that never came) must give its slot back with
-:meth:`Breaker.release_probe`, or no caller would ever probe again.
-
-Times are readings of a monotonic clock: the breaker is per process, and a wall clock stepped
-back would hold it open for as long as the step.
-
-A breaker is about what its failures are about (:func:`breaker_keys`): an upstream down, slow
-or failing is down for every caller, so those failures open the upstream's breaker; a rate
-limit is the quota of the credentials that hit it, so it opens the breaker of those
-credentials only, and another tenant calling with its own is not held back.
-"""
+"""Per-upstream circuit breaker, sans-I/O: a failure detector and a cooldown. Times are
+monotonic readings: a wall clock stepped back would hold a breaker open."""
 
 from __future__ import annotations
 
@@ -28,8 +13,7 @@ from ..core.failures import Failure
 from ..core.keys import digest
 from ..core.policy import FailureKind, Upstream
 
-#: What a breaker is about: the upstream's identity (name, URL), and a digest of the
-#: credentials it is called with (None: the upstream itself, whoever calls).
+#: Upstream name, URL, and a digest of its credentials (None: the upstream itself).
 BreakerKey = tuple[str, str | None, str | None]
 
 
@@ -61,8 +45,15 @@ class Admission(str, enum.Enum):
 class Breaker:
     """The state of one upstream."""
 
-    __slots__ = ("_failures", "_probe_alive", "abandoned", "last_failure", "opened_at", "policy",
-                 "probing")  # fmt: skip
+    __slots__ = (
+        "_failures",
+        "_probe_alive",
+        "abandoned",
+        "last_failure",
+        "opened_at",
+        "policy",
+        "probing",
+    )
 
     def __init__(self, policy: BreakerPolicy) -> None:
         self.policy = policy
@@ -71,8 +62,7 @@ class Breaker:
         self.probing = False
         self.last_failure: Failure | None = None
         self._probe_alive: Callable[[], bool] | None = None
-        # The last probe was abandoned (its event loop closed under it, never cancelled):
-        # the next one should not run behind an answer.
+        # The last probe's loop closed under it: the next one runs in front of the answer.
         self.abandoned = False
 
     @property
@@ -92,15 +82,11 @@ class Breaker:
         return Admission.REJECT
 
     def probe_runs_while(self, alive: Callable[[], bool]) -> None:
-        """The probe runs behind an answer for as long as ``alive()`` says (its event loop
-        is open): once not, its slot is free, whether or not it ever said so."""
+        """The probe holds its slot only while ``alive()`` (its event loop is open)."""
         self._probe_alive = alive
 
     def release_probe(self) -> None:
-        """A probe ended without reporting: free the slot, so the next caller probes.
-
-        A no-op when the probe reported (its verdict already freed the slot).
-        """
+        """A probe ended without a verdict: free the slot, or no caller would probe again."""
         self.probing = False
 
     def on_success(self) -> None:
@@ -126,8 +112,8 @@ class Breaker:
 
 
 def breaker_keys(upstream: Upstream) -> tuple[BreakerKey, BreakerKey]:
-    """The keys of the breakers a call to ``upstream`` answers to: the upstream's, then its
-    credentials' (the same key when it has no credentials of its own)."""
+    """The breakers a call to ``upstream`` answers to: the upstream's, then its credentials'
+    (the same key again without credentials)."""
     host: BreakerKey = (upstream.name, upstream.key_url, None)
     if upstream.credentials is None:
         return host, host
@@ -139,17 +125,24 @@ def breaker_keys(upstream: Upstream) -> tuple[BreakerKey, BreakerKey]:
 
 
 def about_credentials(failure: Failure) -> bool:
-    """Whether ``failure`` is about the credentials the call was made with (a rate limit,
-    HTTP 429 or AdCP ``RATE_LIMITED``; an AdCP code about the caller's authentication,
-    account, agent, scope or budget) rather than about the upstream, down for everyone."""
+    """Whether ``failure`` is about the caller's credentials (a rate limit, an auth, account,
+    scope or budget code) rather than the upstream being down."""
     if failure.kind is FailureKind.RATE_LIMITED:
         return True
     return failure.code in _ABOUT_THE_CALLER or failure.code.startswith(_CALLER_PREFIXES)
 
 
 #: AdCP error codes that speak of who calls, not of the upstream.
-_ABOUT_THE_CALLER = frozenset({
-    "RATE_LIMITED", "AUTHORIZATION_REQUIRED", "AGENT_SUSPENDED", "AGENT_BLOCKED",
-    "PERMISSION_DENIED", "SCOPE_INSUFFICIENT", "READ_ONLY_SCOPE", "CREDENTIAL_IN_ARGS",
-})  # fmt: skip
+_ABOUT_THE_CALLER = frozenset(
+    {
+        "RATE_LIMITED",
+        "AUTHORIZATION_REQUIRED",
+        "AGENT_SUSPENDED",
+        "AGENT_BLOCKED",
+        "PERMISSION_DENIED",
+        "SCOPE_INSUFFICIENT",
+        "READ_ONLY_SCOPE",
+        "CREDENTIAL_IN_ARGS",
+    }
+)
 _CALLER_PREFIXES = ("AUTH_", "ACCOUNT_", "BUDGET_", "BILLING_")

@@ -1,18 +1,4 @@
-"""``UpstreamCache``: the hub. One :meth:`~UpstreamCache.fetch` is a pipeline of four stages,
-each its own module, each knowing nothing of the ones after it:
-
-1. **look up** (:mod:`~adcp_stale_cache.pipeline.lookup`): policy, caller partition, store key, the
-   entry held, and what :func:`~adcp_stale_cache.core.decision.plan` says to do with it;
-2. **admit** (:mod:`~adcp_stale_cache.pipeline.admission`): may the upstream be called now (budget,
-   breaker, shared breakers), or is the answer from cache with this failure;
-3. **fly** (:mod:`~adcp_stale_cache.pipeline.flight`): the single flight's call, stored unless a
-   purge landed since it started, every outcome reported to the breaker;
-4. **serve** (:mod:`~adcp_stale_cache.pipeline.serving`): the value, or the stale entry with one
-   ``STALE_RESPONSE`` in the request's collector, or
-   :class:`~adcp_stale_cache.core.failures.UpstreamUnavailable`.
-
-The control plane steers it through :mod:`~adcp_stale_cache.ops.steering`'s seam only.
-"""
+"""``UpstreamCache``, the hub: a fetch runs four stages (look up, admit, fly, serve)."""
 
 from __future__ import annotations
 
@@ -49,11 +35,8 @@ P = ParamSpec("P")
 
 
 class Decorator(Protocol):
-    """What :meth:`UpstreamCache.cached` returns: an async function stays async, a plain
-    one gets a blocking wrapper (through :meth:`UpstreamCache.fetch_blocking`). Async is
-    what the function is: a coroutine function, also behind ``functools.wraps`` decorators
-    or marked with ``inspect.markcoroutinefunction``, or an object with an async
-    ``__call__``."""
+    """What :meth:`UpstreamCache.cached` returns: an async function stays async, a plain one
+    gets a blocking wrapper (through :meth:`UpstreamCache.fetch_blocking`)."""
 
     @overload
     def __call__(self, fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]: ...
@@ -64,34 +47,18 @@ class Decorator(Protocol):
 class UpstreamCache:
     """A freshness-aware cache in front of upstream calls, serving stale on outages.
 
-    Its :attr:`settings`, fixed when it is built (assigning one raises ``AttributeError``):
-    ``surfaces`` gives each tool surface its policy; ``store`` defaults to a bounded
-    :class:`~adcp_stale_cache.stores.MemoryStore`. ``clock`` stamps entries, ages them and times
-    breaker cooldowns (default: the store's own, the wall clock for shared stores). ``breaker``
-    sets the per-upstream circuit breaker (None: off); ``share_breakers`` publishes open ones
-    through the store (Redis: see :mod:`~adcp_stale_cache.pipeline.shared_breakers`).
-    ``coordinate_refreshes`` makes processes sharing a store with leases (Redis) refresh an
-    expired key once between them. ``metrics`` receives every decision (see
-    :mod:`~adcp_stale_cache.ops.metrics`); ``tracing`` adds span events (None: when
-    ``opentelemetry-api`` is installed). ``test_mode`` enables
-    :meth:`force_upstream_unavailable` (sandbox only). ``strict_advisories`` raises
-    :class:`~adcp_stale_cache.pipeline.collector.AdvisoryLost` rather than serve stale data no
-    request collector would announce (for tests).
-
-    ``failure_types`` maps your exception types to what they mean (a code such as
-    ``"SERVICE_UNAVAILABLE"``, a :class:`~adcp_stale_cache.Failure`, or a function of the
-    exception returning either or None; a lone function reads every exception): they count as
-    outages (see :func:`~adcp_stale_cache.classify`). ``schema_version`` names the shape of what
-    you cache (bump it when your models change): entries of another version are never read.
-
-    One cache may serve many threads and event loops. ``detach_calls=True`` runs upstream calls
-    on the library's own loop (see :mod:`~adcp_stale_cache.pipeline.call_loop`: what such calls must
-    not do); blocking calls go through :meth:`fetch_blocking`, ``blocking_threads`` at once per
-    upstream.
+    Settings are fixed when it is built (assigning one raises ``AttributeError``): ``store``
+    (default: a bounded memory store), ``clock`` (default: the store's), ``breaker`` (None: off),
+    ``failure_types`` (your exceptions as outages, see :func:`~adcp_stale_cache.classify`),
+    ``schema_version`` (bump it when cached shapes change), ``detach_calls`` (calls on the
+    library's own loop), ``blocking_threads`` (per upstream, for :meth:`fetch_blocking`),
+    ``share_breakers`` and ``coordinate_refreshes`` (across processes sharing Redis),
+    ``strict_advisories`` (raise rather than lose an advisory), ``test_mode`` (enables
+    :meth:`force_upstream_unavailable`).
     """
 
     def __setattr__(self, name: str, value: object) -> None:
-        # The stages took every setting when they were built: an assignment would reach none.
+        # The stages copied every setting when built: an assignment would reach none.
         if name in _FIXED:
             raise AttributeError(f"UpstreamCache.{name} is fixed: pass it when building the cache")
         object.__setattr__(self, name, value)
@@ -188,17 +155,12 @@ class UpstreamCache:
     ) -> T:
         """Answer ``call()`` for ``upstream`` under ``key``, from cache when the policy allows.
 
-        ``surface`` names the policy (default: the surface of the current request, else the
-        default policy). ``validate`` may raise :class:`~adcp_stale_cache.InvalidPayload` to
-        refuse an answer; ``cacheable`` returning False serves an answer without keeping it
-        (a 4xx, say). ``tags`` label the stored entry for invalidation
-        (:class:`~adcp_stale_cache.ops.control.CacheControl`). ``revalidate`` is called instead
-        of ``call`` with the value held for the key, when there is one (a conditional HTTP
-        request, say). ``directives`` reads what an answer says of its own caching
-        (:mod:`~adcp_stale_cache.core.directives`): kept with the entry as its terms. Raises
-        :class:`~adcp_stale_cache.UpstreamUnavailable` when the upstream
-        fails and no entry within max-stale exists; failures the policy does not count as an
-        outage are re-raised as they are.
+        ``surface`` names the policy (default: the request's); ``validate`` may raise
+        :class:`~adcp_stale_cache.InvalidPayload`; ``cacheable`` False serves without keeping;
+        ``tags`` label the entry for purges; ``revalidate`` gets the held value instead of
+        ``call``; ``directives`` reads what an answer says of its own caching. Raises
+        :class:`~adcp_stale_cache.UpstreamUnavailable` when the upstream fails with no entry
+        within max-stale; failures that are no outage are re-raised as they are.
         """
         found = await self.lookups.look_up(upstream, key, surface, tags, codec)  # 1. look up
         if isinstance(found, Hit):
@@ -210,7 +172,7 @@ class UpstreamCache:
             return self.serving.from_cache(found, found.fallback, admitted.failure, codec)
         answer = Answer(call, codec, cacheable, validate, revalidate, directives)
         flight, behind = await self.flights.fly(found, admitted, answer)  # 3. fly
-        if behind:  # the entry now, its refresh behind (unreadable: the refresh is the answer)
+        if behind:  # unreadable: the refresh is the answer
             with contextlib.suppress(Unreadable):
                 return self.serving.behind(found, admitted.last_failure, codec)
         try:
@@ -237,11 +199,7 @@ class UpstreamCache:
         revalidate: Callable[[T], T] | None = None,
         directives: Callable[[T], Directives | None] | None = None,
     ) -> T:
-        """:meth:`fetch` for a blocking ``call`` (a ``requests`` client, say), from any
-        thread, a running loop's included (fastmcp 2.x runs sync tools on the server's).
-        The fetch runs on the library's call loop as the current request; ``call`` in one
-        of ``upstream``'s own ``blocking_threads`` (see :mod:`~adcp_stale_cache.pipeline.blocking`).
-        """
+        """:meth:`fetch` for a blocking ``call``, from any thread (a running loop's included)."""
         lane = self.lanes.of(upstream)
         fetch = functools.partial(
             self.fetch,
@@ -267,18 +225,14 @@ class UpstreamCache:
         codec: Codec[Any] = JSON,
         tags: Iterable[str] | Callable[..., Iterable[str]] = (),
     ) -> Decorator:
-        """Decorator form of :meth:`fetch`; the key defaults to the function and its arguments.
-
-        ``tags`` are attached to every entry (see :mod:`adcp_stale_cache.control`), or come
-        from the call's arguments when given as a function of them. A plain (not async, see
-        :class:`Decorator`) function goes through :meth:`fetch_blocking`, and stays plain."""
+        """Decorator form of :meth:`fetch`; the key defaults to the function and its arguments,
+        ``tags`` may be a function of them. A plain function goes through :meth:`fetch_blocking`."""
         return _decorator(self, upstream, surface, key, codec, tags)
 
     # The control plane's seam (see steering).
 
     def store_key(self, upstream: Upstream, key: object, partition: str | None = None) -> str:
-        """The store key of ``key`` for ``upstream`` (and the caller partition, if any; and
-        the upstream's own credentials, when it has some: never shared across them)."""
+        """The store key of ``key`` for ``upstream`` (and the caller partition, if any)."""
         return self.lookups.store_key(upstream, key, partition)
 
     def policy_for(self, surface: str | SurfacePolicy | None = None) -> SurfacePolicy:
@@ -286,8 +240,7 @@ class UpstreamCache:
         return self.lookups.policy(surface, current_collector())[0]
 
     def breaker_open(self, upstream: Upstream | str) -> bool:
-        """True while the breaker of ``upstream`` holds calls back (given a name: of any
-        upstream of that name)."""
+        """True while a breaker of ``upstream`` (or of any upstream so named) holds calls back."""
         return self.breakers.is_open(upstream)
 
     def remember_refreshes(self, memory: RefreshMemory | None) -> None:
@@ -302,10 +255,8 @@ class UpstreamCache:
         self, refreshes: list[tuple[str, RememberedRefresh]], concurrency: int = 8
     ) -> None:
         """Run remembered refreshes in the background, ``concurrency`` at a time, each as the
-        flight of its store key when it starts: requests for the key meanwhile join it."""
+        flight its key's requests join."""
         self.flights.refresh_soon(refreshes, concurrency)
-
-    # Compliance testing: testing.py wraps fetch from outside (see _test_mode).
 
     def force_upstream_unavailable(
         self,
@@ -315,10 +266,7 @@ class UpstreamCache:
         empty_cache: bool = False,
     ) -> InjectedOutage:
         """Compliance testing only: fail ``upstream_name`` for the next response of ``tool``.
-
-        See :mod:`adcp_stale_cache.testing`. Refused unless the cache was built with
-        ``test_mode=True`` (or given its own ``outages``).
-        """
+        Raises ``RuntimeError`` unless built with ``test_mode=True`` (or ``outages``)."""
         if self.outages is None:
             raise RuntimeError("force_upstream_unavailable needs UpstreamCache(test_mode=True)")
         if tool != "*":
@@ -334,8 +282,6 @@ def _decorator(
     codec: Codec[Any],
     tags: Iterable[str] | Callable[..., Iterable[str]],
 ) -> Decorator:
-    """What :meth:`UpstreamCache.cached` returns."""
-
     def keyed(fn: Callable[..., Any], args: Any, kwargs: Any) -> tuple[object, Iterable[str]]:
         k = key(*args, **kwargs) if key else (fn.__qualname__, args, kwargs)
         return k, tags(*args, **kwargs) if callable(tags) else tags
@@ -389,8 +335,7 @@ _FIXED = frozenset(
 
 
 def _test_mode(cache: UpstreamCache, outages: OutageInjector | None) -> OutageInjector:
-    """The injector of a cache in test mode (the compliance harness's unless given), its
-    fetch wrapped so that injected outages are answered before the pipeline."""
+    """The injector of a cache in test mode, its fetch wrapped to answer injected outages."""
     from ..testing import in_test_mode  # only here: the core never loads the harness
 
     return in_test_mode(cache, outages)

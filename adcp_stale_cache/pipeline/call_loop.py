@@ -1,19 +1,6 @@
-"""An event loop of the library's own, in a daemon thread, for upstream calls.
-
-A seller that runs each request on a new loop (``asyncio.run`` in a worker thread) owns every
-task that loop starts: when the loop ends, ``asyncio.run`` cancels them and waits for them. A
-call abandoned at its deadline whose client ignores cancellation (the ``mcp`` 1.x client
-cleaning up against a frozen agent) then holds the request, and the worker thread, for as long
-as it likes. Calls made on this loop instead belong to no request: the request stops waiting
-at its deadline and its loop ends at once, while the abandoned call winds down here.
-
-The call runs in a copy of the caller's context (``run_coroutine_threadsafe`` captures it), so
-the request's collector and other context variables follow it. One loop serves every cache of
-the process (:data:`CALLS`): calls must not block it (a synchronous sleep, sync I/O, heavy
-parsing in the call itself), or every other detached call waits too and may miss its
-deadline; a blocking client goes through ``UpstreamCache.fetch_blocking`` instead, in threads
-of its upstream's own.
-"""
+"""An event loop of the library's own, in a daemon thread, for upstream calls: one abandoned
+at its deadline winds down here, not on the request's loop (``asyncio.run`` would wait for it).
+One loop serves the process: calls must not block it (use ``fetch_blocking``)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,5 @@
-"""Stage 3 of a fetch, **fly**: the one upstream call every caller of a key shares.
-
-A flight is keyed by the store key *and the purge count read when it starts* (or just
-before: a tier's reading of the last ``check_seconds``, see
-:mod:`~adcp_stale_cache.pipeline.purges`): a request never joins a call that started before a purge
-it could know of, and the call's answer is stored only if no purge landed since that
-reading. The flight calls within its deadline (on the library's own loop when calls are
-detached), validates the answer, reads its caching directives, stores what may be kept,
-waits on another process's refresh when they coordinate, and reports every way it ends to
-the breaker. It remembers itself (see :mod:`~adcp_stale_cache.ops.steering`) so the control
-plane can run it again, as the request that made it.
-"""
+"""Stage 3 of a fetch, **fly**: the one upstream call every caller of a key shares, keyed by
+the purge count it starts under too: a request never joins a call older than a purge it knows."""
 
 from __future__ import annotations
 
@@ -51,15 +41,14 @@ from .singleflight import SingleFlight, call_with_deadline
 T = TypeVar("T")
 logger = logging.getLogger("adcp_stale_cache")
 
-#: What a remembered refresh's closures hold beside its key, labels and held value, roughly.
+#: Roughly what a remembered refresh's closures hold beside its key, labels and held value.
 CLOSURE_BYTES = 2048
 
 
 @dataclass(frozen=True, slots=True)
 class StaleAtSource:
-    """An answer its upstream already served stale (an AdCP sub-agent's own
-    ``STALE_RESPONSE``), past our target when it arrived: how old it is, our target for it,
-    and the failure the upstream named. Every caller's answer carries it as an advisory."""
+    """An answer its upstream already served stale (its own ``STALE_RESPONSE``), past our
+    target: every caller's answer carries it as an advisory."""
 
     age: int
     target: int
@@ -67,10 +56,7 @@ class StaleAtSource:
 
 
 class Refreshed(Generic[T]):
-    """What one flight hands to every caller sharing it: the value, its stored bytes (None
-    when not stored), the advisories of stale data the value was built on, the labels it was
-    stored with (a flight around this one's carries them too), the entry stored, and
-    whether the answer was stale at its source already."""
+    """What one flight hands to every caller sharing it (``data`` None: not stored)."""
 
     __slots__ = ("advisories", "at_source", "data", "entry", "labels", "value")
 
@@ -105,35 +91,32 @@ class Answer(Generic[T]):
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """What a flight keeps of its lookup: where and how its answer is stored. (Never the
-    request's collector or the entry it held: a remembered refresh lives on for thousands of
-    keys, and would keep them all alive.)"""
+    """Where and how a flight's answer is stored; never the request's collector or entry, which
+    a remembered refresh would keep alive."""
 
     upstream: Upstream
     policy: SurfacePolicy
     store_key: str
     labels: tuple[str, ...]
     shared: bool
-    private: bool = False  # its answer is the request's alone: never stored
+    private: bool = False  # never stored
 
     @classmethod
     def of(cls, found: Lookup) -> Target:
         """The target of ``found``'s flight."""
-        return cls(found.upstream, found.policy, found.store_key, found.labels, found.shared,
-                   found.private)  # fmt: skip
+        return cls(
+            found.upstream, found.policy, found.store_key, found.labels, found.shared, found.private
+        )
 
 
 def as_made(origin: AdvisoryCollector | None, refresh: RememberedRefresh) -> RememberedRefresh:
-    """``refresh``, to be re-run later (by the control plane) as the request that made it:
-    with its surface and caller partition, never those of whoever asks for the refresh (an
-    operator's request is every tenant's partition at once)."""
-
-    # Its facts only, not the request's collector: remembered for thousands of keys, it
-    # would keep every request's advisories alive. (is not None: an empty one is falsy.)
+    """``refresh``, to be re-run later as the request that made it (its surface, partition
+    and pin), never as whoever asks for the refresh."""
+    # The request's facts only: its collector would stay alive with every remembered key
+    # (and "is not None": an empty collector is falsy).
     made = origin.context.as_made() if origin is not None else RequestContext
 
     async def again(before: object = None) -> Any:
-        # Its pin too: nested entries keyed as it made them.
         token = enter_flight(AdvisoryCollector(context=made()))
         try:
             return await refresh(before)
@@ -144,11 +127,8 @@ def as_made(origin: AdvisoryCollector | None, refresh: RememberedRefresh) -> Rem
 
 
 class Flights:
-    """The flights of one cache over its store, read back through ``read`` (see
-    :meth:`~adcp_stale_cache.pipeline.lookup.Lookups.read`), reporting to ``breakers``. Entries are
-    stamped on the cache's clock and kept for ``ttl`` of their upstream and policy; with
-    ``coordinate_refreshes`` (``lease``), processes sharing the store refresh a key once
-    between them (when it offers leases)."""
+    """The flights of one cache, reporting to ``breakers``; with ``coordinate_refreshes``,
+    processes sharing a store with leases refresh a key once between them."""
 
     def __init__(
         self,
@@ -157,34 +137,32 @@ class Flights:
         breakers: Breakers,
     ) -> None:
         self.store, self.read, self.clock = settings.store, read, settings.clock
-        # What the store can do, decided once: a protocol check walks every member.
+        # Decided once: a protocol check walks every member.
         self.purges = PurgeWitness(self.store)
         self._leasing = self.store if isinstance(self.store, Leasing) else None
         self._listening = self.store if isinstance(self.store, Listening) else None
         self.metrics, self.breakers = settings.metrics, breakers
         self.failure_types = settings.failure_types
-        self._longest_ttl: dict[str, int] = {}  # per upstream name: see ttl
+        self._longest_ttl: dict[str, int] = {}  # per upstream name
         for declared in settings.surfaces.policies:
             for name in declared.upstreams:
                 self._longest_ttl[name] = max(self._longest_ttl.get(name, 0), declared.ttl_seconds)
         self.call_loop, self.lease = settings.call_loop, settings.coordinate_refreshes
-        self.memory: RefreshMemory | None = None  # what remembers every flight's refresh
+        self.memory: RefreshMemory | None = None
         self.flights: SingleFlight[Refreshed[Any]] = SingleFlight()
         self.tasks: set[asyncio.Future[Any]] = set()  # what runs behind an answer
         self._detached: set[concurrent.futures.Future[Any]] = set()
-        # Set once a caller's loop ended before the work behind its answer (asyncio.run per
-        # request, calls not detached): such work then runs in front of the answer, within
-        # its deadline, or a breaker's probe would never finish and it would never close.
+        # Once a loop ended under work behind an answer, such work runs in front instead, or
+        # a probe would never finish and its breaker never close.
         self.in_front = False
 
     async def fly(
         self, found: Lookup, admitted: Admitted, answer: Answer[T]
     ) -> tuple[Awaitable[Refreshed[T]], bool]:
-        """Start (or join) the flight of this fetch: what to await for its
-        :class:`Refreshed`, and whether it runs behind an answer from the entry held (the
-        breaker's probe, or a revalidation within stale-while-revalidate)."""
+        """Start (or join) the flight of this fetch: what to await for its :class:`Refreshed`,
+        and whether it runs behind an answer from the entry held."""
         call, previous, weight = answer.call, found.previous, 0
-        if self.memory is not None:  # what the remembered refresh holds, roughly
+        if self.memory is not None:
             weight = len(found.store_key) + sum(map(len, found.labels)) + key_size(found.key)
             weight += CLOSURE_BYTES
         if answer.revalidate is not None and previous is not None:
@@ -214,14 +192,12 @@ class Flights:
                 admitted.probe.probe_runs_while(lambda: not loop.is_closed())
             return task, True
         if found.fallback is not None and admitted.timeout < found.timeout:
-            # The budget bounds this caller's wait, not only a call it starts: the flight it
-            # joins may have been started under the full deadline.
+            # The budget bounds the wait too: a joined flight may run under the full deadline.
             flight = asyncio.wait_for(flight, admitted.timeout)
         return flight, False
 
     def run(self, store_key: str, refresh: RememberedRefresh, epoch: object) -> Awaitable[Any]:
-        """``refresh`` as the flight of ``store_key`` within purge count ``epoch`` (which
-        its answer is stored under: see purges)."""
+        """``refresh`` as the flight of ``store_key`` under purge count ``epoch``."""
         return self.flights.run((store_key, epoch), lambda: refresh(epoch))
 
     async def run_now(self, store_key: str, refresh: RememberedRefresh) -> Any:
@@ -231,8 +207,7 @@ class Flights:
     def refresh_soon(
         self, refreshes: list[tuple[str, RememberedRefresh]], concurrency: int
     ) -> None:
-        """Run ``refreshes`` in the background, ``concurrency`` at a time, each as the flight
-        of its store key when it starts: requests for the key meanwhile join it."""
+        """Run ``refreshes`` in the background, ``concurrency`` at a time, each as its flight."""
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         queue = list(reversed(refreshes))
@@ -247,19 +222,16 @@ class Flights:
             self.background(worker())
 
     def ttl(self, upstream: Upstream, policy: SurfacePolicy) -> int:
-        """How long the store keeps an entry of ``upstream``: as long as the longest-lived
-        surface reading that upstream may serve it (surfaces can share a key, and each
-        decision applies its own bound), plus one second of slack (the decision, not the
-        store's expiry, draws the exact bound)."""
+        """How long the store keeps an entry of ``upstream``: the longest ttl of the surfaces
+        that may share its key, plus a second (the decision draws the exact bound)."""
         longest = self._longest_ttl.get(upstream.name, 0)
         if policy.ttl_seconds > longest:
             self._longest_ttl[upstream.name] = longest = policy.ttl_seconds
         return longest + 1
 
     def background(self, work: Awaitable[T]) -> Awaitable[T]:
-        """Run ``work`` behind the answer where it can finish: on the library's call loop
-        when calls are detached (the caller's loop may end with its answer), else on the
-        caller's loop. Kept referenced, its exception retrieved."""
+        """Run ``work`` behind the answer where it can finish: on the call loop when calls are
+        detached, else on the caller's loop."""
         if self.call_loop is not None:
             done = self.call_loop.submit(lambda: work)
             self._detached.add(done)
@@ -276,14 +248,13 @@ class Flights:
 
     def _landed(self, task: asyncio.Future[Any]) -> None:
         self.tasks.discard(task)
-        if task.cancelled():  # nothing here cancels it: its loop ended first
+        if task.cancelled():  # only its loop ending cancels it
             self.in_front = True
         else:
             task.exception()
 
     async def latest(self, found: Lookup) -> Entry | None:
-        """After a failed flight, the entry to fall back on: one another flight stored
-        meanwhile when it is newer than the one held."""
+        """After a failed flight, the newest entry to fall back on."""
         self._ask_shared(found.store_key)
         latest, fallback = await self.read(found.store_key), found.fallback
         if latest is None or (fallback is not None and latest.stored_at < fallback.stored_at):
@@ -293,10 +264,9 @@ class Flights:
     async def seed(
         self, found: Lookup, call: Callable[[], Awaitable[T]], codec: Codec[T]
     ) -> Entry | None:
-        """One call, stored as it answers (no validation, no directives: an injected
-        outage's cold cache, seeded for real). None when the answer cannot be stored."""
-        before = await self.purges.count()  # a purge meanwhile wins here too
-        stamp = self.clock()  # as of the call, as a request's seed would be
+        """One call stored as it answers (an injected outage's cold cache); None if not stored."""
+        before = await self.purges.count()
+        stamp = self.clock()
         value = await call_with_deadline(call, found.timeout, self.call_loop)
         data = encode(codec, value, found.upstream)
         if data is None:
@@ -308,9 +278,7 @@ class Flights:
     def _refresher(
         self, found: Target, timeout: float, answer: Answer[T], call: Callable[[], Awaitable[T]]
     ) -> RememberedRefresh:
-        """The flight's work: call (or wait on another process's call), store, and report
-        every way it ends to the breaker (a probe that reported nothing would hold the
-        breaker open)."""
+        """The flight's work: call, store, and report every way it ends to the breaker."""
         upstream, policy = found.upstream, found.policy
 
         async def refresh(before: object = None) -> Refreshed[T]:
@@ -335,9 +303,13 @@ class Flights:
         return refresh
 
     async def _fill(
-        self, found: Target, timeout: float, answer: Answer[T],
-        call: Callable[[], Awaitable[T]], before: object,
-    ) -> Refreshed[T]:  # fmt: skip
+        self,
+        found: Target,
+        timeout: float,
+        answer: Answer[T],
+        call: Callable[[], Awaitable[T]],
+        before: object,
+    ) -> Refreshed[T]:
         """Call and store; with leases, only as the holder, else wait for the holder's."""
         if not self.lease or self._leasing is None:
             return await self._call_and_store(found, timeout, answer, call, before)
@@ -347,7 +319,7 @@ class Flights:
                 return await self._call_and_store(found, timeout, answer, call, before)
         entry = await self._await_other_process(found.store_key, started, timeout)
         if entry is None:  # released with nothing stored: a failure, or a purge won
-            before = await self.purges.count()  # this call starts now: as of now
+            before = await self.purges.count()
             return await self._call_and_store(found, timeout, answer, call, before)
         value = decode(answer.codec, entry, found.upstream)
         said = answer.directives(value) if answer.directives is not None else None
@@ -355,10 +327,14 @@ class Flights:
         return Refreshed(value, entry.data, (), entry.labels, entry, at_source)
 
     async def _call_and_store(
-        self, found: Target, timeout: float, answer: Answer[T],
-        call: Callable[[], Awaitable[T]], before: object,
-    ) -> Refreshed[T]:  # fmt: skip
-        if before is None:  # run on its own (not as a flight): the count as of now
+        self,
+        found: Target,
+        timeout: float,
+        answer: Answer[T],
+        call: Callable[[], Awaitable[T]],
+        before: object,
+    ) -> Refreshed[T]:
+        if before is None:  # run on its own, not as a flight
             before = await self.purges.count()
         # Nested cached calls record their stale serves here, for every caller.
         inner = AdvisoryCollector.within(current_collector())
@@ -385,8 +361,7 @@ class Flights:
         data = encode(answer.codec, value, found.upstream)
         if data is None:
             return Refreshed(value, None, (), labels, at_source=at_source)
-        # Built from entries read through the cache: as old as the oldest (its terms' age,
-        # as an Age its upstream said would be), not fresh for a whole target from now.
+        # Built from cached entries: as old as the oldest, not fresh for a whole target.
         built_age = now - inner.trace.read_since
         if built_age > (terms.age if terms is not None else 0.0):
             terms = dataclasses.replace(terms or Terms(), age=built_age)
@@ -396,8 +371,7 @@ class Flights:
         return Refreshed(value, data, (), labels, entry, at_source)
 
     async def _store(self, found: Target, entry: Entry, before: object) -> bool:
-        """Store unless a purge landed since the count read ``before`` (see purges); True
-        when stored. A store's fault is logged, never raised."""
+        """Store unless a purge landed since ``before``; True when stored (never raises)."""
         ttl = self.ttl(found.upstream, found.policy)
         try:
             return await self.purges.store_unless_purged(found.store_key, entry, ttl, before)
@@ -408,9 +382,8 @@ class Flights:
     async def _await_other_process(
         self, store_key: str, since: float, timeout: float
     ) -> Entry | None:
-        """The entry another process's refresh stores, waited for up to ``timeout``; None
-        when that process let go of the key without storing one (its call failed, or a
-        purge kept its answer out: this process cannot tell, so it asks itself)."""
+        """The entry another process's refresh stores, waited for up to ``timeout``; None when
+        it let go of the key without storing one (then this process calls itself)."""
         leasing = self._leasing if self.lease else None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -426,15 +399,14 @@ class Flights:
         raise TimeoutError(f"no answer within {timeout:g}s (refresh by another process)")
 
     def _ask_shared(self, store_key: str) -> None:
-        """The next read of ``store_key`` asks the shared store: what another process wrote
-        is what this read waits for, never a memory copy noted as matching before."""
+        """The next read of ``store_key`` asks the shared store, not a memory copy."""
         if self._listening is not None:
             self._listening.ask_shared(store_key)
 
 
 def _terms(said: Directives | None, policy: SurfacePolicy) -> Terms | None:
-    """The terms an answer is stored with: what it said, an age it could not say floored at
-    our target (a stale serve of its own is at least past one)."""
+    """The terms an answer is stored with; a stale-at-source answer with no known age is
+    at least our target old."""
     terms = said.terms() if said is not None else None
     if said is None or said.stale_at_source is None or said.age_known:
         return terms
@@ -446,12 +418,11 @@ def _terms(said: Directives | None, policy: SurfacePolicy) -> Terms | None:
 def _at_source(
     found: Target, said: Directives | None, entry: Entry, now: float
 ) -> StaleAtSource | None:
-    """What a caller must be told of an answer its upstream said is a stale serve of its own
-    (None: nothing, it is within our target). Raises :class:`StaleBeyondBound` for one older
-    than we may serve at all: as if the upstream had failed with what it named."""
+    """What a caller must be told of an answer stale at its source (None: within our target).
+    Raises :class:`StaleBeyondBound` when it is past max-stale."""
     if said is None or said.stale_at_source is None:
         return None
-    outcome = on_failure(entry, now, found.policy)  # the entry as old as its source says
+    outcome = on_failure(entry, now, found.policy)
     if isinstance(outcome, Fail):
         raise StaleBeyondBound(said.stale_at_source.code, "stale at its source past max-stale")
     if isinstance(outcome, ServeStale):
@@ -460,9 +431,12 @@ def _at_source(
 
 
 def _conditional(
-    previous: Entry, upstream: Upstream, codec: Codec[T], call: Callable[[], Awaitable[T]],
+    previous: Entry,
+    upstream: Upstream,
+    codec: Codec[T],
+    call: Callable[[], Awaitable[T]],
     revalidate: Callable[[T], Awaitable[T]],
-) -> Callable[[], Awaitable[T]]:  # fmt: skip
+) -> Callable[[], Awaitable[T]]:
     """``revalidate`` given the held value (``call`` when it cannot be read)."""
     try:
         held = decode(codec, previous, upstream)
@@ -472,8 +446,7 @@ def _conditional(
 
 
 class _Behind(Generic[T]):
-    """Work running on the call loop, awaited from the caller's loop only if asked: an
-    answer served in front of it never binds it to a loop that may end first."""
+    """Work on the call loop, bound to the caller's loop only if awaited."""
 
     __slots__ = ("_done",)
 
@@ -485,7 +458,7 @@ class _Behind(Generic[T]):
 
 
 async def _releasing(breaker: Breaker, flight: Awaitable[T]) -> T:
-    """Await a probe's flight, then free the probe slot if the flight gave no verdict."""
+    """Await a probe's flight, then free its slot if it gave no verdict."""
     try:
         return await flight
     finally:

@@ -1,9 +1,5 @@
 """Stage 1 of a fetch, **look up**: which policy applies, whose entry it is, what is held,
-and what the decision core says to do with it.
-
-Nothing here calls an upstream: a :class:`Hit` (a fresh entry, decoded) or a
-:class:`Lookup` is what the later stages (admission, the flight, serving) read. It knows
-nothing of them.
+and what the decision core says to do with it. Nothing here calls an upstream.
 """
 
 from __future__ import annotations
@@ -26,7 +22,7 @@ from .settings import Settings
 T = TypeVar("T")
 logger = logging.getLogger("adcp_stale_cache")
 
-#: The plan for a fresh entry that cannot be read: a miss, with nothing to fall back on.
+#: The plan for a fresh entry that cannot be read: a miss.
 _UNREADABLE = Refresh(fallback=None)
 
 #: How far in the future (another host's clock running ahead) a stored time may be.
@@ -40,27 +36,26 @@ class Lookup:
     upstream: Upstream
     key: object
     policy: SurfacePolicy
-    shared: bool  # entries shared across callers (a surface known by name that says so)
+    shared: bool  # entries shared across callers
     partition: str | None  # the caller partition the entry is keyed under (None: shared)
     store_key: str
-    tags: tuple[str, ...]  # the call's own (see labels)
+    tags: tuple[str, ...]
     collector: AdvisoryCollector | None  # the current request's
-    entry: Entry | None  # as held (one that could not be read too: see miss)
+    entry: Entry | None  # as held, even unreadable
     step: Fresh | Refresh
     private: bool  # this request's alone: a flight never stores it (see release_of)
     _labels: tuple[str, ...] | None = field(default=None, init=False)
 
     @property
     def labels(self) -> tuple[str, ...]:
-        """What a purge selects the stored entry by (built when something is stored or
-        remembered: a hit never needs them)."""
+        """What a purge selects the stored entry by (built lazily: a hit never needs them)."""
         if self._labels is None:
             self._labels = entry_labels(self.upstream, self.policy.name, self.partition, self.tags)
         return self._labels
 
     @property
     def timeout(self) -> float:
-        """The upstream call's deadline (read when a call is made: a hit never needs it)."""
+        """The upstream call's deadline."""
         return self.upstream.timeout_seconds or self.policy.upstream_timeout_seconds
 
     @property
@@ -75,14 +70,12 @@ class Lookup:
 
     @property
     def miss(self) -> bool:
-        """Whether nothing that can be read is held (none, or a fresh entry the codec could
-        not read: refreshed and overwritten)."""
+        """Whether nothing readable is held."""
         return self.entry is None or self.previous is None
 
     @property
     def behind(self) -> bool:
-        """Whether the entry may be served now with its refresh behind it (the upstream's
-        ``stale-while-revalidate`` window, or the surface's own)."""
+        """Whether the entry may be served now, its refresh behind it (stale-while-revalidate)."""
         return (
             isinstance(self.step, Refresh)
             and self.step.fallback is not None
@@ -92,7 +85,7 @@ class Lookup:
 
 @dataclass(slots=True)
 class Hit(Lookup, Generic[T]):
-    """A fresh hit: the look-up, with the entry's ``value`` decoded (served at once)."""
+    """A fresh hit: the look-up, with the entry's ``value`` decoded."""
 
     entry: Entry
     step: Fresh
@@ -100,8 +93,7 @@ class Hit(Lookup, Generic[T]):
 
 
 class Lookups:
-    """Looks fetches up in the store for the policies of the surfaces ``settings`` give, keyed
-    in its keyspace (by ``key_of``: the cache's own ``store_key``, which a subclass may extend)."""
+    """Looks fetches up in the store, keyed by ``key_of`` (a cache subclass's ``store_key``)."""
 
     def __init__(
         self,
@@ -115,19 +107,20 @@ class Lookups:
         self._warned_unread = False
 
     async def look_up(
-        self, upstream: Upstream, key: object, surface: str | SurfacePolicy | None,
-        tags: Iterable[str], codec: Codec[T],
-    ) -> Hit[T] | Lookup:  # fmt: skip
-        """Policy, partition, store key and labels of this fetch, its entry and its plan: a
-        :class:`Hit` when the entry is fresh and ``codec`` reads it."""
+        self,
+        upstream: Upstream,
+        key: object,
+        surface: str | SurfacePolicy | None,
+        tags: Iterable[str],
+        codec: Codec[T],
+    ) -> Hit[T] | Lookup:
+        """This fetch looked up: a :class:`Hit` when the entry is fresh and ``codec`` reads it."""
         collector = current_collector()
         policy, identified = self.policy(surface, collector)
-        # Only a surface known by name may share entries across callers: a request whose
-        # surface was not recognised (a path mounted under a prefix, a misspelt tool) keys
-        # per caller whatever the default policy says, so a slip never widens sharing.
+        # Only a surface known by name may share entries: a misrouted request keys per caller.
         shared = policy.shared_across_callers and identified
         partition = None if shared or collector is None else collector.context.partition
-        private = False  # answered for this request alone: never stored
+        private = False
         if policy.varies_by_version:  # an answer shaped for one release is not another's
             release = self.release_of(collector)
             private = release is UNREAD
@@ -142,26 +135,49 @@ class Lookups:
             except Unreadable:  # a miss: refreshed and overwritten
                 step = _UNREADABLE
             else:
-                return Hit(upstream, key, policy, shared, partition, store_key, tags, collector,
-                           step.entry, step, private, value)  # fmt: skip
-        return Lookup(upstream, key, policy, shared, partition, store_key, tags, collector,
-                      entry, step, private)  # fmt: skip
+                return Hit(
+                    upstream,
+                    key,
+                    policy,
+                    shared,
+                    partition,
+                    store_key,
+                    tags,
+                    collector,
+                    step.entry,
+                    step,
+                    private,
+                    value,
+                )
+        return Lookup(
+            upstream,
+            key,
+            policy,
+            shared,
+            partition,
+            store_key,
+            tags,
+            collector,
+            entry,
+            step,
+            private,
+        )
 
     def release_of(self, collector: AdvisoryCollector | None) -> Any:
-        """The release a fetch's entry is keyed by (see ``varies_by_version``), or
-        ``UNREAD`` for a request whose pin could not be read: its answer is then its own,
-        never stored, never served to another request, pinned or not."""
+        """The release a fetch's entry is keyed by, or ``UNREAD`` when the request's pin could
+        not be read (its answer is then its own, never stored)."""
         pinned = None if collector is None else collector.context.pinned_release()
         if pinned is UNREAD and not self._warned_unread:
             self._warned_unread = True
-            logger.warning("adcp_version_unread: a surface varies by AdCP release but a "
-                           "request's pin could not be read (no body read, or too large for "
-                           "max_peek_bytes): its answers are its own, never stored")  # fmt: skip
+            logger.warning(
+                "adcp_version_unread: a surface varies by AdCP release but a "
+                "request's pin could not be read (no body read, or too large for "
+                "max_peek_bytes): its answers are its own, never stored"
+            )
         return pinned
 
     def store_key(self, upstream: Upstream, key: object, partition: str | None = None) -> str:
-        """The store key of ``key`` for ``upstream`` (and the caller partition, if any; and
-        the upstream's own credentials, when it has some: never shared across them)."""
+        """The store key of ``key`` for ``upstream``, the caller partition and its credentials."""
         parts: tuple[object, ...] = (upstream.url, partition, key)
         if upstream.url_digest is not None:  # what the public URL leaves out tells it apart
             parts = (*parts, ("url", upstream.url_digest))
@@ -192,8 +208,8 @@ class Lookups:
         return self.surfaces.default, False
 
     async def read(self, store_key: str) -> Entry | None:
-        """The usable entry under ``store_key``: none for a tombstone, a stored time that is
-        no time, or a store that fails (a broken store is "no cache", never a failure)."""
+        """The usable entry under ``store_key``; None when there is none or the store fails
+        (a broken store is "no cache", never a failure)."""
         try:
             entry = await self.store.get(store_key)
         except Exception:
@@ -201,8 +217,7 @@ class Lookups:
             return None
         if entry is not None and entry.tombstone:  # hard-purged
             return None
-        # A time that is no time (NaN, infinite) or far in the future would look fresh
-        # forever: such an entry is no entry.
+        # A stored time that is NaN, infinite or far ahead would look fresh forever.
         if entry is not None and not (entry.stored_at <= self.clock() + MAX_CLOCK_SKEW_SECONDS):
             logger.warning("unreadable_entry reason=stored_at %r", entry.stored_at)
             return None

@@ -1,9 +1,5 @@
-"""Stage 4 of a fetch, **serve**: the value, or the stale entry with its advisory, or the
-failure.
-
-What reaches the buyer is decided here and only here: a fresh hit's value; a stale entry
-within max-stale, with one ``STALE_RESPONSE`` recorded in the request's collector (see
-:mod:`~adcp_stale_cache.pipeline.collector`); or :class:`~adcp_stale_cache.UpstreamUnavailable`.
+"""Stage 4 of a fetch, **serve**: the value, or the stale entry with one ``STALE_RESPONSE``
+in the request's collector, or :class:`~adcp_stale_cache.UpstreamUnavailable`; decided only here.
 """
 
 from __future__ import annotations
@@ -38,7 +34,7 @@ logger = logging.getLogger("adcp_stale_cache")
 
 
 class StaleServe(NamedTuple):
-    """One stale serve, as counted and logged: names and codes only."""
+    """One stale serve, as counted and logged."""
 
     surface: str
     upstream: str
@@ -46,7 +42,6 @@ class StaleServe(NamedTuple):
     code: str
 
 
-#: Why a stale serve with no request collector is lost.
 _NO_COLLECTOR = (
     "no_collector",
     "no request collector carried it (a server started without the advisory middleware, as "
@@ -55,25 +50,21 @@ _NO_COLLECTOR = (
 
 
 class Serving:
-    """Serves what the earlier stages found, on the cache's clock, reporting to its metrics.
-    ``strict_advisories``: refuse a stale serve no request collector would carry."""
+    """Serves what the earlier stages found, reporting to the cache's metrics."""
 
     def __init__(self, settings: Settings) -> None:
         self.clock, self.metrics = settings.clock, settings.metrics
         self.strict_advisories = settings.strict_advisories
 
     def hit(self, found: Hit[Any], codec: Codec[T]) -> T:
-        """A fresh hit's value (the look-up decoded it), counted and told to the request."""
+        """A fresh hit's value, counted and told to the request."""
         self.metrics.hit(found.policy.name, found.upstream.name)
         _composed(found, found.entry, codec, fresh=True)
-        value: T = found.value  # (decoded by ``codec``)
+        value: T = found.value
         return value
 
     def behind(self, found: Lookup, failure: Failure | None, codec: Codec[T]) -> T:
-        """The entry held, served while its refresh flies behind it (``failure``: the
-        probing breaker's last; None for a revalidation). Raises
-        :class:`~adcp_stale_cache.core.values.Unreadable` when it cannot be read: then the
-        refresh is the answer."""
+        """The entry held, served while its refresh flies behind it (or raises ``Unreadable``)."""
         return self._served(found, found.fallback, failure, codec, None)
 
     def from_cache(
@@ -88,7 +79,7 @@ class Serving:
         try:
             return self._served(found, latest, failure, codec, exc)
         except Unreadable:
-            pass  # no usable entry after all
+            pass
         raise self._unavailable(found, failure) from exc
 
     def _served(
@@ -99,8 +90,7 @@ class Serving:
         codec: Codec[T],
         exc: Exception | None,
     ) -> T:
-        """``latest`` stale (recording the advisory) or as a plain hit (refreshed meanwhile
-        by another call); past max-stale, or none, the failure."""
+        """``latest`` stale (recording the advisory), or fresh if refreshed meanwhile."""
         upstream, policy = found.upstream, found.policy
         outcome = on_failure(latest, self.clock(), policy)
         if isinstance(outcome, Fail):
@@ -114,7 +104,6 @@ class Serving:
         return value
 
     def _unavailable(self, found: Lookup, failure: Failure | None) -> UpstreamUnavailable:
-        """Nothing to answer with: counted, logged, raised by the caller."""
         failure = failure or UNKNOWN_FAILURE  # revalidating an entry that just expired
         upstream, policy = found.upstream, found.policy
         self.metrics.unavailable(policy.name, upstream.name, failure.code)
@@ -158,11 +147,9 @@ class Serving:
         advisory: AdcpError,
         serve: StaleServe,
     ) -> bool:
-        """A stale ``serve`` and its ``advisory``, recorded in
-        ``collector`` and counted: at once, or when its answer is written
-        (``counted_at_delivery``), as delivered or lost. True when it is the request's first
-        for ``key`` (its upstream); one no collector carries is lost now (refused in strict
-        mode)."""
+        """Record a stale ``serve``'s ``advisory`` in ``collector`` and count it (now, or as
+        delivered or lost once its answer is written); True when it is the request's first
+        for ``key``. Raises :class:`AdvisoryLost` with no collector in strict mode."""
         if collector is None:
             if self.strict_advisories:
                 raise AdvisoryLost(
@@ -175,12 +162,12 @@ class Serving:
         counted_later = collector.unsettled is not None
         report = functools.partial(self._settled, serve) if counted_later else None
         first = collector.record(key, advisory, report)
-        if not (first and counted_later):  # (else counted once its answer is written)
+        if not (first and counted_later):
             self.metrics.stale_serve(serve.surface, serve.upstream, serve.code, first)
         return first
 
     def _settled(self, serve: StaleServe, lost: tuple[str, str] | None) -> None:
-        """One advisory's fate, counted: delivered (``lost`` None) or lost, said with why."""
+        """One advisory's fate, counted: delivered (``lost`` None) or lost, and why."""
         surface, upstream, age, code = serve
         if lost is not None:
             self.metrics.advisory_lost(surface, upstream)
@@ -188,9 +175,8 @@ class Serving:
         self.metrics.stale_serve(surface, upstream, code, lost is None)
 
     def flown(self, found: Lookup, refreshed: Refreshed[T], codec: Codec[T]) -> T:
-        """What a flight answered, to one of the callers sharing it: the stale serves it was
-        built on recorded in this caller's collector (and its own, when its upstream served
-        it stale already), and its own copy of a stored value."""
+        """A flight's answer to one caller sharing it: its stale serves recorded in this
+        caller's collector, and a copy of a stored value of its own."""
         collector = found.collector
         stale = refreshed.at_source
         if stale is not None:
@@ -201,8 +187,7 @@ class Serving:
             self.told(collector, name, advisory, serve)
         if collector is None:
             return refreshed.value if refreshed.data is None else codec.loads(refreshed.data)
-        # Not stored (uncacheable, built on stale data...): its encoding, once, for both
-        # the content it gives a conditional answer and the search for a context.
+        # Not stored: encoded once, for both a conditional answer and the context search.
         data = refreshed.data if refreshed.data is not None else _encoded(refreshed.value, codec)
         trace = collector.trace
         if trace.composition is not None:
@@ -226,8 +211,7 @@ class Serving:
 
 
 def _encoded(value: T, codec: Codec[T]) -> bytes | None:
-    """``value`` as ``codec`` writes it, or None (the flight said so already, if it could
-    not be)."""
+    """``value`` as ``codec`` writes it, or None (the flight logged why already)."""
     try:
         return codec.dumps(value)
     except Exception:
@@ -240,16 +224,14 @@ def _names_context(value: Any) -> bool:
 
 
 def _part(found: Lookup, entry: Entry, codec: Codec[Any], *, fresh: bool) -> Composed:
-    """``entry`` as a part of a conditional answer (see conditional and probes): its
-    content, and where and when it was stored."""
+    """``entry`` as a part of a conditional answer."""
     until = fresh_until(entry, found.policy) if fresh else -math.inf
     return Composed(content_of(codec, entry.data), found.store_key, entry.stored_at, until)
 
 
 def _composed(found: Lookup, entry: Entry, codec: Codec[Any], *, fresh: bool) -> None:
-    """An entry served to the request: a part of a conditional answer being composed (see
-    conditional), its labels for a flight's answer (see within), and whether it holds a
-    ``context`` (another request's, which must not reach this answer)."""
+    """Trace an entry served to the request: a part of a conditional answer, its labels, and
+    whether it holds a ``context`` (another request's must not reach this answer)."""
     collector = found.collector
     if collector is None:
         return
@@ -263,11 +245,9 @@ def _composed(found: Lookup, entry: Entry, codec: Codec[Any], *, fresh: bool) ->
 
 
 def _at_source(entry: Entry) -> float:
-    """When ``entry``'s data was read at its source: a flight's answer built on it is no
-    younger than that."""
+    """When ``entry``'s data was read at its source."""
     return entry.stored_at - (entry.terms.age if entry.terms is not None else 0.0)
 
 
-# Unquoted: a value stored as a JSON string (a sub-agent's answer kept as text) holds it
-# escaped, as \"context\".
+# Unquoted: a JSON string value holds it escaped, as \"context\".
 _CONTEXT = b"context"

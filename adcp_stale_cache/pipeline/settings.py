@@ -1,5 +1,4 @@
-"""The settings of an :class:`~adcp_stale_cache.UpstreamCache`, fixed when it is built: each
-stage of its pipeline is built once from them."""
+"""The settings of an :class:`~adcp_stale_cache.UpstreamCache`, fixed when it is built."""
 
 from __future__ import annotations
 
@@ -18,9 +17,8 @@ from .shared_breakers import SharedBreakers
 
 @dataclass(frozen=True)
 class Settings:
-    """What an :class:`~adcp_stale_cache.UpstreamCache` was built with, its arguments
-    resolved: a store (bounded memory by default) and its clock, the metrics with span
-    events, ``share_breakers`` as shared breakers, ``detach_calls`` as the call loop."""
+    """What an :class:`~adcp_stale_cache.UpstreamCache` was built with, its arguments resolved
+    (``share_breakers`` as shared breakers, ``detach_calls`` as the call loop)."""
 
     store: Store
     clock: Callable[[], float]  # stamps entries and measures their ages

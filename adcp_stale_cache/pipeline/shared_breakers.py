@@ -1,12 +1,5 @@
-"""Breaker state shared by the processes of a seller through their shared store (opt-in:
-``UpstreamCache(share_breakers=True)`` on a Redis store).
-
-When one process's breaker opens on an upstream, it publishes the last failure for the
-breaker's cooldown; every other process then answers from cache at once instead of spending
-its own first timeouts on the same dead upstream. A process whose call succeeds withdraws it.
-Each process keeps its own breaker (and probes after the cooldown): the shared state only
-adds "someone saw it down", never holds a process back longer than the cooldown.
-"""
+"""Open breakers published through a shared store (``UpstreamCache(share_breakers=True)``):
+the other processes answer from cache at once, each still keeping and probing its own breaker."""
 
 from __future__ import annotations
 
@@ -19,8 +12,7 @@ from .breaker import BreakerKey
 
 
 class SharedBreakers:
-    """The open breakers other processes published, through ``store`` (a store without
-    breaker support, or one that fails, shares nothing)."""
+    """The open breakers other processes published through ``store`` (if it supports them)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -49,7 +41,7 @@ class SharedBreakers:
         self._published.add(key)
 
     async def closed(self, key: BreakerKey) -> None:
-        """A call succeeded: withdraw what was shared (one write, only when there was)."""
+        """A call succeeded: withdraw what was shared, if anything."""
         if key not in self._published:
             return
         self._published.discard(key)
@@ -58,8 +50,7 @@ class SharedBreakers:
 
 
 def _name(key: BreakerKey) -> str:
-    """The store's name of breaker ``key`` (an upstream's as before credentials had their own;
-    a credentials' breaker by their digest, never the credentials)."""
+    """The store's name of breaker ``key`` (credentials by their digest only)."""
     name, url, credentials = key
     found = name if url is None else f"{name} {url}"
     return found if credentials is None else f"{found} credentials={credentials}"

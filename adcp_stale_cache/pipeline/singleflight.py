@@ -14,18 +14,10 @@ T = TypeVar("T")
 
 
 class SingleFlight(Generic[T]):
-    """Coalesce concurrent calls for the same key into one.
-
-    The call runs in a task of its own: a caller that is cancelled (its buyer hung up) stops
-    waiting, while the call goes on for the others and still fills the cache.
-
-    Flights are per event loop: a task belongs to the loop that runs it, and sellers that run
-    each request on a new loop in a worker thread (``asyncio.run`` per call) share one cache.
-    Callers on one loop share a flight; callers on different loops each make their own.
-    """
+    """Coalesce concurrent calls for the same key into one, per event loop; a cancelled caller
+    stops waiting while the call goes on for the others."""
 
     def __init__(self) -> None:
-        # Loop -> its flights; a finished loop's entry goes with the loop.
         self._by_loop: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, dict[Hashable, asyncio.Task[T]]
         ] = weakref.WeakKeyDictionary()
@@ -66,10 +58,8 @@ async def call_with_deadline(
 ) -> T:
     """Await ``call()`` for at most ``timeout`` seconds, then raise :class:`TimeoutError`.
 
-    On timeout the call is cancelled but not awaited: a client whose cleanup talks to the
-    frozen upstream (an MCP session's closing DELETE) must not hold the answer hostage. With
-    ``on``, the call runs on that loop instead of the caller's, so that not even the end of
-    the caller's loop waits for it (see :mod:`~adcp_stale_cache.pipeline.call_loop`).
+    On timeout the call is cancelled but not awaited: a client's cleanup against a frozen
+    upstream must not hold the answer. With ``on``, the call runs on that loop.
     """
     if on is not None and not on.runs_here():
         task: asyncio.Future[T] = asyncio.wrap_future(on.submit(call))
@@ -84,9 +74,7 @@ async def call_with_deadline(
         _abandon(task)
         raise TimeoutError(f"no answer within {timeout:g}s")
     if task.cancelled():
-        # Nobody cancelled it from here: the client gave up on its own (an MCP session whose
-        # server died ends its calls that way). Report a lost connection, not a cancellation,
-        # or every caller sharing the flight would think it was cancelled itself.
+        # The client gave up on its own: a cancellation would look like the callers' own.
         raise ConnectionError("upstream call was cancelled by its client")
     return task.result()
 
