@@ -1,7 +1,5 @@
-"""The store protocol, and the optional capabilities a store declares beside it.
-
-Capabilities are checked once with ``isinstance`` when a stage is built: the check reads every
-member, too slow per call."""
+"""The store protocol and the optional capabilities a store declares beside it, checked once
+with ``isinstance`` when a stage is built (the check reads every member: too slow per call)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Which entries carry a label, so a purge by labels reads only what it selects (memory and
-file stores). Candidates are still checked with ``match``: the index decides how much is read,
-never what is selected."""
+file stores); ``match`` itself still decides what is selected."""
 
 from __future__ import annotations
 

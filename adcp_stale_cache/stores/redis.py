@@ -267,7 +267,6 @@ class RedisStore:
     async def _candidates(
         self, client: Any, match: Callable[[str, Entry], bool]
     ) -> AsyncIterator[list[str]]:
-        """The keys ``match`` may select, in batches."""
         labels, store_key, label = selected_by(match) or ([], None, None)
         if store_key is not None:  # the entry, and those built from it (see Selection)
             built = await client.smembers(self._label(label)) if label is not None else ()

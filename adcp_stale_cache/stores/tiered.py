@@ -148,7 +148,6 @@ class TieredStore:
         return None if near is UNREADABLE else (near, heard[1])
 
     async def _listen(self, now: float) -> None:
-        """Read the shared tiers' purge count, at most every ``check_seconds``."""
         checked = time.monotonic()
         if checked - self._checked_at < self.check_seconds:
             return
