@@ -1,26 +1,5 @@
-"""Configuration from a TOML/YAML/JSON file and environment variables, through pydantic.
-
-A file names each surface and upstream by its table key; ``[defaults]`` gives every surface
-its unset values (and serves tools no surface names)::
-
-    [defaults]
-    freshness_target_seconds = 60
-    max_stale_seconds = 3600
-
-    [surfaces.get_products]
-    field = "products"
-    upstreams = ["inventory-service"]
-
-    [upstreams.inventory-service]
-    timeout_seconds = 2
-
-Environment variables override the file: ``ADCP_STALE_CACHE_`` then the path in upper case,
-parts joined by ``__`` (``ADCP_STALE_CACHE_SURFACES__GET_PRODUCTS__MAX_STALE_SECONDS=600``,
-``ADCP_STALE_CACHE_STORE__KIND=redis``); lists are comma-separated. ``ADCP_STALE_CACHE_CONFIG``
-names the file when :func:`load_config` is given none. Every bad value raises
-:class:`ConfigError` with one line naming the field: ``stale-cache.toml:
-surfaces.get_products.max_stale_seconds: Input should be greater than or equal to 0 (got -5)``.
-"""
+"""Configuration from a TOML/YAML/JSON file and ``ADCP_STALE_CACHE_*`` environment variables,
+through pydantic (docs/configuration.md); a bad value raises a one-line :class:`ConfigError`."""
 
 from __future__ import annotations
 
@@ -290,9 +269,8 @@ def load_config(
 ) -> StaleCacheConfig:
     """Read a TOML, YAML or JSON file (or none), apply environment overrides, validate.
 
-    Three layers, each overriding the one before: ``base`` (settings from code, in the file's
-    shape), the file, the environment. ``path`` defaults to ``$ADCP_STALE_CACHE_CONFIG``.
-    """
+    Each layer overrides the one before: ``base`` (settings from code, in the file's shape),
+    the file (default ``$ADCP_STALE_CACHE_CONFIG``), the environment."""
     environ = os.environ if environ is None else environ
     path = path if path is not None else environ.get(ENV_FILE)
     data: dict[str, Any] = _merge({}, base or {})
@@ -366,8 +344,7 @@ def env_overrides(data: Mapping[str, Any], environ: Mapping[str, str]) -> dict[s
         for part in parts[:-1]:
             target = target.setdefault(part, {})
         if not value.strip():
-            # An empty variable is a slip (an unset CI secret, say), never "none": an empty
-            # stale_on would silently turn stale serving off.
+            # A slip (an unset CI secret), never "none": an empty stale_on would end stale serving.
             raise ConfigError(f"{variable}: empty (unset it to keep the default)")
         target[parts[-1]] = _env_value(value, field.annotation)
     return result

@@ -1,8 +1,5 @@
-"""The configuration reference page, generated from the pydantic models it documents.
-
-``adcp-stale-cache config reference > docs/configuration-reference.md``; a test keeps the
-committed page equal to this output.
-"""
+"""The configuration reference page, generated from the pydantic models it documents
+(``adcp-stale-cache config reference``; a test keeps docs/configuration-reference.md equal)."""
 
 from __future__ import annotations
 

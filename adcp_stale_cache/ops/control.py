@@ -1,30 +1,7 @@
-"""Steer the cache: invalidate entries on demand, softly or hard.
+"""Steer the cache: invalidate entries softly or hard, refresh them now, inspect them.
 
-Every stored entry carries labels: its upstream (``upstream=NAME``, ``url=URL``), the surface
-that stored it (``surface=NAME``), its caller partition (``partition=P``) and the tags the
-call attached (``tag=T``: ``fetch(..., tags=...)``, ``cached(..., tags=...)``,
-``CachingTransport(..., tags=...)``). :class:`CacheControl` selects entries by them::
-
-    control = CacheControl(cache)
-    await control.invalidate(upstream="creative-agent-acme")            # soft: refresh next
-    await control.invalidate(tags=["principal:42"], soft=False)         # hard: forget
-    await control.refresh(surface="list_creative_formats")              # refresh now
-
-:meth:`CacheControl.snapshot` is the operator's view: per upstream, its breaker, its last
-failure and how often it failed or was served stale since the control was attached; per
-surface, the entries of this process's memory tier and their ages.
-
-A **soft** purge (the default) puts matching entries past their freshness target whatever
-their age: the next request refreshes, and while the upstream is down the entry is still the
-fallback, served with an advisory carrying its real age. A **hard** purge deletes: an outage
-then fails, as the spec wants when nothing is cached.
-
-Stores that hold entries for several processes (a file, Redis) carry the mark, so every
-process sharing them sees it; a process's memory tier in front hears of it within 50 ms (the
-shared store's purge count, see :class:`~adcp_stale_cache.stores.TieredStore`). Every store
-of this package can purge; a store of your own without ``purge`` is refused (``TypeError``),
-or skipped as a tier.
-"""
+Entries are selected by their labels (upstream, URL, surface, partition, tags); usage, and what
+soft and hard mean: docs/operating.md."""
 
 from __future__ import annotations
 
@@ -51,9 +28,8 @@ logger = logging.getLogger("adcp_stale_cache.control")
 
 
 class PurgeIncomplete(RuntimeError):
-    """A store failed during an invalidation (Redis unreachable, say): what it holds, and so
-    the other processes sharing it, may not have taken the purge. ``count`` is what was
-    taken (this process's own tiers included)."""
+    """A store failed during an invalidation: processes sharing it may not have taken the
+    purge. ``count`` is what was taken (this process's own tiers included)."""
 
     def __init__(self, count: int, stores: list[str]) -> None:
         super().__init__(
@@ -105,8 +81,7 @@ class UpstreamStats(CacheMetrics):
     def __init__(self) -> None:
         self.failures: dict[str, int] = {}
         self.stale_serves: dict[str, int] = {}
-        # Per upstream, stale serves per second of the last minute: [[second, count], ...].
-        self._recent: dict[str, deque[list[int]]] = {}
+        self._recent: dict[str, deque[list[int]]] = {}  # [second, count] per second, a minute
         self.last_failure: dict[str, tuple[str, float]] = {}  # code, wall-clock time
         self.breaker_open: dict[str, bool] = {}
 
@@ -138,9 +113,8 @@ class UpstreamStats(CacheMetrics):
 
 
 class RecentRefreshes:
-    """The refresh of each key this process filled lately, bounded by keys and by the bytes
-    they hold (least recently filled forgotten first): what :meth:`CacheControl.refresh`
-    can re-run."""
+    """The refresh of each key this process filled lately, bounded by keys and bytes: what
+    :meth:`CacheControl.refresh` can re-run."""
 
     def __init__(self, max_keys: int, max_bytes: int = 64 * 1024 * 1024) -> None:
         if max_keys < 1 or max_bytes < 1:
@@ -183,11 +157,9 @@ class RecentRefreshes:
 
 
 class CacheControl:
-    """Invalidation, refresh and inspection for one :class:`~adcp_stale_cache.UpstreamCache`
-    (beside it, not in it). It attaches a counting sink to the cache's metrics for
-    :meth:`snapshot`, and remembers the refresh of the last ``remember_keys`` keys filled
-    for :meth:`refresh`, within ``remember_bytes`` (a conditional refresh holds the value it
-    revalidates)."""
+    """Invalidation, refresh and inspection for one :class:`~adcp_stale_cache.UpstreamCache`;
+    remembers the refreshes of the last ``remember_keys`` keys filled (within
+    ``remember_bytes``) for :meth:`refresh`."""
 
     def __init__(
         self,
@@ -203,9 +175,8 @@ class CacheControl:
         cache.remember_refreshes(self.recent)
 
     async def warm(self, calls: Iterable[Warm], *, concurrency: int = 8) -> int:
-        """Fill keys before the first request (at start-up): each :class:`Warm` is fetched as
-        a request would, ``concurrency`` at a time. A call that fails is logged and skipped:
-        warming never stops a start. Returns how many were fetched."""
+        """Fetch each :class:`Warm` as a request would, ``concurrency`` at a time; how many
+        were fetched. A call that fails is logged and skipped: warming never stops a start."""
         limit = asyncio.Semaphore(concurrency)
 
         async def one(item: Warm) -> bool:
@@ -224,17 +195,9 @@ class CacheControl:
         return sum(await asyncio.gather(*(one(item) for item in calls)))
 
     async def snapshot(self) -> dict[str, Any]:
-        """The operator's view, as JSON-ready data (every upstream called since the control
-        was attached)::
-
-            {"upstreams": {name: {"breaker": "open" | "closed", "failures": n,
-                                  "stale_serves": n, "stale_serves_last_minute": n,
-                                  "last_failure": {"code", "at"} | None}},
-             "surfaces": {name: {"entries": n, "age_seconds": {"p50", "p90", "max"} | None}}}
-
-        Every declared surface is listed; entries are those of this process's memory tier
-        (bounded, cheap to walk).
-        """
+        """The operator's view, JSON-ready: per upstream called since the control was attached,
+        its breaker, failures and stale serves; per surface, the entries of this process's
+        memory tier and their ages."""
         stats = self.stats
         names = sorted({*stats.failures, *stats.stale_serves, *stats.breaker_open})
         upstreams = {}
@@ -267,14 +230,10 @@ class CacheControl:
         key: object = None,
         soft: bool = True,
     ) -> int:
-        """Invalidate the entries every given selector matches; returns how many.
+        """Invalidate the entries every given selector (at least one) matches; how many.
 
-        Raises :class:`PurgeIncomplete` when a shared store failed meanwhile.
-        ``upstream`` by name (every URL of that name) or as an :class:`Upstream` (that one);
-        ``key`` is a key as passed to ``fetch`` and needs the ``Upstream`` (and the
-        ``partition`` it was stored under, for per-caller surfaces). At least one selector is
-        required: there is no "everything" by accident.
-        """
+        ``upstream`` by name or as an :class:`Upstream`; ``key`` needs the ``Upstream`` (and
+        its ``partition``). Raises :class:`PurgeIncomplete` when a shared store failed."""
         selection = self._selection(upstream, surface, tags, partition, key)
         count = await self._purge(selection, soft)
         self.cache.metrics.invalidation("soft" if soft else "hard", count)
@@ -297,18 +256,9 @@ class CacheControl:
         key: object = None,
         concurrency: int = 8,
     ) -> int:
-        """Refresh the entries the selectors match (as :meth:`invalidate` takes them) now, in
-        the background; returns how many refreshes started.
-
-        Every matching entry is soft-purged first, so every process sharing the store
-        refreshes it on its next request; this process re-runs at once the upstream calls
-        that filled the matching keys it remembers (one flight per key: requests meanwhile
-        join it). A refresh that fails leaves the entry as it was: still the outage fallback.
-        The calls run on the event loop that calls ``refresh``, ``concurrency`` at a time (as
-        :meth:`warm`): a refresh of 2,000 keys of one upstream never puts 2,000 calls in
-        flight. A request for a key whose refresh has not started yet refreshes it itself
-        (the entry is purged); the queued refresh then joins or repeats that flight.
-        """
+        """Soft-purge what the selectors match, then re-run in the background the calls that
+        filled the matching keys this process remembers, ``concurrency`` at a time, on this
+        event loop; how many started. A failed refresh leaves the entry as the fallback."""
         selection = self._selection(upstream, surface, tags, partition, key)
         marked = await self._purge(selection, soft=True)
         started = self.recent.selected(selection)
@@ -324,8 +274,6 @@ class CacheControl:
         return len(started)
 
     async def _purge(self, selection: Selection, soft: bool) -> int:
-        """Purge the store; raises PurgeIncomplete when a store that counts its failures
-        (file, Redis) failed meanwhile."""
         store = self.cache.store
         if not isinstance(store, Purgeable):
             raise TypeError(f"{type(store).__name__} cannot purge entries")

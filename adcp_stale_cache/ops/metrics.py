@@ -1,27 +1,5 @@
-"""What the cache does, as events: a no-op by default, Prometheus with the ``metrics`` extra.
-
-    cache = UpstreamCache(surfaces=surfaces, metrics=PrometheusMetrics())
-
-Metric names follow Prometheus conventions (``_total`` counters, ``_seconds`` histograms):
-
-- ``adcp_stale_cache_hits_total{surface,upstream}``: fresh hits (no upstream call);
-- ``adcp_stale_cache_misses_total{surface,upstream}``: lookups with no entry at all;
-- ``adcp_stale_cache_refreshes_total{surface,upstream,outcome}``: upstream calls, ok/failed;
-- ``adcp_stale_cache_refresh_seconds{upstream}``: upstream call latency (histogram);
-- ``adcp_stale_cache_upstream_failures_total{upstream,code}``: outage failures by code;
-- ``adcp_stale_cache_stale_serves_total{surface,upstream,code}``: answers served stale;
-- ``adcp_stale_cache_advisories_total{surface,upstream}``: ``STALE_RESPONSE`` delivered;
-- ``adcp_stale_cache_advisories_lost_total{surface,upstream}``: advisories no answer carried
-  (their buyer is not told: see :meth:`CacheMetrics.advisory_lost`);
-- ``adcp_stale_cache_unavailable_total{surface,upstream,code}``: failures with no entry;
-- ``adcp_stale_cache_breaker_open{upstream}``: 1 while the upstream's breaker is open;
-- ``adcp_stale_cache_invalidations_total{action}`` and
-  ``adcp_stale_cache_invalidated_entries_total{action}``: operator actions (``soft``, ``hard``,
-  ``refresh``) and the entries they took (:mod:`~adcp_stale_cache.ops.control`);
-- ``adcp_stale_cache_store_entries`` and ``..._store_bytes``: the memory store's size;
-- ``adcp_stale_cache_store_failures{store}``: file and Redis operations that failed (each
-  answered as "no entry"), given ``store=`` (tiers are walked).
-"""
+"""What the cache does, as events: a no-op by default, Prometheus with the ``metrics`` extra
+(names and labels: docs/operations.md, Metrics)."""
 
 from __future__ import annotations
 
@@ -48,17 +26,12 @@ class CacheMetrics:
         """An outage failure of an upstream call."""
 
     def stale_serve(self, surface: str, upstream: str, code: str, advisory: bool) -> None:
-        """An entry served past its target.
-
-        ``advisory``: the request's first stale serve from ``upstream``, and its answer carried
-        the ``STALE_RESPONSE`` to the buyer (later ones merge into it). Reported once that
-        answer is written, when a middleware writes it.
-        """
+        """An entry served past its target; ``advisory``: the request's first from ``upstream``,
+        and its answer carried the ``STALE_RESPONSE`` (reported once that answer is written)."""
 
     def advisory_lost(self, surface: str, upstream: str) -> None:
-        """An entry served stale whose advisory no answer carried: the buyer gets stale data
-        unannounced (no request collector, as in a server started without the middleware; or
-        an answer that could not carry it: not JSON, an error, a stream already started)."""
+        """An entry served stale whose advisory no answer carried: no request collector, or an
+        answer that could not carry it (not JSON, an error, a stream already started)."""
 
     def unavailable(self, surface: str, upstream: str, code: str) -> None:
         """An upstream failed and no usable entry existed."""
@@ -114,8 +87,7 @@ class CombinedMetrics(CacheMetrics):
 
 
 class Fanout(CombinedMetrics):
-    """What a cache's stages report to: its ``metrics``, and the sinks attached since (the
-    control plane's counts), so that attaching one changes no stage."""
+    """What a cache's stages report to: its ``metrics`` and the sinks attached since."""
 
     def attach(self, sink: CacheMetrics) -> None:
         """Send every event to ``sink`` too, from now on."""
@@ -125,10 +97,7 @@ class Fanout(CombinedMetrics):
 class PrometheusMetrics(CacheMetrics):
     """Prometheus counters, gauges and a histogram (``pip install 'adcp-stale-cache[metrics]'``).
 
-    ``code`` labels come from upstreams (an AdCP error code an upstream returned): the first
-    ``max_codes`` distinct codes are kept as they are, later ones count as ``OTHER``, so that
-    an upstream inventing codes cannot grow the series without bound.
-    """
+    The first ``max_codes`` distinct ``code`` labels are kept, later ones count as ``OTHER``."""
 
     def __init__(
         self, registry: Any = None, store: Store | None = None, max_codes: int = 64

@@ -1,20 +1,6 @@
-"""The one seam between the control plane and the cache it steers.
-
-:class:`~adcp_stale_cache.ops.control.CacheControl` (purge, refresh, warm, the operator's
-snapshot) depends on :class:`Steerable`, the few things a cache offers it, and on nothing
-else of :class:`~adcp_stale_cache.UpstreamCache`:
-
-- ``store``, ``surfaces``, ``clock`` and ``metrics``: what it purges, selects by and reports to
-  (read-only: the cache's settings);
-- :meth:`Steerable.report_to`: attach a metrics sink (the control plane's counts);
-- :meth:`Steerable.store_key` and :meth:`Steerable.policy_for`: how a fetch keys an entry and
-  which policy it applies (a purge by key, a refresh by surface select as a fetch would);
-- :meth:`Steerable.remember_refreshes`: attach a :class:`RefreshMemory`, which then hears of
-  every flight's refresh (the call that filled a key, re-runnable as the request that made it);
-- :meth:`Steerable.refresh_soon`: run remembered refreshes in the background, each as the
-  flight of its key;
-- :meth:`Steerable.breaker_open` and :meth:`Steerable.fetch` (warming fetches as a request would).
-"""
+"""The one seam between the control plane and the cache it steers: :class:`Steerable`, the
+few things :class:`~adcp_stale_cache.ops.control.CacheControl` needs of an
+:class:`~adcp_stale_cache.UpstreamCache`."""
 
 from __future__ import annotations
 
@@ -25,21 +11,18 @@ from ..core.policy import SurfacePolicy, Surfaces, Upstream
 from ..stores import Store
 from .metrics import CacheMetrics
 
-#: A flight's refresh, re-runnable: given the purge count it runs under (see purges; None:
-#: read when it calls), it calls the upstream and stores the answer as the request that
-#: made it would.
+#: A flight's refresh, re-runnable: given the purge count to run under (None: read it), it
+#: calls the upstream and stores the answer as its request would.
 RememberedRefresh = Callable[[object], Awaitable[Any]]
 
 
 class RefreshMemory(Protocol):
-    """What hears of every flight's refresh (as
-    :class:`~adcp_stale_cache.ops.control.RecentRefreshes` does)."""
+    """What hears of every flight's refresh (as ``control.RecentRefreshes`` does)."""
 
     def remember(
         self, store_key: str, labels: tuple[str, ...], refresh: RememberedRefresh, weight: int
     ) -> None:
-        """Remember ``refresh`` as the one of ``store_key`` (``weight``: the bytes it holds,
-        roughly: key, labels and any value it revalidates)."""
+        """Remember ``refresh`` as the one of ``store_key`` (``weight``: about its bytes)."""
 
 
 class Steerable(Protocol):

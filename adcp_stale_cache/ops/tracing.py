@@ -1,26 +1,7 @@
 """OpenTelemetry span events for cache decisions, when ``opentelemetry-api`` is installed.
 
-:class:`UpstreamCache` turns this on by itself when the API package is importable (pass
-``tracing=False`` to keep it off). Each decision becomes an event on the *current* span (the
-seller's request span, as the framework instrumentation opened it), so a trace shows which
-upstreams a request hit, refreshed or served stale::
-
-    adcp_stale_cache.hit             surface, upstream
-    adcp_stale_cache.miss            surface, upstream
-    adcp_stale_cache.refresh         surface, upstream, outcome (ok/failed), duration_ms
-    adcp_stale_cache.upstream_failure upstream, code
-    adcp_stale_cache.stale_serve     surface, upstream, code, advisory
-    adcp_stale_cache.advisory_lost   surface, upstream
-    adcp_stale_cache.unavailable     surface, upstream, code
-    adcp_stale_cache.breaker_open    upstream
-
-A stale serve also sets the span attribute ``adcp_stale_cache.stale = true``, so stale answers
-can be found with one filter. A request's first stale serve from an upstream is reported once
-its answer is written: ``stale_serve`` with ``advisory`` true when the answer carried the
-advisory, else ``advisory_lost`` then ``stale_serve``. Attributes carry names and codes only:
-never a URL, a key or a message. With no SDK configured (or no recording span) every hook
-returns after one check.
-"""
+Each decision is an event on the current span (the list: docs/operations.md, Tracing); a stale
+serve also sets ``adcp_stale_cache.stale``. Attributes hold names and codes only."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Stores behind one protocol, and the capabilities they declare beside it. ``RedisStore``
-lives in ``stores.redis`` (the ``redis`` extra)."""
+"""Stores behind one protocol, and their capabilities (``RedisStore``: ``stores.redis``)."""
 
 from .base import (
     Bounded,

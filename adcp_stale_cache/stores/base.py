@@ -1,8 +1,5 @@
-"""The store protocol, and the optional capabilities a store declares beside it.
-
-Every store keeps entries by key (:class:`Store`); the rest are small protocols, checked once
-with ``isinstance`` when a stage is built: such a check reads every member (a property runs),
-too slow per call, and a store's ``None`` member means "not supported"."""
+"""The store protocol and the optional capabilities a store declares beside it, checked once
+with ``isinstance`` when a stage is built (the check reads every member: too slow per call)."""
 
 from __future__ import annotations
 
@@ -17,26 +14,8 @@ from ..core.entry import Entry
 class Store(Protocol):
     """An async key-value store of :class:`~adcp_stale_cache.core.entry.Entry`.
 
-    Stores know bytes, not wires nor policies: ``ttl_seconds`` is how long the entry may be
-    kept, after which ``get`` must not return it. A store that fails should raise; the cache
-    decides what a failure means. These three methods are all a store needs; the protocols
-    beside it in :mod:`adcp_stale_cache.stores` are what a store may add.
-
-    A store of your own::
-
-        class DictStore:
-            def __init__(self) -> None:
-                self.entries: dict[str, Entry] = {}
-
-            async def get(self, key: str) -> Entry | None:
-                return self.entries.get(key)  # (expiry left out)
-
-            async def set(self, key: str, entry: Entry, ttl_seconds: float) -> None:
-                self.entries[key] = entry
-
-            async def delete(self, key: str) -> None:
-                self.entries.pop(key, None)
-    """
+    ``get`` never returns an entry set more than ``ttl_seconds`` ago; a store that fails raises
+    (the cache decides what a failure means)."""
 
     async def get(self, key: str) -> Entry | None:
         """The entry under ``key``, or None."""
@@ -53,10 +32,8 @@ class Store(Protocol):
 
 @runtime_checkable
 class Selecting(Protocol):
-    """A purge's ``match`` that says what it selects (a
-    :class:`~adcp_stale_cache.ops.control.Selection`): every selected entry carries ``labels``;
-    with ``store_key``, only that entry and those labelled ``from_key`` (built from it). A
-    store reads those entries only; any other ``match`` is asked of every entry."""
+    """A purge's ``match`` that names what it selects: entries carrying ``labels``; with
+    ``store_key``, only that entry and those labelled ``from_key`` (built from it)."""
 
     @property
     def labels(self) -> frozenset[str]: ...
@@ -75,15 +52,13 @@ class Purgeable(Protocol):
     """A store that invalidates entries by selection (the control API's purges)."""
 
     async def purge(self, match: Callable[[str, Entry], bool], *, soft: bool) -> int:
-        """Mark the entries ``match`` selects for revalidation (``soft``), or forget them;
-        how many."""
+        """Mark what ``match`` selects for revalidation (``soft``) or forget it; how many."""
         ...
 
 
 @runtime_checkable
 class PurgeCounting(Protocol):
-    """A store that counts its purges: a flight that saw the count move does not store its
-    answer (see :mod:`~adcp_stale_cache.pipeline.purges`)."""
+    """A store that counts its purges: a flight that saw the count move stores nothing."""
 
     async def generation(self) -> object:
         """The purge count (None: it cannot be read now)."""
@@ -116,8 +91,7 @@ class Leasing(Protocol):
 
 @runtime_checkable
 class SharedBreakerStore(Protocol):
-    """A store through which processes share their open breakers (see
-    :mod:`~adcp_stale_cache.pipeline.shared_breakers`)."""
+    """A store through which processes share their open breakers."""
 
     async def breaker_state(self, name: str) -> bytes | None:
         """The state another process published for breaker ``name``, or None."""
@@ -160,11 +134,11 @@ class Clocked(Protocol):
 class FailureCounting(Protocol):
     """A store that answers its faults as "no entry" and counts them (file, Redis)."""
 
-    failures: int  # how many operations failed
+    failures: int
 
     def answered(self, failures_before: int) -> bool:
-        """Whether every operation since ``failures`` was ``failures_before`` was asked (the
-        store was not staying away) and answered."""
+        """Whether every operation since ``failures`` was ``failures_before`` was asked and
+        answered (the store was not staying away)."""
         ...
 
 

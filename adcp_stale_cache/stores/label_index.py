@@ -1,12 +1,5 @@
-"""Which entries carry a label: the index that lets a purge by labels touch only what it
-selects, not every entry of a store (memory and file stores; Redis keeps sets of its own).
-
-A purge's ``match`` that is :class:`~adcp_stale_cache.stores.Selecting` (a
-:class:`~adcp_stale_cache.ops.control.Selection`) says which labels every selected entry carries
-and, for one key, which key and the label of the entries built from it. Any other ``match``
-(a plain callable) says nothing about what it selects: the store scans. Candidates are always
-checked with ``match`` itself, so the index decides how much is read, never what is selected.
-"""
+"""Which entries carry a label, so a purge by labels reads only what it selects (memory and
+file stores); ``match`` itself still decides what is selected."""
 
 from __future__ import annotations
 
@@ -15,15 +8,13 @@ from typing import Any
 
 from .base import Selecting
 
-#: The order in which labels narrow a selection best: a tag or a partition names few entries,
-#: an upstream or its URL many (the file store looks the first one up, then checks the rest).
+#: Narrowest first: a tag or a partition names few entries, an upstream many.
 _NARROWEST = ("tag=", "partition=", "surface=", "credentials=", "url=", "upstream=")
 
 
 def selected_by(match: Callable[..., Any]) -> tuple[list[str], str | None, str | None] | None:
-    """The labels (narrowest first), the store key and the label of the entries built from
-    that key a selection names; None when ``match`` names neither labels nor a key (it must
-    be asked of every entry)."""
+    """The labels (narrowest first), store key and built-from label a selection names; None
+    when ``match`` names neither labels nor a key (it must be asked of every entry)."""
     if not isinstance(match, Selecting):
         return None
     labels = sorted(match.labels, key=_narrowness)
@@ -39,9 +30,8 @@ def _narrowness(label: str) -> tuple[int, str]:
 
 
 class LabelIndex:
-    """Label -> the keys of the entries that carry it. Kept exact by its owner on every
-    write, overwrite, eviction, expiry and delete; a label no entry carries any more is
-    forgotten, so the index holds what the entries hold, whatever the churn."""
+    """Label -> the keys of the entries that carry it, kept exact by its owner on every change;
+    a label no entry carries any more is forgotten."""
 
     __slots__ = ("_keys",)
 
@@ -49,7 +39,6 @@ class LabelIndex:
         self._keys: dict[str, set[str]] = {}
 
     def add(self, key: str, labels: Iterable[str]) -> None:
-        """``key`` carries ``labels``."""
         for label in labels:
             keys = self._keys.get(label)
             if keys is None:
@@ -58,7 +47,6 @@ class LabelIndex:
                 keys.add(key)
 
     def remove(self, key: str, labels: Iterable[str]) -> None:
-        """``key`` (no longer) carries ``labels``."""
         for label in labels:
             keys = self._keys.get(label)
             if keys is not None:
@@ -81,9 +69,7 @@ class LabelIndex:
         return {(label, key) for label, keys in self._keys.items() for key in keys}
 
     def clear(self) -> None:
-        """Forget everything."""
         self._keys.clear()
 
     def __len__(self) -> int:
-        """How many labels are indexed."""
         return len(self._keys)

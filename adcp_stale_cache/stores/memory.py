@@ -1,7 +1,4 @@
-"""A bounded in-process store: least recently used entries go first, by count and by bytes.
-
-Entries are indexed by label (see :mod:`~adcp_stale_cache.stores.label_index`): a purge by
-labels reads the entries that carry them, not every entry."""
+"""A bounded in-process store: least recently used entries go first, by count and by bytes."""
 
 from __future__ import annotations
 
@@ -21,15 +18,9 @@ _Item = tuple[Entry, float]  # (entry, expiry time)
 
 
 class MemoryStore:
-    """In-memory store, bounded by entry count and by total bytes.
+    """In-memory store, bounded by entry count and by total bytes; safe to share between threads.
 
-    Each entry expires ``ttl_seconds`` after it is set (the cache passes target + max-stale).
-    ``clock`` must be the clock the cache stamps entries with. Safe to share between threads
-    (sellers that run each request on a loop of its own in a worker thread): every operation
-    holds a lock for the few microseconds it takes. Capabilities (see
-    :mod:`~adcp_stale_cache.stores.base`): ``Purgeable``, ``PurgeCounting``, ``GuardedWrites``,
-    ``Clocked``, ``Bounded``.
-    """
+    ``clock`` must be the clock the cache stamps entries with."""
 
     def __init__(
         self,
@@ -43,10 +34,9 @@ class MemoryStore:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self.clock = clock
-        # Each item is (entry, expiry time), so a soft purge can rewrite it and keep its expiry.
         self._data = _IndexedCache(max_bytes, clock)
         self._lock = threading.RLock()  # reentrant: see set_unless_purged
-        self._purges = 0  # see generation
+        self._purges = 0
 
     async def get(self, key: str) -> Entry | None:
         """The entry under ``key`` if it has not expired."""
@@ -69,11 +59,9 @@ class MemoryStore:
     async def set_unless_purged(
         self, key: str, entry: Entry, ttl_seconds: float, count: object
     ) -> bool:
-        """Keep ``entry`` unless a purge landed since the purge count was ``count`` (see
-        purges); False when one did (the write refused). The check and the write are one
-        step: neither awaits anything (a subclass's own ``set`` and ``generation`` are
-        used), and the store's lock is held across both, so a purge by another thread
-        lands before the check or after the write, never in between."""
+        """Keep ``entry`` unless a purge landed since the purge count was ``count`` (False)."""
+        # The lock spans the check and the write (neither awaits): a purge by another
+        # thread lands before or after, never in between.
         with self._lock:  # reentrant: set takes it too
             if await self.generation() != count:
                 return False
@@ -91,14 +79,13 @@ class MemoryStore:
             return [(key, item[0]) for key, item in self._items()]
 
     def _items(self) -> list[tuple[str, tuple[Entry, float]]]:
-        """Unexpired items, read without touching their recency (a walk is no use)."""
+        """Unexpired items, read without touching their recency."""
         self._data.expire()
         return [(key, Cache.__getitem__(self._data, key)) for key in list(self._data)]
 
     async def purge(self, match: Callable[[str, Entry], bool], *, soft: bool) -> int:
-        """Invalidate the entries ``match`` selects: mark them for revalidation (``soft``),
-        or forget them. Returns how many. A selection by labels (or by key) reads only the
-        entries that carry its labels; any other ``match`` is asked of every entry."""
+        """Mark the entries ``match`` selects for revalidation (``soft``) or forget them; how
+        many."""
         with self._lock:
             found = [(key, item) for key, item in self._selectable(match) if match(key, item[0])]
             for key, (entry, expires_at) in found:
@@ -111,12 +98,11 @@ class MemoryStore:
         return len(found)
 
     def _selectable(self, match: Callable[[str, Entry], bool]) -> list[tuple[str, _Item]]:
-        """The unexpired items ``match`` may select (every one, when it names no labels)."""
         named = selected_by(match)
         if named is None:
             return self._items()
         labels, store_key, built = named
-        self._data.expire()  # what is left is unexpired, as a scan would read it
+        self._data.expire()
         index = self._data.index
         if store_key is None:
             keys = index.candidates(labels)
@@ -126,8 +112,7 @@ class MemoryStore:
         return [(key, item) for key, item in held if item is not None]
 
     async def generation(self) -> int:
-        """How many purges this store has seen: a flight that saw it move while it was in
-        flight does not store its answer (see :mod:`~adcp_stale_cache.pipeline.purges`)."""
+        """How many purges this store has seen."""
         return self._purges
 
     @property
@@ -142,9 +127,8 @@ class MemoryStore:
 
 
 class _IndexedCache(TLRUCache[str, _Item]):
-    """The store's items, with a label index kept exact through every way an item comes or
-    goes: a write or overwrite, a delete, an eviction (``popitem``, past a bound) and an
-    expiry (``expire``, which cachetools calls on every write and eviction)."""
+    """The store's items, with a label index kept exact through writes, deletes, evictions
+    (``popitem``) and expiries (``expire``, which cachetools calls on every write)."""
 
     def __init__(self, max_bytes: int, clock: Callable[[], float]) -> None:
         super().__init__(maxsize=max_bytes, ttu=_expires_at, timer=clock, getsizeof=_sizeof)
@@ -184,8 +168,8 @@ class _IndexedCache(TLRUCache[str, _Item]):
         return Cache.__getitem__(self, key) if Cache.__contains__(self, key) else None
 
     def mark(self, key: str, value: _Item) -> None:
-        """Rewrite a held item with one of the same size, labels and expiry (a purge's
-        mark), leaving its recency as it was: a purge is not a use."""
+        """Rewrite a held item with one of the same size, labels and expiry, keeping its
+        recency: a purge is not a use."""
         Cache.__setitem__(self, key, value)
 
 

@@ -1,32 +1,7 @@
 """A Redis store (``redis.asyncio``), shared by every worker and host of a seller.
 
-Entry format (version 3), under ``{prefix}:v3:{<key>}`` (the braces are a Cluster hash tag:
-an entry and its refresh lease, ``{prefix}:v3:lease:{<key>}``, share a slot)::
-
-    b"\\x03" | stored_at (8 bytes, big-endian IEEE double, Unix seconds)
-          | CRC-32 of terms + labels + data (4)
-          | flags (1: soft-purged, 2: tombstone, 4: terms follow) | labels length (2)
-          | terms (32, when flagged: see Entry.terms) | labels (UTF-8, newline-separated) | data
-
-An unreadable value (another format, truncated, foreign, a ``stored_at`` that is not a
-finite time) is no entry: the key is then refreshed from the upstream and overwritten.
-
-Each label of an entry (see :mod:`adcp_stale_cache.core.labels`) is a set of keys,
-``{prefix}:label:{label}``, expiring with the longest-lived entry it names: invalidations
-intersect these sets instead of scanning the keyspace. Every purge (one that found nothing
-too) increments ``{prefix}:generation``, which processes' memory tiers and flights watch
-(:class:`~adcp_stale_cache.stores.TieredStore`).
-
-``stored_at`` is the writer's wall clock, so every process computes the same age (up to the
-clock skew between hosts, which NTP keeps small; ages are clamped at zero, so a reader behind
-the writer never sees a negative age). Keys carry the format version: a future format uses
-``v2`` keys and never misreads a ``v1`` value. Redis expires each entry at target + max-stale.
-
-Redis faults never fail a request: every operation has short socket timeouts and a deadline
-of its own (``deadline_seconds``, four socket timeouts by default), and after a failure the
-store stays away from Redis for ``retry_after_seconds`` (answering "no entry"), then tries
-again; the client reconnects by itself.
-"""
+Entry format and key layout: docs/redis.md. A Redis fault never fails a request: every operation
+has a deadline, and after a failure the store answers "no entry" for ``retry_after_seconds``."""
 
 from __future__ import annotations
 
@@ -58,8 +33,7 @@ logger = logging.getLogger("adcp_stale_cache.redis")
 FORMAT_VERSION = 3
 _HEADER = struct.Struct(">BdIBH")
 _REVALIDATE, _TOMBSTONE, _TERMS = 1, 2, 4  # flags: soft-purged, hard-purged, terms follow
-# Mark an entry for revalidation only if it is still the value that was read (a refresh that
-# landed meanwhile is not marked), keeping its expiry.
+# Mark an entry only if it is still the value read (a refresh meanwhile wins), keeping its TTL.
 _MARK = (
     "if redis.call('get', KEYS[1]) == ARGV[1] then "
     "return redis.call('set', KEYS[1], ARGV[2], 'KEEPTTL') end return 0"
@@ -71,8 +45,7 @@ _SET = (
     "if redis.call('pttl', KEYS[i]) < tonumber(ARGV[2]) then "
     "redis.call('pexpire', KEYS[i], ARGV[2]) end end return 1"
 )
-# _SET, only while the purge count (KEYS[1]) is still ARGV[4]: the check and the write are
-# one step, so no purge slips between them (see purges).
+# _SET, only while the purge count (KEYS[1]) is still ARGV[4]: no purge slips between them.
 _SET_UNLESS_PURGED = (
     "if (redis.call('get', KEYS[1]) or '0') ~= ARGV[4] then return 0 end "
     "redis.call('set', KEYS[2], ARGV[1], 'PX', ARGV[2]) "
@@ -83,17 +56,15 @@ _SET_UNLESS_PURGED = (
 _RELEASE = (
     "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
 )
-#: Each script's SHA-1: scripts are sent by it (EVALSHA), their text only when the server's
-#: script cache lacks it (a restart, a failover): a write then sends its key and value, not
-#: a few hundred bytes of Lua besides.
-_SHA = {script: hashlib.sha1(script.encode()).hexdigest() for script in (_MARK, _SET,
-        _SET_UNLESS_PURGED, _RELEASE)}  # fmt: skip
+#: Scripts go by SHA-1 (EVALSHA): their text only when the server lacks it (a restart).
+_SHA = {
+    script: hashlib.sha1(script.encode()).hexdigest()
+    for script in (_MARK, _SET, _SET_UNLESS_PURGED, _RELEASE)
+}
 
 
 class RedisStore:
-    """Entries in Redis; ``clock`` is the wall clock (``time.time``) every process shares.
-    Capabilities: ``Purgeable``, ``PurgeCounting``, ``GuardedWrites``, ``Leasing``,
-    ``SharedBreakerStore``, ``Clocked``, ``FailureCounting``."""
+    """Entries in Redis; ``clock`` is the wall clock (``time.time``) every process shares."""
 
     clock = staticmethod(time.time)
 
@@ -120,10 +91,8 @@ class RedisStore:
         self._warned_loop = False
         self.prefix = f"{prefix}:v{FORMAT_VERSION}"
         self.retry_after_seconds = retry_after_seconds
-        # A whole operation's bound (4 socket timeouts by default): socket timeouts bound
-        # each read, not an operation. A Cluster out of reach queues every operation behind
-        # its client's one re-initialisation at a time (each asks every startup node), and a
-        # seller cut off from it answered in 8 s, then 15 s and more as requests queued.
+        # Socket timeouts bound each read, not an operation: a Cluster out of reach queued
+        # operations behind its re-initialisation, and answers took 8 s, then 15 s and more.
         self.deadline_seconds = deadline_seconds if deadline_seconds else 4 * socket_timeout
         self.failures = 0  # Redis operations that failed (and were answered as "no entry")
         self._down_until = 0.0
@@ -141,13 +110,12 @@ class RedisStore:
 
     @property
     def available(self) -> bool:
-        """False while the store stays away from Redis after a failure, or when called from
-        an event loop the client cannot serve (see :meth:`_client_here`)."""
+        """False while the store stays away from Redis after a failure, or on an event loop
+        the client cannot serve."""
         return time.monotonic() >= self._down_until and self._client_here() is not None
 
     def answered(self, failures_before: int) -> bool:
-        """Whether every operation since ``failures`` was ``failures_before`` was asked and
-        answered (see :class:`~adcp_stale_cache.stores.FailureCounting`)."""
+        """True when no operation failed or was skipped since ``failures_before``."""
         return self.available and self.failures == failures_before
 
     @property
@@ -156,9 +124,8 @@ class RedisStore:
         return self._clients.any()
 
     def _client_here(self) -> Any | None:
-        """The running loop's client (see :class:`~.redis_urls.LoopClients`); a client passed
-        in serving another loop answers "no entry" here, with one ERROR line, rather than
-        break that loop's connections."""
+        """The running loop's client; a client passed in that serves another loop answers "no
+        entry" here (one ERROR line) rather than break that loop's connections."""
         client = self._clients.here()
         if client is not None:
             return client
@@ -202,11 +169,9 @@ class RedisStore:
     async def set_unless_purged(
         self, key: str, entry: Entry, ttl_seconds: float, count: object
     ) -> bool:
-        """:meth:`set`, in one script with the check that the purge count is still ``count``
-        (see purges); False when a purge landed since (the write refused). A fault loses the
-        write as :meth:`set` does (True: nothing was refused). On a Cluster the count lives
-        in a slot of its own, out of a script's reach: the check then runs just before the
-        write (purges count before they mark, so only a purge starting in between slips)."""
+        """:meth:`set` unless the purge count is no longer ``count`` (False), in one script.
+        A fault loses the write as :meth:`set` does (True). On a Cluster the count is in a
+        slot of its own: it is checked just before the write instead."""
         if self.cluster or not isinstance(count, int):
             current = await self.generation()
             if current is not None and current != count:
@@ -214,8 +179,11 @@ class RedisStore:
             await self.set(key, entry, ttl_seconds)
             return True
         ttl = max(1, int(ttl_seconds * 1000))
-        names = [f"{self.prefix}:generation", self._key(key),
-                 *(self._label(label) for label in entry.labels)]  # fmt: skip
+        names = [
+            f"{self.prefix}:generation",
+            self._key(key),
+            *(self._label(label) for label in entry.labels),
+        ]
         raw = encode(entry)  # as in set: not a fault of Redis
         args = (*names, raw, ttl, key, str(count))
         kept = await self._call(
@@ -229,12 +197,8 @@ class RedisStore:
 
     @asynccontextmanager
     async def lease(self, key: str, seconds: float) -> AsyncIterator[bool]:
-        """A cross-process lock on refreshing ``key``: yields True to the one holder.
-
-        The lease expires by itself after ``seconds``, so a holder that dies never blocks the
-        others for longer. Yields True too when Redis is down (no coordination possible: each
-        process refreshes for itself).
-        """
+        """A cross-process lock on refreshing ``key``, expiring after ``seconds``: yields True
+        to the one holder, and to every process while Redis is down."""
         lock, token, ttl = self._lease(key), uuid.uuid4().hex, max(1, int(seconds * 1000))
         acquired = bool(
             await self._call("lease", True, lambda c: c.set(lock, token, nx=True, px=ttl))
@@ -250,21 +214,16 @@ class RedisStore:
         return bool(await self._call("lease_active", False, lambda c: c.exists(self._lease(key))))
 
     async def purge(self, match: Callable[[str, Entry], bool], *, soft: bool) -> int:
-        """Invalidate the entries ``match`` selects: mark them for revalidation (``soft``,
-        expiry kept) or leave a tombstone. A selection with labels (a
-        :class:`~adcp_stale_cache.ops.control.Selection`) reads the intersection of their sets,
-        one with a key that key alone; any other ``match`` scans this store's keys (an
-        operator's action, not a request's). Tried even while the store stays away from Redis
-        after a failure; a failure is counted in ``failures`` (the caller reports it)."""
+        """Mark the entries ``match`` selects for revalidation (``soft``) or leave tombstones;
+        how many. Tried even while the store stays away; a failure counts in ``failures``."""
         client = self._client_here()
         if client is None:
             self.failures += 1
             return 0
         count, marking, generation = 0, False, f"{self.prefix}:generation"
         try:
-            # Counted before it marks: a flight that read the count before this purge and
-            # stores while it marks finds it moved (see purges). Every purge counts, one
-            # that finds nothing too.
+            # Counted before it marks: a flight that read the count before and stores while
+            # it marks finds it moved. Every purge counts, one that finds nothing too.
             await client.incr(generation)
             marking = True
             async for batch in self._candidates(client, match):
@@ -278,8 +237,7 @@ class RedisStore:
                     if soft and entry.revalidate:
                         count += 1
                         continue
-                    # Hard: a tombstone, not a gap (see Entry): processes drop their copies.
-                    # Stamped with the purge's time: newer than every copy stored before it.
+                    # Hard: a tombstone stamped now, newer than any copy, so processes drop theirs.
                     marked = encode(
                         dataclasses.replace(entry, revalidate=True)
                         if soft
@@ -288,8 +246,7 @@ class RedisStore:
                     marks.append((name, raw, marked))
                 count += await self._marked(client, marks)
             # Counted again once marked: a memory tier that read an entry between the first
-            # count and its mark (and noted its copy as matching, see TieredStore) hears of
-            # the purge after that read, never before it only.
+            # count and its mark hears of the purge after that read.
             marking = False
             await client.incr(generation)
         except Exception as exc:
@@ -299,8 +256,7 @@ class RedisStore:
         return count
 
     async def _marked(self, client: Any, marks: list[tuple[str, bytes, bytes]]) -> int:
-        """Mark a batch of entries (each only if it is still the value read), in one
-        pipeline: one round trip per batch, not one per entry; how many were marked."""
+        """Mark a batch (each only if still the value read) in one pipeline; how many."""
         if not marks:
             return 0
         async with client.pipeline(transaction=False) as pipe:
@@ -311,7 +267,6 @@ class RedisStore:
     async def _candidates(
         self, client: Any, match: Callable[[str, Entry], bool]
     ) -> AsyncIterator[list[str]]:
-        """The keys ``match`` may select, in batches."""
         labels, store_key, label = selected_by(match) or ([], None, None)
         if store_key is not None:  # the entry, and those built from it (see Selection)
             built = await client.smembers(self._label(label)) if label is not None else ()
@@ -333,8 +288,7 @@ class RedisStore:
             yield keys[start : start + 500]
 
     async def breaker_state(self, name: str) -> bytes | None:
-        """What another process published about its open breaker on ``name`` (None: closed,
-        or Redis down)."""
+        """What another process published of its open breaker on ``name`` (None: closed)."""
         state: bytes | None = await self._call(
             "breaker_state", None, lambda client: client.get(f"{self.prefix}:breaker:{name}")
         )
@@ -347,12 +301,12 @@ class RedisStore:
 
     async def breaker_closed(self, name: str) -> None:
         """Withdraw the open breaker published on ``name``."""
-        await self._call("breaker_closed", None,
-                         lambda client: client.delete(f"{self.prefix}:breaker:{name}"))  # fmt: skip
+        await self._call(
+            "breaker_closed", None, lambda client: client.delete(f"{self.prefix}:breaker:{name}")
+        )
 
     async def generation(self) -> int | None:
-        """How many purges this Redis has seen so far (None when it is down):
-        processes' memory tiers watch it to hear of other processes' invalidations."""
+        """How many purges this Redis has seen (None when it cannot be read)."""
         client = self._client_here()
         if client is None or not self.available or time.monotonic() < self._count_down_until:
             return None
@@ -360,10 +314,8 @@ class RedisStore:
             async with _deadline(self.deadline_seconds):
                 return int(await client.get(f"{self.prefix}:generation") or 0)
         except Exception as exc:
-            # Not a reason to stay away from the whole store: the count lives in one slot,
-            # and every miss reads it (see purges); the entries' own reads and writes decide.
-            # But a failing read (a cluster failing over retries for a while) is not tried
-            # again for a moment: a request would pay it on every miss.
+            # No reason to stay away from the store (the count lives in one slot), but not
+            # tried again for a moment: every miss would pay a failing-over cluster's retries.
             self._count_down_until = time.monotonic() + self.retry_after_seconds
             logger.debug("redis_generation_unreadable error=%s", type(exc).__name__)
             return None
@@ -373,8 +325,7 @@ class RedisStore:
         await self.client.aclose()
 
     async def _call(self, op: str, default: Any, command: Callable[[Any], Awaitable[Any]]) -> Any:
-        """``command(client)`` within the deadline; ``default`` while the store stays away
-        from Redis, or when it fails (counted and logged: the store then stays away)."""
+        """``command(client)`` within the deadline; ``default`` while away or on a failure."""
         if not self.available:
             return default
         try:
@@ -391,16 +342,14 @@ class RedisStore:
 
 
 async def _count_again(client: Any, generation: str, seconds: float) -> None:
-    """Count a purge once more, if Redis answers within ``seconds`` (a purge that failed
-    after it marked some entries: see purge)."""
+    """Count a purge that failed midway once more, if Redis answers within ``seconds``."""
     with contextlib.suppress(Exception):
         async with _deadline(seconds):
             await client.incr(generation)
 
 
 async def _script(client: Any, script: str, keys: int, *args: object) -> Any:
-    """Run ``script`` by its SHA-1 (one round trip), or by its text when the server does
-    not have it cached yet (two: its text also caches it)."""
+    """Run ``script`` by its SHA-1, or by its text (which caches it) when the server lacks it."""
     from redis.exceptions import NoScriptError
 
     try:
@@ -441,6 +390,10 @@ def decode(raw: bytes) -> Entry | None:
         return None
     labels = tuple(body[:size].decode().split("\n")) if size else ()
     return Entry(
-        body[size:], stored_at, labels, bool(flags & _REVALIDATE), bool(flags & _TOMBSTONE),
+        body[size:],
+        stored_at,
+        labels,
+        bool(flags & _REVALIDATE),
+        bool(flags & _TOMBSTONE),
         terms,
-    )  # fmt: skip
+    )

@@ -1,15 +1,5 @@
-"""Redis clients from URLs: one server, a Cluster, or a master found through Sentinel.
-
-- ``redis://[user:password@]host:port/db``, ``rediss://`` (TLS), ``unix:///path``: one server;
-- ``redis+cluster://[user:password@]host:port[,host:port...]`` (``rediss+cluster://``): a
-  Redis Cluster (or Valkey) from any of its nodes; MOVED and ASK are the client's business;
-- ``redis+sentinel://[user:password@]host:port[,host:port...]/service[/db]``
-  (``rediss+sentinel://``): the master Sentinel names ``service``, followed across failovers.
-
-TLS options ride in the query as redis-py takes them (``?ssl_ca_certs=/path/ca.pem``,
-``ssl_cert_reqs=none``, ``ssl_certfile=``, ``ssl_keyfile=``). Passwords never reach a log
-line: :func:`redacted` is how a URL is shown.
-"""
+"""Redis clients from URLs: one server, a Cluster, or a master found through Sentinel (the
+forms: docs/redis.md). Passwords never reach a log line: :func:`redacted` shows a URL."""
 
 from __future__ import annotations
 
@@ -20,24 +10,32 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster", "redis+sentinel",
-           "rediss+sentinel")  # fmt: skip
-_TLS_OPTIONS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs",
-                "ssl_check_hostname")  # fmt: skip
+SCHEMES = (
+    "redis",
+    "rediss",
+    "unix",
+    "redis+cluster",
+    "rediss+cluster",
+    "redis+sentinel",
+    "rediss+sentinel",
+)
+_TLS_OPTIONS = (
+    "ssl_ca_certs",
+    "ssl_certfile",
+    "ssl_keyfile",
+    "ssl_cert_reqs",
+    "ssl_check_hostname",
+)
 
 
 def redacted(url: str) -> str:
-    """``url`` with its passwords replaced by ``***`` (for logs and errors): the userinfo's
-    and any ``*password*`` in the query (redis-py takes both). Read by hand, not parsed: a
-    password holding ``#``, ``/`` or ``?`` would end a parsed netloc early and be shown, so
-    everything up to the last ``@`` is userinfo, with or without a scheme."""
+    """``url`` with its passwords (userinfo, any ``*password*`` query value) as ``***``. Read
+    by hand: a parsed netloc would end early at a password's ``#``, ``/`` or ``?``."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         scheme, rest = "", url
-    # First every *password* parameter's value, up to the next & (an @ in it included) ...
     rest = _QUERY_PASSWORD.sub(r"\1***", rest)
-    # ... then the userinfo: everything up to the last @ (one in a query value, a
-    # certificate's path say, masks more than needed, never less).
+    # Userinfo is everything up to the last @: one in a query value masks more, never less.
     head, at, tail = rest.rpartition("@")
     if at:
         user, colon, _ = head.partition(":")
@@ -54,8 +52,7 @@ def is_cluster(url: str) -> bool:
 
 
 def url_problem(url: str) -> str | None:
-    """What makes ``url`` no usable Redis URL, in words that never quote it; None when
-    nothing does (what :func:`client_from_url` takes, checked without redis installed)."""
+    """What makes ``url`` no usable Redis URL, never quoting it; None when nothing does."""
     parts = urlsplit(url)
     if parts.scheme not in SCHEMES or "://" not in url:
         return f"not a Redis URL ({', '.join(s + '://' for s in SCHEMES)})"
@@ -80,14 +77,13 @@ def client_from_url(url: str, *, socket_timeout: float) -> Any:
     from redis.backoff import NoBackoff
 
     parts = urlsplit(url)
-    # One immediate retry (a pooled connection the server closed while idle), never
-    # redis-py's default of ten with a backoff: a Redis out of reach then held an operation
-    # for seconds (a Cluster's each retry asks every startup node again), where the store's
-    # short timeout and stay-away are meant to answer at once. Every client gets its own.
+    # One immediate retry (a pooled connection closed while idle), not redis-py's ten with a
+    # backoff: those held an operation for seconds against a Redis out of reach.
     timeouts: dict[str, Any] = {
-        "socket_timeout": socket_timeout, "socket_connect_timeout": socket_timeout,
+        "socket_timeout": socket_timeout,
+        "socket_connect_timeout": socket_timeout,
         "retry": Retry(NoBackoff(), 1),
-    }  # fmt: skip
+    }
     if "+" not in parts.scheme:
         try:
             return redis.Redis.from_url(url, **timeouts)
@@ -95,14 +91,21 @@ def client_from_url(url: str, *, socket_timeout: float) -> Any:
             raise ValueError(f"not a usable Redis URL: {redacted(url)}") from None
     tls = parts.scheme.startswith("rediss")
     options = _tls_options(parts.query) if tls else {}
-    auth: dict[str, Any] = {"username": unquote(parts.username) if parts.username else None,
-            "password": unquote(parts.password) if parts.password else None}  # fmt: skip
+    auth: dict[str, Any] = {
+        "username": unquote(parts.username) if parts.username else None,
+        "password": unquote(parts.password) if parts.password else None,
+    }
     nodes = _nodes(parts.netloc.rsplit("@", 1)[-1])  # read by url_problem already
     if parts.scheme.endswith("+cluster"):
         from redis.asyncio.cluster import ClusterNode, RedisCluster
 
-        return RedisCluster(startup_nodes=[ClusterNode(host, port) for host, port in nodes],
-                            ssl=tls, **auth, **timeouts, **options)  # fmt: skip
+        return RedisCluster(
+            startup_nodes=[ClusterNode(host, port) for host, port in nodes],
+            ssl=tls,
+            **auth,
+            **timeouts,
+            **options,
+        )
     from redis.asyncio.sentinel import Sentinel
 
     path = [p for p in parts.path.split("/") if p]
@@ -134,11 +137,9 @@ def _tls_options(query: str) -> dict[str, Any]:
 
 
 class LoopClients:
-    """redis-py clients, one per event loop: a client belongs to the loop that first uses it.
-    With ``make`` (a URL's), every loop gets its own (a loop per request, the library's call
-    loop); without, ``first`` (a client passed in) serves one loop. A closed loop's client is
-    let go at the next new loop's first use: its connections close as it is collected (a
-    client holds its loop, so a weak mapping would never let either go)."""
+    """redis-py clients, one per event loop: with ``make`` every loop gets its own, without
+    it ``first`` serves one loop. A closed loop's client is let go at a new loop's first use
+    (a client holds its loop, so a weak mapping would never let either go)."""
 
     def __init__(self, first: Any, make: Callable[[], Any] | None) -> None:
         self._unused, self._make = first, make

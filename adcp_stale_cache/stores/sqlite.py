@@ -1,34 +1,7 @@
 """A file store (SQLite, stdlib): entries survive restarts, and a host's workers share them.
 
-One SQLite file in WAL mode (readers never wait for the writer; several processes share the
-file safely), reached from one dedicated thread per store so that no query runs on an event
-loop, whatever loop (or thread) calls. ``stored_at`` is the wall clock, so an entry's age is
-the same after a restart and for every process on the host.
-
-Bounded by entries and bytes: past either bound the oldest entries (by ``stored_at``) go
-first. Oldest-first rather than least-recently-used, so that a hit is a read and never a
-write: with several processes, a write per hit would serialise them on the file's lock.
-Expired entries are deleted as writes find them and in bulk when a bound is reached.
-Entries are indexed by label (a table of (label, key) rows, kept by the file's own
-triggers and each write's transaction): a purge by labels reads the entries that carry
-them, not every entry.
-
-Reads are the exception (``read_on_loop``, the default): a hit is read on the calling event
-loop through a read-only connection that never waits for a lock (busy: that read goes
-through the thread). WAL readers do not wait for writers, so only the disk itself can hold
-such a read; the thread hop it saves is most of a hit's cost (see the benchmarks). When
-reads on the loop take longer than ``slow_read_seconds`` on average (a cold or slow disk),
-the reads of the next ``slow_read_pause_seconds`` go through the thread, so that such a
-disk holds the loop for a few reads per pause, not on every hit. ``read_on_loop=False``
-keeps every query off the loop. Writes always are.
-
-Faults never fail a request: a missing directory, a locked, read-only, full, truncated or
-garbage file makes an operation answer "no entry" (or skip the write), with one WARNING per
-episode and ``failures`` counted; the store stays away for ``retry_after_seconds``, then
-reopens the file (recreating it, with the unreadable one renamed aside, when it is not a
-database) and carries on. Every query waits at most ``busy_timeout_seconds`` for another
-process's lock.
-"""
+WAL mode; one thread per store owns the connection, hits are read on the loop; a fault answers
+"no entry" and the file is reopened, or replaced when unreadable. Design: docs/durability.md."""
 
 from __future__ import annotations
 
@@ -84,14 +57,9 @@ CREATE TRIGGER IF NOT EXISTS count_delete AFTER DELETE ON entries BEGIN
 END;
 """
 
-# The label index (added within format 3, so that a file written before it still opens, and
-# a process of the release before, sharing the file, keeps it exact): the rows of ``labels``
-# say which entries carry a label, so that a purge by labels reads only those. The file's
-# own triggers queue every entry written with new labels in ``unindexed`` and drop the label
-# rows of an entry deleted or relabelled, whoever writes; this store then indexes its own
-# writes in the same transaction, and the rows queued by anyone else (the previous release,
-# or a file from before the index: every entry is queued when the index is created) at
-# the next purge, before it selects.
+# The label index, added within format 3 so that older files and releases still work: the
+# file's triggers queue entries written with new labels in ``unindexed``, whoever writes; this
+# store indexes its own writes in their transaction, and the rest at the next purge.
 _INDEX = """
 CREATE TABLE IF NOT EXISTS labels (
     label TEXT NOT NULL, key TEXT NOT NULL, PRIMARY KEY (label, key)
@@ -126,9 +94,7 @@ _DROP = (
 
 
 class SqliteStore:
-    """Entries in one SQLite file, shared by the processes of a host; see the module text.
-    Capabilities: ``Purgeable``, ``PurgeCounting``, ``GuardedWrites``, ``Clocked``,
-    ``FailureCounting``."""
+    """Entries in one SQLite file, shared by the processes of a host."""
 
     clock = staticmethod(time.time)
     #: Reads on the loop slower than this on average send reads through the thread a while.
@@ -165,8 +131,7 @@ class SqliteStore:
         # connection's snapshot, which can predate this caller's own write (a miss).
         self._reader_lock = threading.Lock()
         self._inode: int | None = None
-        # One thread owns the connection: queries never run on an event loop, and a store
-        # shared by threads and loops serialises its own access.
+        # One thread owns the connection: a store shared by threads and loops serialises itself.
         self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sqlite-store")
 
     @property
@@ -175,16 +140,14 @@ class SqliteStore:
         return time.monotonic() >= self._down_until
 
     def answered(self, failures_before: int) -> bool:
-        """Whether every operation since ``failures`` was ``failures_before`` was asked and
-        answered (see :class:`~adcp_stale_cache.stores.FailureCounting`)."""
+        """True when no operation failed or was skipped since ``failures_before``."""
         return self.available and self.failures == failures_before
 
     async def get(self, key: str) -> Entry | None:
         """The entry under ``key`` if present, intact and unexpired; None otherwise."""
         reader = self._reader
         started = time.perf_counter()
-        # On the loop while the file is the one the reader opened (a file replaced since is
-        # read, and the reader reopened, through the thread), and reads there are fast.
+        # On the loop unless reads there are slow or the file was replaced (the thread reopens).
         if (
             reader is not None
             and started >= self._thread_reads_until
@@ -208,15 +171,18 @@ class SqliteStore:
         terms = Terms.unpack(packed) if packed is not None else None
         if zlib.crc32(data) != checksum or (packed is not None and terms is None):
             return None  # a torn or foreign row: no entry
-        return Entry(data, stored_at, _split(labels), bool(flags & _REVALIDATE),
-                     bool(flags & _TOMBSTONE), terms)  # fmt: skip
+        return Entry(
+            data,
+            stored_at,
+            _split(labels),
+            bool(flags & _REVALIDATE),
+            bool(flags & _TOMBSTONE),
+            terms,
+        )
 
     def _timed_on_loop(self, seconds: float, now: float) -> None:
-        """Weigh a read's time on the loop into the recent reads' average; past
-        ``slow_read_seconds``, reads go through the thread for ``slow_read_pause_seconds``.
-        Averaged, each read counted at most twice the bound: a disk that is slow read after
-        read moves it within a few reads, where one read the machine merely paused (another
-        process ran meanwhile) does not."""
+        """Weigh a read's time on the loop into an average, each capped at twice the bound: a
+        disk slow read after read sends reads to the thread a while, one paused read does not."""
         bound = self.slow_read_seconds
         self._read_seconds += (min(seconds, 2 * bound) - self._read_seconds) * 0.2
         if self._read_seconds > bound:  # a cold or stalled disk holds the loop: a pause
@@ -230,9 +196,8 @@ class SqliteStore:
     async def set_unless_purged(
         self, key: str, entry: Entry, ttl_seconds: float, count: object
     ) -> bool:
-        """:meth:`set`, in one transaction with the check that the file's purge count is
-        still ``count`` (see purges); False when a purge landed since (the write refused).
-        A fault loses the write as :meth:`set` does (True: nothing was refused)."""
+        """:meth:`set` unless the purge count is no longer ``count`` (False), in one
+        transaction. A fault loses the write as :meth:`set` does (True)."""
         return await self._run("set", self._set, key, entry, ttl_seconds, count) is not False
 
     async def delete(self, key: str) -> None:
@@ -240,15 +205,12 @@ class SqliteStore:
         await self._run("delete", _delete, key)
 
     async def purge(self, match: Callable[[str, Entry], bool], *, soft: bool) -> int:
-        """Invalidate the entries ``match`` selects (by their labels): mark them for
-        revalidation (``soft``), or delete them. Returns how many. Tried even while the store
-        stays away from the file after a failure, and awaited to its end (an operator's
-        action reports what happened); a failure is counted in ``failures``."""
+        """Mark the entries ``match`` selects for revalidation (``soft``) or leave tombstones;
+        how many. Tried even while away, awaited to its end; a failure counts in ``failures``."""
         return await self._run("purge", _purge, match, soft, self.clock(), operator=True) or 0
 
     async def generation(self) -> int | None:
-        """How many purges this file has seen so far (None when the file fails):
-        processes' memory tiers watch it to hear of another process's invalidation."""
+        """How many purges this file has seen (None when the file fails)."""
         return await self._run("generation", _generation)
 
     async def totals(self) -> tuple[int, int]:
@@ -269,10 +231,8 @@ class SqliteStore:
         loop = asyncio.get_running_loop()
         work = loop.run_in_executor(self._thread, self._guarded, fn, *args)
         try:
-            # A request's query is bounded, queued behind one that waits for another
-            # process's lock too. An operator's purge is awaited to its end: the thread
-            # commits it whether anyone waits or not, so giving up early would report a
-            # failure that did not happen (its lock waits are bounded by busy_timeout).
+            # A request waits at most two lock waits; an operator's purge to its end: the
+            # thread commits it anyway, so giving up would report a failure that did not happen.
             result = await (
                 work if operator else asyncio.wait_for(work, self.busy_timeout_seconds * 2 + 0.1)
             )
@@ -320,9 +280,11 @@ class SqliteStore:
 
     def _open(self) -> sqlite3.Connection:
         db = sqlite3.connect(
-            self.path, timeout=self.busy_timeout_seconds, isolation_level=None,
+            self.path,
+            timeout=self.busy_timeout_seconds,
+            isolation_level=None,
             check_same_thread=False,
-        )  # fmt: skip
+        )
         try:
             db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_seconds * 1000)}")
             db.execute("PRAGMA journal_mode = WAL")
@@ -367,10 +329,18 @@ class SqliteStore:
                 return False  # a purge landed since the count was read: it wins
             db.execute(
                 _UPSERT,
-                (key, entry.stored_at, now + ttl, entry.size, zlib.crc32(data),
-                 "\n".join(entry.labels), _flags(entry),
-                 entry.terms.pack() if entry.terms is not None else None, data),
-            )  # fmt: skip
+                (
+                    key,
+                    entry.stored_at,
+                    now + ttl,
+                    entry.size,
+                    zlib.crc32(data),
+                    "\n".join(entry.labels),
+                    _flags(entry),
+                    entry.terms.pack() if entry.terms is not None else None,
+                    data,
+                ),
+            )
             # Queued by the file's trigger when the entry is new or relabelled: indexed now.
             if db.execute("DELETE FROM unindexed WHERE key = ?", (key,)).rowcount:
                 db.executemany(_INDEXED, [(label, key) for label in entry.labels])
@@ -402,8 +372,11 @@ class SqliteStore:
             self._failing = True
             logger.warning(
                 "file_store_unavailable op=%s path=%s error=%s: %s",
-                op, self.path, type(exc).__name__, exc,
-            )  # fmt: skip
+                op,
+                self.path,
+                type(exc).__name__,
+                exc,
+            )
         self._thread.submit(self._close)  # reopened (or recreated) on the next try
 
 
@@ -434,14 +407,13 @@ def _get(
 def _purge(
     db: sqlite3.Connection, match: Callable[[str, Entry], bool], soft: bool, stamp: float
 ) -> int:
-    # A hard purge leaves a tombstone, not a gap: other processes' memory tiers drop
-    # their copies when they see it (a missing row could be an expiry, or a new file).
+    # Hard: a tombstone stamped with the purge's time, not a gap (which reads as an expiry).
     statement = (
         f"UPDATE entries SET flags = flags | {_REVALIDATE} WHERE key = ?"
         if soft
         else f"UPDATE entries SET flags = {_TOMBSTONE}, data = x'', checksum = 0, size = "
         f"{_TOMBSTONE_SIZE}, stored_at = {stamp!r} WHERE key = ?"
-    )  # a tombstone is stamped with the purge's time: newer than every copy before it
+    )
 
     def select_and_mark(db: sqlite3.Connection) -> int:  # at once: no refresh slips between
         _index_queued(db)  # entries written by others since: the index is whole again
@@ -474,9 +446,7 @@ def _totals(db: sqlite3.Connection) -> tuple[int, int]:
 def _selectable(
     db: sqlite3.Connection, match: Callable[[str, Entry], bool]
 ) -> list[tuple[str, float, str, int]]:
-    """The unexpired entries ``match`` may select: those carrying the labels a selection
-    names (through the index: the narrowest label's rows, the others looked up), or every
-    one when ``match`` names none."""
+    """The unexpired entries ``match`` may select, through the label index when it names any."""
     now = time.time()
     named = selected_by(match)
     args: list[object]
@@ -500,8 +470,7 @@ def _selectable(
 
 
 def _index_queued(db: sqlite3.Connection) -> None:
-    """Index the entries the file's triggers queued (written by another release, or before
-    the index existed); within the caller's transaction."""
+    """Index the entries the file's triggers queued, within the caller's transaction."""
     rows = db.execute(
         "SELECT u.key, e.labels FROM unindexed u JOIN entries e ON e.key = u.key"
     ).fetchall()
@@ -515,8 +484,7 @@ def _index_everything(db: sqlite3.Connection) -> None:
 
 
 def _in_transaction(db: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
-    """``fn(db)`` in one write transaction (taken at once: nothing slips between its reads
-    and its writes), rolled back when it raises."""
+    """``fn(db)`` in one write transaction taken at once, rolled back when it raises."""
     db.execute("BEGIN IMMEDIATE")
     try:
         result = fn(db)
@@ -536,10 +504,8 @@ def _split(labels: str) -> tuple[str, ...]:
 
 
 def _for_the_thread(exc: BaseException) -> bool:
-    """A read on the loop that failed for no fault of the file, which the thread reads
-    instead: busy (another connection is recovering or checkpointing the file), or its
-    reader closed under it by the store's thread (which reopens a replaced file, or closes
-    it after another operation's failure, while another loop or thread reads)."""
+    """A loop read that failed for no fault of the file, for the thread to redo: busy (a
+    recovery, a checkpoint), or its reader closed under it by the store's thread."""
     if isinstance(exc, sqlite3.OperationalError):
         return _busy(exc)
     return isinstance(exc, sqlite3.ProgrammingError)

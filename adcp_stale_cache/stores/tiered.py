@@ -1,27 +1,7 @@
 """Two tiers: a bounded memory store in front of a shared one (a file, Redis).
 
-Reads take the memory copy while it is young or was seen to match the shared copy within
-``near_max_age_seconds`` (1 s), else ask the shared store and keep the newer of the two, so a
-process sees what another process refreshed within that time; a hot key costs one shared
-read per ``near_max_age_seconds``, not one per request once its copy is a second old. When
-the shared store is down or empty, the memory copy is still served: a process keeps its
-stale fallback through a Redis outage, and a cold process finds one in Redis through an
-upstream outage. Writes go to both tiers.
-
-Invalidations reach every process within ``check_seconds`` (50 ms): a shared store that
-counts its purges (``generation()``: Redis and the file store do) is asked for that count at
-most every ``check_seconds``, and once it moved, memory copies stored before are read
-through again (the shared copy carries the purge). A process that cannot read the count
-(Redis down, or cut off from it) cannot hear invalidations: once it has not heard for
-``unheard_fresh_seconds`` (5 s), memory copies older than that are served as due for
-revalidation, never as fresh. So a purge this process missed is served as fresh for at most
-``unheard_fresh_seconds`` (plus ``check_seconds``); meanwhile each key is refreshed at most
-that often, and an outage still serves the copy stale, with its advisory.
-
-Tiers nest: memory in front of a file in front of Redis is
-``TieredStore(TieredStore(redis, near=file), near=memory)``; the file then answers while
-Redis is down, and after a restart while Redis is unreachable.
-"""
+The memory copy serves while young or lately seen to match the shared copy; purges are heard
+through the shared store's purge count (see docs/operating.md#across-processes)."""
 
 from __future__ import annotations
 
@@ -46,11 +26,8 @@ from .memory import MemoryStore
 
 
 class TieredStore:
-    """Memory in front of ``far``; both keep entries on the shared wall clock.
-
-    Capabilities: every one but ``Bounded`` and ``FailureCounting`` (its tiers have those).
-    It answers for those ``far`` lacks as a store without them would: a lease always held
-    here, no breaker shared, a purge counted by the memory tier alone."""
+    """Memory in front of ``far``, on the shared wall clock. What ``far`` lacks it answers for
+    as a store without it would: a lease always held, no breaker shared."""
 
     clock = staticmethod(time.time)
 
@@ -76,12 +53,10 @@ class TieredStore:
         self._heard_at = self.clock()  # wall: when it last answered
         self._purged_at = 0.0  # wall: when it was last seen to grow (a purge)
         self._unsure_at = 0.0  # wall: when it last changed, grown or not (first reading too)
-        # Wall: when each memory copy last matched the shared one (see _confirm); bounded.
-        self._confirmed: dict[str, float] = {}
+        self._confirmed: dict[str, float] = {}  # wall: when each copy last matched (_confirm)
         near_max = self.near.max_entries if isinstance(self.near, Bounded) else 10_000
         self._confirmed_max = int(near_max)
         self._confirming = threading.Lock()  # the tier may be shared by threads
-        # What each tier can do, decided once (a protocol check walks every member).
         self._near_purges, self._far_purges = PurgeWitness(self.near), PurgeWitness(far)
         self._near_purgeable = self.near if isinstance(self.near, Purgeable) else None
         self._far_purgeable = far if isinstance(far, Purgeable) else None
@@ -91,9 +66,8 @@ class TieredStore:
         self._far_listening = far if isinstance(far, Listening) else None
 
     async def get(self, key: str) -> Entry | None:
-        """The newer of the memory and shared copies (memory alone while it was stored or
-        seen to match the shared copy within ``near_max_age_seconds``, and no purge was
-        heard of since)."""
+        """The newer of the memory and shared copies (memory alone while young or lately seen
+        to match, and no purge heard of since)."""
         near = await self.near.get(key)
         now = self.clock()
         await self._listen(now)
@@ -110,9 +84,8 @@ class TieredStore:
             and near.stored_at <= self._purged_at
             and (counted is None or counted.answered(failures))
         ):
-            # No shared copy of a copy stored before a purge: hard-purged (its tombstone since
-            # evicted or expired) reads exactly as evicted, so it is forgotten, never served.
-            # (A shared store that did not answer says nothing: the copy stays the fallback.)
+            # Hard-purged (its tombstone since gone) reads as evicted: forgotten, never served.
+            # A shared store that did not answer says nothing: the copy stays the fallback.
             self._forget(key)
             await self.near.delete(key)
             return None
@@ -131,10 +104,8 @@ class TieredStore:
         return far
 
     def _confirm(self, key: str, now: float) -> None:
-        """Note that the memory copy of ``key`` matched the shared one as of ``now`` (a time
-        taken before the shared read: a purge heard of after it voids the note, see get).
-        A purge marking entries between two counts of it (Redis: see its purge) is heard of
-        after such a read, never missed. The notes are bounded like the memory tier."""
+        """Note that the memory copy of ``key`` matched the shared one as of ``now``, taken
+        before the shared read: a purge heard of after it voids the note."""
         with self._confirming:
             self._confirmed.pop(key, None)
             self._confirmed[key] = now
@@ -142,22 +113,20 @@ class TieredStore:
                 del self._confirmed[next(iter(self._confirmed))]  # the oldest note
 
     def ask_shared(self, key: str) -> None:
-        """Let the next read of ``key`` ask the shared store (unless this process's copy is
-        young), whatever was noted of the memory copy: a process waiting on another's
-        write to it (see flight). Nested tiers pass it on."""
+        """Let the next read of ``key`` ask the shared store unless its copy is young (a
+        process waits on another's write). Nested tiers pass it on."""
         self._forget(key)
         if self._far_listening is not None:
             self._far_listening.ask_shared(key)
 
     def listen_soon(self) -> None:
-        """Read the purge count on the next read, whenever it was last read: a tier above
-        (nested tiers) heard it move. Nested tiers pass it on."""
+        """Read the purge count on the next read (a tier above heard it move); nested tiers
+        pass it on."""
         self._checked_at = float("-inf")
         if self._far_listening is not None:
             self._far_listening.listen_soon()
 
     def _forget(self, key: str) -> None:
-        """Drop the note of ``key``: its memory copy is replaced or gone."""
         with self._confirming:
             self._confirmed.pop(key, None)
 
@@ -167,15 +136,9 @@ class TieredStore:
         return None if UNREADABLE in counts else counts
 
     async def heard_generation(self) -> object:
-        """The purge count as :meth:`generation` gives it, from the shared tiers' reading of
-        at most ``check_seconds`` ago (the near tier's, in this process, read now): what a
-        flight may start under instead of a round trip (see purges). None when the last
-        reading is older, or did not answer: the caller reads the count itself.
-
-        A reading earlier than the flight is conservative: a purge after it still refuses
-        the flight's write. It misses only another process's purge of the last
-        ``check_seconds``, which this process's reads do not know of yet either; its own
-        purges move the near tier's count, read now."""
+        """:meth:`generation` from the shared tier's reading of at most ``check_seconds`` ago
+        (the near tier's read now), or None. It misses only other processes' purges that this
+        process's reads have not heard of either."""
         read_at, heard = self._read_at, self._generation
         if read_at is None or time.monotonic() - read_at >= self.check_seconds:
             return None
@@ -185,7 +148,6 @@ class TieredStore:
         return None if near is UNREADABLE else (near, heard[1])
 
     async def _listen(self, now: float) -> None:
-        """Read the shared tiers' purge count, at most every ``check_seconds``."""
         checked = time.monotonic()
         if checked - self._checked_at < self.check_seconds:
             return
@@ -195,36 +157,24 @@ class TieredStore:
             self._read_at = None  # unreadable: flights read the count themselves
             return
         if current != self._generation:
-            # Copies stored before are read through once more. A count seen to grow is a
-            # purge: such a copy with no shared copy is forgotten (see get). A first reading,
-            # or a count that went back (a Redis restarted empty), says only "unsure":
-            # copies stored before it (while it could not be read) are revalidated, kept as
-            # the fallback. Timed from when the reading came back, not from when this
-            # lookup began: another lookup may have read the shared copy, and noted the
-            # memory copy as matching, while this reading was on its way (a slow round
-            # trip, a queue in the file store's thread), before the purge it brings.
+            # A count that grew is a purge; a first or lower one (Redis restarted empty) only
+            # "unsure". Timed from the reading's return, not the lookup's start: another lookup
+            # may have noted a copy as matching while this reading was on its way.
             heard = max(now, self.clock())
             if self._generation is not None and _grew(self._generation, current):
                 self._purged_at = heard
             self._unsure_at = heard
             self._generation = current
-            # A tier beneath (nested tiers) reads the count on its own schedule and may not
-            # have heard this yet: the read through that follows must not take its copy
-            # as the shared one (this tier would note it as matching for a second more).
+            # A tier beneath, on its own schedule, must not pass its copy off as the shared one.
             if self._far_listening is not None:
                 self._far_listening.listen_soon()
         self._heard_at = now
         self._read_at = checked
 
     def _due(self, near: Entry | None, now: float, *, shared: bool) -> Entry | None:
-        """``near``, due for revalidation when a purge may have missed it:
-
-        - purges could not be heard of for ``unheard_fresh_seconds`` and the copy is older;
-        - the shared store holds an older copy only (``shared`` False: this one was written
-          while the store was unreachable) and it was stored before a purge heard of: the
-          purge may have selected it, and only shared copies carry marks. (With no shared
-          copy at all, a copy from before a purge is forgotten: see ``get``.)
-        """
+        """``near``, due for revalidation when a purge may have missed it: purges went unheard
+        for ``unheard_fresh_seconds`` and the copy is older, or (``shared`` False: the shared
+        copy is older) it predates a purge heard of, and only shared copies carry marks."""
         if near is None or near.revalidate:
             return near
         bound = self.unheard_fresh_seconds
@@ -241,14 +191,9 @@ class TieredStore:
     async def set_unless_purged(
         self, key: str, entry: Entry, ttl_seconds: float, count: object
     ) -> bool:
-        """Write both tiers unless a purge landed in either since their counts were
-        ``count`` (as :meth:`generation` gave them): False when one did. The shared tier
-        decides first; a shared tier that raises still leaves the memory copy, as :meth:`set`
-        does (a copy the shared store never got: see ``_due``). One that loses the write to
-        a fault it counts (file, Redis) leaves none: whether a purge landed since ``count``
-        is unknown, and a copy stamped now would outlive a hard purge heard of before it,
-        or beat its tombstone. (Down when the flight began, it left ``count`` unreadable:
-        that write goes as :meth:`set`.)"""
+        """Write both tiers unless a purge landed in either since ``count`` (False). A shared
+        tier that raises leaves the memory copy, as :meth:`set` does; one that loses the write
+        to a counted fault leaves none (a copy stamped now could outlive a hard purge)."""
         if not isinstance(count, tuple) or len(count) != 2:
             return False
         near_count, far_count = count
@@ -271,8 +216,7 @@ class TieredStore:
         await self.far.delete(key)
 
     async def purge(self, match: Callable[[str, Entry], bool], *, soft: bool) -> int:
-        """Invalidate in both tiers; the count is the shared tier's (the near one's when the
-        shared one cannot purge)."""
+        """Invalidate in both tiers; the count is the shared tier's (else the near one's)."""
         near = await _purge(self._near_purgeable, match, soft)
         far = await _purge(self._far_purgeable, match, soft)
         return far if far is not None else near or 0
@@ -316,8 +260,7 @@ def _grew(before: object, now: object) -> bool:
 
 
 def _same_marks(near: Entry, far: Entry) -> bool:
-    # Equal times are not the same entry by themselves (two processes may store within one
-    # tick of a coarse clock): the bytes must be the same too, else the shared copy wins.
+    # Equal times alone are not the same entry (two stores in one clock tick): bytes too.
     return (
         near.revalidate == far.revalidate
         and near.tombstone == far.tombstone

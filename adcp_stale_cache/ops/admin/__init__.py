@@ -1,30 +1,6 @@
 """The operator's app: see and steer one cache from a browser or with ``curl``.
 
-    from adcp_stale_cache.ops.admin import admin_app
-
-    control = CacheControl(cache)
-    app.mount("/admin", admin_app(control, token=os.environ["ADMIN_TOKEN"]))
-
-Mount it only when a token is configured: without one there is no app (``admin_app`` refuses
-an empty or short token), so ``/admin`` answers 404. Under any prefix:
-
-- ``GET {prefix}/api/status``: :meth:`~adcp_stale_cache.ops.control.CacheControl.snapshot`, with
-  each upstream's stale serves over the last minute;
-- ``POST {prefix}/api/invalidate``: a JSON body of selectors (``upstream``, ``surface``,
-  ``tags``, ``partition``) and ``soft`` (default true), answering ``{"invalidated": n}``
-  (503 with an ``error`` when a shared store failed meanwhile: other processes may not see it);
-- ``POST {prefix}/api/refresh``: the same selectors, answering ``{"refreshing": n}``;
-- ``GET {prefix}/``: one page showing the above, refreshing itself every 2 s, with purge and
-  refresh buttons.
-
-The API takes ``Authorization: Bearer <token>`` (compared in constant time). The page logs in
-with a form that sets a cookie: HttpOnly, SameSite=Strict, ``Secure`` over HTTPS, scoped to
-the prefix, holding an expiry and a session id signed under the token (never the token;
-changing the token logs every browser out); signing out revokes it in every process sharing
-the cache's store (see ``sessions``). POSTs must be JSON, which no cross-site form can send.
-Every answer carries a strict Content-Security-Policy (scripts, styles and requests from this
-origin only; no inline script) and ``Cache-Control: no-store``.
-"""
+Mount it only when a token is configured; its routes and its security: docs/operating.md."""
 
 from __future__ import annotations
 
@@ -74,7 +50,7 @@ class Invalidation(Selectors):
 
 def admin_app(control: CacheControl, *, token: str) -> Starlette:
     """The operator's app for ``control``'s cache, guarded by ``token`` (at least 16
-    characters: generate one, ``python -c 'import secrets; print(secrets.token_urlsafe())'``)."""
+    characters: ``python -c 'import secrets; print(secrets.token_urlsafe())'``)."""
     if len(token or "") < MIN_TOKEN_LENGTH:
         raise ValueError(f"the admin token must have at least {MIN_TOKEN_LENGTH} characters")
     sessions = Sessions(token, control.cache.store)
@@ -102,10 +78,14 @@ def admin_app(control: CacheControl, *, token: str) -> Starlette:
             return Response(failed, status_code=401, media_type="text/html", headers=HEADERS)
         response = RedirectResponse(_prefix(request) + "/", 303, headers=HEADERS)
         response.set_cookie(
-            COOKIE, sessions.issue(), max_age=SESSION_SECONDS,
-            path=_prefix(request) + "/", httponly=True, samesite="strict",
+            COOKIE,
+            sessions.issue(),
+            max_age=SESSION_SECONDS,
+            path=_prefix(request) + "/",
+            httponly=True,
+            samesite="strict",
             secure=request.url.scheme == "https",
-        )  # fmt: skip
+        )
         return response
 
     async def logout(request: Request) -> Response:
@@ -171,8 +151,9 @@ def _read(name: str) -> str:
 
 
 def _unauthorized() -> Response:
-    return JSONResponse({"error": "unauthorized"}, 401,
-                        headers={**HEADERS, "WWW-Authenticate": "Bearer"})  # fmt: skip
+    return JSONResponse(
+        {"error": "unauthorized"}, 401, headers={**HEADERS, "WWW-Authenticate": "Bearer"}
+    )
 
 
 #: The largest sign-in form read (a token and a little more): anyone may post one.
@@ -180,8 +161,7 @@ MAX_LOGIN_BYTES = 4096
 
 
 async def _login_form(request: Request) -> dict[str, str] | Response:
-    """The sign-in form's fields, read up to :data:`MAX_LOGIN_BYTES` and never spooled: an
-    anonymous client cannot make the app buffer or store an upload."""
+    """The sign-in form's fields, read up to :data:`MAX_LOGIN_BYTES`, never spooled."""
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind != "application/x-www-form-urlencoded":
         return Response("send the sign-in form", 415, headers=HEADERS)
@@ -200,8 +180,9 @@ async def _login_form(request: Request) -> dict[str, str] | Response:
 async def _body(request: Request, model: type[Selectors]) -> Any:
     """The request's selectors, or a 4xx answer saying what is wrong."""
     if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
-        return JSONResponse({"error": "send JSON (Content-Type: application/json)"}, 415,
-                            headers=HEADERS)  # fmt: skip
+        return JSONResponse(
+            {"error": "send JSON (Content-Type: application/json)"}, 415, headers=HEADERS
+        )
     try:
         body = model.model_validate_json(await request.body())
     except ValidationError as exc:
@@ -209,6 +190,9 @@ async def _body(request: Request, model: type[Selectors]) -> Any:
         where = ".".join(str(part) for part in problem["loc"]) or "body"
         return JSONResponse({"error": f"{where}: {problem['msg']}"}, 400, headers=HEADERS)
     if not (body.upstream or body.surface or body.tags or body.partition):
-        return JSONResponse({"error": "name at least one of upstream, surface, tags, partition"},
-                            400, headers=HEADERS)  # fmt: skip
+        return JSONResponse(
+            {"error": "name at least one of upstream, surface, tags, partition"},
+            400,
+            headers=HEADERS,
+        )
     return body

@@ -1,15 +1,8 @@
 """The operator page's sign-in sessions: stateless cookies that signing out revokes.
 
-A session cookie is ``<expires>.<id>.<mac>``: an expiry, a random id and an HMAC of both
-under a key derived from the admin token, so that every worker of a seller accepts a cookie
-any of them issued, without sharing state (and changing the token logs every browser out).
-Signing out revokes the id until the cookie's expiry: in this process's memory and, so that
-every other process hears of it, in the cache's store (under a key no upstream entry can
-have, and with no labels, so that no purge selects it); a process that reads it there keeps
-it in memory too. A store that forgets it (evicted, Redis flushed) or cannot be read (Redis
-down) leaves it known to the processes that signed out or had already seen it: a process
-that never did accepts the cookie until the store answers again or the cookie expires.
-"""
+A cookie ``<expires>.<id>.<mac>`` is signed under a key derived from the token, so every worker
+accepts any worker's. A revoked id is kept until its expiry in memory and in the cache's store
+(without labels: no purge selects it), where the processes that did not revoke it read it."""
 
 from __future__ import annotations
 
@@ -21,7 +14,6 @@ import time
 from ...core.entry import Entry
 from ...stores import Store
 
-#: How long a sign-in lasts.
 SESSION_SECONDS = 12 * 3600
 #: Revocations this process remembers; past it, the ones expiring first are forgotten first.
 MAX_REVOKED = 10_000
@@ -41,8 +33,7 @@ class Sessions:
         return self._signed(int(time.time()) + SESSION_SECONDS, secrets.token_hex(16))
 
     async def valid(self, cookie: str) -> bool:
-        """True for an unexpired, unrevoked cookie this app issued (never an error: anyone
-        may send anything)."""
+        """True for an unexpired, unrevoked cookie this app issued; never an error."""
         session = self._read(cookie)
         if session is None:
             return False
@@ -55,8 +46,7 @@ class Sessions:
         return False
 
     async def revoke(self, cookie: str) -> None:
-        """Revoke ``cookie`` until its expiry, here and in the store (a forged or expired
-        cookie revokes nothing)."""
+        """Revoke ``cookie`` until its expiry, here and in the store (a forged one: nothing)."""
         session = self._read(cookie)
         if session is None:
             return
