@@ -62,18 +62,56 @@ def test_our_own_count_past_three_percent_is_flagged_with_its_size() -> None:
 
 def test_a_ratio_is_judged_in_its_own_direction() -> None:
     baseline = synthetic()
-    # A cheaper floor makes our transport ratio worse although our count did not move.
+    # A cheaper floor under the same hit: the hit spends more of its own past the floor.
     found = instructions.regressions(remeasured(transport_floor=57_000), baseline)
-    assert [line.split(":")[0] for line in found] == ["transport_hit_vs_floor"]
+    assert [line.split(":")[0] for line in found] == [
+        "transport_hit_vs_floor",
+        "transport_hit_added",
+    ]
     # A dearer floor, or a cheaper hit of ours, is no regression.
     assert instructions.regressions(remeasured(transport_floor=66_000), baseline) == []
     assert instructions.regressions(remeasured(wrapper_hit=11_000), baseline) == []
     # Pass-through is bare / wrapped: a dearer wrapped request lowers it.
     found = instructions.regressions(remeasured(passthrough_wrapped=108_000), baseline)
-    assert {line.split(":")[0] for line in found} == {
-        "passthrough_ratio",
-        "per_op.passthrough_wrapped",
-    }
+    assert {line.split(":")[0] for line in found} == {"passthrough_ratio", "passthrough_added"}
+
+
+def test_a_floor_moving_alone_moves_no_count_of_ours() -> None:
+    # The bare app's count drifts with the heap's layout: our own instructions are the same.
+    found = instructions.regressions(
+        remeasured(passthrough_bare=102_000, passthrough_wrapped=106_000), synthetic()
+    )
+    assert found == []
+
+
+def test_a_cheaper_path_fails_the_check_until_the_baseline_ratchets_down(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "baseline.json"
+    path.write_text(json.dumps(synthetic()))
+    cheaper = remeasured(wrapper_hit=11_000, wrapper_hit_shared=5_200)
+    assert [line.split(":")[0] for line in instructions.gains(cheaper, synthetic())] == [
+        "wrapper_hit_vs_cashews",
+        "per_op.wrapper_hit",
+    ]
+    assert instructions.check(remeasured(wrapper_hit=11_000), path) == 1
+    assert "RATCHET" in capsys.readouterr().out
+    written = instructions.ratcheted(cheaper, synthetic())
+    # The better of each: the cheaper hit moves down, the dearer one stays where it was.
+    assert written["per_op"]["wrapper_hit"] == 11_000
+    assert written["per_op"]["wrapper_hit_shared"] == 5_000
+    assert "per_op.wrapper_hit_shared" in written["kept"]
+    assert instructions.regressions(cheaper, written) != []  # the rise is still caught
+    path.write_text(json.dumps(instructions.ratcheted(remeasured(wrapper_hit=11_000), synthetic())))
+    assert instructions.check(remeasured(wrapper_hit=11_000), path) == 0
+
+
+def test_a_rise_is_recorded_only_with_its_reason() -> None:
+    dearer = remeasured(wrapper_hit=13_000)
+    assert instructions.ratcheted(dearer, synthetic())["per_op"]["wrapper_hit"] == 12_000
+    allowed = instructions.ratcheted(dearer, synthetic(), rise="issue 99: a new check per hit")
+    assert allowed["per_op"]["wrapper_hit"] == 13_000
+    assert allowed["rise"] == "issue 99: a new check per hit"
 
 
 def test_check_fails_and_says_which_figure_and_the_versions_that_differ(
@@ -88,7 +126,7 @@ def test_check_fails_and_says_which_figure_and_the_versions_that_differ(
     }
     assert instructions.check(measured, path) == 1
     out = capsys.readouterr().out
-    assert "REGRESSION" in out and "per_op.transport_hit: 70000 -> 75000" in out
+    assert "REGRESSION" in out and "transport_hit_added: 10000 -> 15000" in out
     assert "httpx 0.28.1 -> 0.29.0" in out  # said, so a reader knows where to look
     assert instructions.check(synthetic(), path) == 0
     assert "no figure more than 3% worse" in capsys.readouterr().out
