@@ -1,31 +1,6 @@
-"""Answer AdCP's wholesale conditional fetch from the cache: a seller's ``get_products`` in
-``buying_mode: "wholesale"`` gets its feed token, its ``cache_scope`` and ``unchanged: true``
-by wrapping what composes its answer::
-
-    async def get_products(request: dict) -> dict:
-        async def compose() -> dict:
-            return {"products": await inventory.products(request.get("filters"))}
-
-        return await answer_wholesale(request, compose, scope=scope_of(request))
-
-The token is derived from what the answer was composed of: the stored content of every
-cached entry the request's fetches answered with (see
-:attr:`~adcp_stale_cache.pipeline.collector.Trace.composition`), and the request's
-canonical scope (:func:`~adcp_stale_cache.adcp.wholesale.feed_scope`). It changes exactly when
-that content changes, agrees across processes sharing the store and survives restarts. The
-evaluation is the spec's (:func:`~adcp_stale_cache.adcp.wholesale.evaluate`). A request whose
-answer drew on stale data (a ``STALE_RESPONSE`` recorded while composing) gets the full
-answer with its advisory and the cached feed's token, never ``unchanged: true``: the seller
-cannot know the current version then, and an advisory rides only on a non-empty payload.
-
-Pass ``cache=`` (the cache the answer is composed from) and a matching probe is answered
-without composing at all, while every entry the last full answer read is still in the store
-as it was and fresh (see :mod:`~adcp_stale_cache.adcp.probes`).
-
-What is not a products answer (the 3.2 rejected arm ``status: "rejected"``, a failure with
-``adcp_error``, an answer without a ``products`` list) passes as composed: no token, never
-``unchanged``.
-"""
+"""Answer AdCP's wholesale conditional fetch from the cache: :func:`answer_wholesale` wraps
+what composes a ``get_products`` answer and adds its feed token and ``cache_scope``, or
+answers ``unchanged: true`` (see docs/adcp-caching.md)."""
 
 from __future__ import annotations
 
@@ -52,9 +27,8 @@ logger = logging.getLogger("adcp_stale_cache")
 
 
 class InvalidConditionalRequest(ValueError):
-    """A conditional request the spec refuses (``if_pricing_version`` without
-    ``if_wholesale_feed_version``): answer it with :attr:`error` (``INVALID_REQUEST``) as
-    the transport fails a task (an ``adcp_error``, MCP ``isError``, A2A ``failed``)."""
+    """A conditional request the spec refuses (``if_pricing_version`` alone): answer with
+    :attr:`error` (``INVALID_REQUEST``) as the transport fails a task."""
 
     def __init__(self, error: AdcpError) -> None:
         super().__init__(error.message)
@@ -67,22 +41,20 @@ def invalid_request(message: str, field: str | None = None) -> AdcpError:
 
 
 class ScopeContradictsKeying(ValueError):
-    """``strict``: the declared ``cache_scope`` says ``public`` of an answer composed of
-    entries the cache keyed per caller (buyers would share one account's rows with others)."""
+    """``strict``: ``cache_scope: public`` declared of an answer composed of per-caller entries."""
 
 
 def keyed_scope(request: Mapping[str, Any], labels: set[str]) -> Scope:
     """The ``cache_scope`` the cache's keying gives an answer composed of entries with
-    ``labels``: ``public`` when the request has no account or every entry is shared across
-    callers, ``account`` when one was keyed per caller."""
+    ``labels``: ``account`` when the request has an account and one was keyed per caller."""
     if not request.get("account"):
         return Scope.PUBLIC
     return Scope.ACCOUNT if per_caller(labels) else Scope.PUBLIC
 
 
 def per_caller(labels: set[str]) -> bool:
-    """Whether one of the entries with ``labels`` was keyed per caller (by the caller's
-    partition, or by the credentials the seller called its upstream with)."""
+    """Whether one of the entries with ``labels`` was keyed per caller (partition or
+    credentials)."""
     return any(label.startswith(("partition=", "credentials=")) for label in labels)
 
 
@@ -97,27 +69,20 @@ async def answer_wholesale(
     cache: Any = None,
     tool: str = GET_PRODUCTS,
 ) -> dict[str, Any]:
-    """The wholesale answer to ``request``: ``compose()``'s answer with its
-    ``wholesale_feed_version`` and ``cache_scope``, or the ``unchanged: true`` answer when
-    the buyer's tokens match.
+    """The wholesale answer to ``request``: ``compose()``'s with its
+    ``wholesale_feed_version`` and ``cache_scope``, or ``unchanged: true`` when the tokens match.
 
-    ``scope`` is the answer's ``cache_scope``; None: the one the cache's keying gives it
-    (:func:`keyed_scope`). Declaring ``public`` of an answer composed of per-caller entries
-    logs one WARNING (``strict``: raises :class:`ScopeContradictsKeying`); declaring
-    ``account`` of shared entries is safe (a seller may key accounts in its own keys).
-    ``account`` is the identity an account-scoped token is keyed by (default: the caller
-    partition the cache keyed the entries by). ``agent`` names this seller, when one token
-    keyspace serves several. ``cache``: the :class:`~adcp_stale_cache.UpstreamCache` the
-    answer is composed from, for answering matching probes without composing (see the
-    module). ``tool`` names the request's schema (its sets and defaults, see
-    :mod:`~adcp_stale_cache.adcp.request_shapes`). Runs inside the request's collector (the
-    middleware's, or
-    :func:`~adcp_stale_cache.collect_advisories`). Raises
-    :class:`InvalidConditionalRequest` for a lone pricing token."""
+    ``scope`` None: the one the cache's keying gives (declaring ``public`` of per-caller entries
+    warns once, or raises :class:`ScopeContradictsKeying` when ``strict``). ``account`` keys an
+    account-scoped token (default: the caller partition); ``agent`` names this seller in a
+    shared keyspace; ``cache`` lets matching probes skip composing; ``tool`` names the request
+    schema. Runs in a request's collector. Raises :class:`InvalidConditionalRequest`."""
     if evaluate(request, "") is Outcome.INVALID:
-        raise InvalidConditionalRequest(invalid_request(
-            "if_pricing_version needs if_wholesale_feed_version", "if_pricing_version"
-        ))  # fmt: skip
+        raise InvalidConditionalRequest(
+            invalid_request(
+                "if_pricing_version needs if_wholesale_feed_version", "if_pricing_version"
+            )
+        )
     collector = current_collector()
     if collector is None:
         raise RuntimeError(
@@ -127,14 +92,17 @@ async def answer_wholesale(
     if scope is Scope.ACCOUNT and account is None:  # before the memo: a token is an account's
         account = _account_of(request, collector, tool)
     try:
-        memo, key = (memo_of(cache), ProbeMemo.key(request, tool, scope, account, agent)) if (
-            cache is not None) else (None, "")  # fmt: skip
+        memo, key = (
+            (memo_of(cache), ProbeMemo.key(request, tool, scope, account, agent))
+            if (cache is not None)
+            else (None, "")
+        )
     except (TypeError, ValueError) as exc:  # what canonical refuses: nesting past its bound
         raise InvalidConditionalRequest(invalid_request(str(exc))) from exc
     known = await _from_memory(memo, key, request, collector, cache) if memo else None
     if known is not None:
         return unchanged_answer(known.token, known.scope, context=request.get("context"))
-    trace = collector.trace  # the answer's parts, and what they were built from
+    trace = collector.trace
     outer = trace.composition, trace.labels
     trace.composition, trace.labels = [], set()
     try:
@@ -170,12 +138,14 @@ async def answer_wholesale(
 
 
 async def _from_memory(
-    memo: ProbeMemo, key: str, request: Mapping[str, Any], collector: AdvisoryCollector,
+    memo: ProbeMemo,
+    key: str,
+    request: Mapping[str, Any],
+    collector: AdvisoryCollector,
     cache: Any,
-) -> Known | None:  # fmt: skip
-    """The last full answer, when the probe can be answered from what it read (see
-    probes): never while an injected outage waits for its call, nor for a request that
-    already drew on stale data, nor for another caller's per-caller answer."""
+) -> Known | None:
+    """The last full answer, if the probe may be answered from what it read: never
+    while an injected outage waits, after stale data, or for another caller's answer."""
     known = memo.get(key)
     outages = getattr(cache, "outages", None)
     if (
@@ -190,8 +160,6 @@ async def _from_memory(
 
 
 def _account_of(request: Mapping[str, Any], collector: AdvisoryCollector, tool: str) -> str:
-    """The identity an account-scoped token is keyed by: the caller partition the cache
-    keys by, else the request's account."""
     return collector.context.partition or json.dumps(
         canonical(request.get("account"), tool, at=("account",))
     )
@@ -222,5 +190,6 @@ def _contradiction(declared: Scope, keyed: Scope, strict: bool) -> None:
         raise ScopeContradictsKeying(message)
     if (declared, keyed) not in _warned:  # once per kind: every request would say it
         _warned.add((declared, keyed))
-        logger.warning("cache_scope_contradicts_keying declared=%s keyed=%s", declared.value,
-                       keyed.value)  # fmt: skip
+        logger.warning(
+            "cache_scope_contradicts_keying declared=%s keyed=%s", declared.value, keyed.value
+        )

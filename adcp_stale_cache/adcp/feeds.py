@@ -1,23 +1,6 @@
-"""AdCP's other conditional feed reads, answered from the cache as ``get_products``'
-wholesale feed is (:func:`~adcp_stale_cache.adcp.conditional.answer_wholesale`):
-
-- :func:`answer_list_products`: 3.2's ``list_products`` (``if_feed_version``, ``outcome:
-  "listed"`` or ``"unchanged"``, ``feed_version``, ``cache_scope``);
-- :func:`answer_signals`: a signals agent's ``get_signals`` in ``discovery_mode:
-  "wholesale"`` (``if_wholesale_feed_version``, ``unchanged: true``).
-
-Each maps its request onto the wholesale one (tokens, account, context) and its selection
-into the token's keyspace, so a token of one tool or one selection never matches another.
-The selection keys the token in its canonical form by the tool's request schema (sets in
-any order, defaults spelled or not, alike); its page, page size and cursor included.
-
-``list_products`` answers have no ``errors[]`` and allow no extra member, so a
-``STALE_RESPONSE`` cannot ride there: a stale answer is told in ``incomplete[]`` (``scope:
-"products"``, a description naming the upstreams and the age), the request's advisories are
-taken off its collector, and the middleware never injects into a ``list_products`` answer
-(:data:`~adcp_stale_cache.core.advisory.NO_ERRORS_MEMBER`). A stale entry never answers
-``unchanged``, and a request whose ``fields`` asks for ``forecast`` is always ``listed``.
-"""
+"""AdCP's other conditional feed reads, answered from the cache as ``get_products``' wholesale
+feed is: 3.2's ``list_products`` and ``get_signals`` in ``discovery_mode: "wholesale"``. A
+``list_products`` answer has no ``errors[]``: a stale one is told in ``incomplete[]``."""
 
 from __future__ import annotations
 
@@ -32,13 +15,24 @@ from .wholesale import Scope, canonical, release_of
 
 Compose = Callable[[], Awaitable[list[Any]]]
 
-#: Request members that say how to call, never what is answered. (A page, its size and its
-#: cursor select: a token of one page never answers another ``unchanged``.)
-_NOT_THE_SELECTION = frozenset({
-    "context", "ext", "account", "idempotency_key", "adcp_version", "adcp_major_version",
-    "context_id", "governance_context", "push_notification_config", "if_feed_version",
-    "if_wholesale_feed_version", "if_pricing_version", "discovery_mode",
-})  # fmt: skip
+#: Request members that say how to call, never what is answered (a page and its cursor select).
+_NOT_THE_SELECTION = frozenset(
+    {
+        "context",
+        "ext",
+        "account",
+        "idempotency_key",
+        "adcp_version",
+        "adcp_major_version",
+        "context_id",
+        "governance_context",
+        "push_notification_config",
+        "if_feed_version",
+        "if_wholesale_feed_version",
+        "if_pricing_version",
+        "discovery_mode",
+    }
+)
 
 
 async def answer_list_products(
@@ -50,27 +44,38 @@ async def answer_list_products(
     agent: str = "",
     cache: Any = None,
 ) -> dict[str, Any]:
-    """The ``list_products`` answer to ``request``: ``compose()``'s products, ``outcome:
-    "listed"``, or ``outcome: "unchanged"`` when ``if_feed_version`` matches (never when
-    ``fields`` asks for ``forecast``, never from a stale entry). Arguments as
-    :func:`~adcp_stale_cache.adcp.conditional.answer_wholesale`'s. Raises
-    :class:`~adcp_stale_cache.adcp.conditional.InvalidConditionalRequest` for a lone
-    ``if_pricing_version``."""
+    """The ``list_products`` answer to ``request``: ``outcome: "listed"``, or
+    ``"unchanged"`` when ``if_feed_version`` matches (never with ``forecast``, never stale).
+    Arguments and errors as :func:`~adcp_stale_cache.adcp.conditional.answer_wholesale`'s."""
     if request.get("if_pricing_version") is not None and request.get("if_feed_version") is None:
         raise InvalidConditionalRequest(
             invalid_request("if_pricing_version needs if_feed_version", "if_pricing_version")
         )
     fields = request.get("fields")
     forecast = isinstance(fields, list) and "forecast" in fields
-    tokens = {} if forecast else {
-        "if_wholesale_feed_version": request.get("if_feed_version"),
-        "if_pricing_version": request.get("if_pricing_version"),
-    }  # fmt: skip
+    tokens = (
+        {}
+        if forecast
+        else {
+            "if_wholesale_feed_version": request.get("if_feed_version"),
+            "if_pricing_version": request.get("if_pricing_version"),
+        }
+    )
     selection = dict(request)
     if isinstance(fields, list):  # forecast is no part of the feed version (the spec)
         selection["fields"] = [f for f in fields if f != "forecast"]
-    answer = await _wholesale("list_products", "wholesale", request, selection, tokens,
-                              compose, scope, account, agent, cache)  # fmt: skip
+    answer = await _wholesale(
+        "list_products",
+        "wholesale",
+        request,
+        selection,
+        tokens,
+        compose,
+        scope,
+        account,
+        agent,
+        cache,
+    )
     listed: dict[str, Any] = {"outcome": "unchanged" if answer.get("unchanged") else "listed"}
     if "products" in answer:
         listed["products"] = answer["products"]
@@ -93,28 +98,35 @@ async def answer_signals(
     agent: str = "",
     cache: Any = None,
 ) -> dict[str, Any]:
-    """The ``get_signals`` answer to ``request``: ``compose()``'s signals with
-    ``wholesale_feed_version`` and ``cache_scope``, or, in ``discovery_mode: "wholesale"``,
-    ``unchanged: true`` when the buyer's tokens match (never from a stale entry: the answer
-    is then full and its ``STALE_RESPONSE`` rides in ``errors[]``). Arguments as
-    :func:`~adcp_stale_cache.adcp.conditional.answer_wholesale`'s."""
-    tokens = {name: request.get(name) for name in ("if_wholesale_feed_version",
-                                                   "if_pricing_version")}  # fmt: skip
+    """The ``get_signals`` answer to ``request``: the signals with their tokens, or
+    ``unchanged: true`` in ``discovery_mode: "wholesale"`` when the tokens match (never stale).
+    Arguments as :func:`~adcp_stale_cache.adcp.conditional.answer_wholesale`'s."""
+    tokens = {
+        name: request.get(name) for name in ("if_wholesale_feed_version", "if_pricing_version")
+    }
     mode = request.get("discovery_mode")  # only wholesale reads are ever unchanged
-    answer = await _wholesale("get_signals", mode, request, dict(request), tokens, compose,
-                              scope, account, agent, cache)  # fmt: skip
+    answer = await _wholesale(
+        "get_signals", mode, request, dict(request), tokens, compose, scope, account, agent, cache
+    )
     if "products" in answer:
         answer["signals"] = answer.pop("products")
     return answer
 
 
 async def _wholesale(
-    tool: str, mode: Any, request: Mapping[str, Any], selection: dict[str, Any],
-    tokens: Mapping[str, Any], compose: Compose, scope: Scope | None, account: str | None,
-    agent: str, cache: Any,
-) -> dict[str, Any]:  # fmt: skip
-    """``answer_wholesale`` of the wholesale request ``request`` maps to: its tokens,
-    account and context, its selection in the token's keyspace."""
+    tool: str,
+    mode: Any,
+    request: Mapping[str, Any],
+    selection: dict[str, Any],
+    tokens: Mapping[str, Any],
+    compose: Compose,
+    scope: Scope | None,
+    account: str | None,
+    agent: str,
+    cache: Any,
+) -> dict[str, Any]:
+    """``answer_wholesale`` of the wholesale request ``request`` maps to, its selection
+    in the token's keyspace (one tool's token never matches another's)."""
     asked = {k: v for k, v in selection.items() if k not in _NOT_THE_SELECTION}
     try:  # by the tool's request schema: sets in any order, defaults spelled or not, alike
         form = canonical(asked, tool, release_of(request))
@@ -130,13 +142,13 @@ async def _wholesale(
         return {"products": await compose()}
 
     keyspace = f"{agent}\n{tool}\n{keyed}"
-    return await answer_wholesale(wholesale, products, scope=scope, account=account,
-                                  agent=keyspace, cache=cache)  # fmt: skip
+    return await answer_wholesale(
+        wholesale, products, scope=scope, account=account, agent=keyspace, cache=cache
+    )
 
 
 def _told_stale() -> list[dict[str, Any]]:
-    """The request's advisories as ``incomplete[]`` entries, taken off its collector (an
-    answer without ``errors[]`` tells them there, and only there)."""
+    """The request's advisories as ``incomplete[]`` entries, taken off its collector."""
     collector = current_collector()
     advisories = collector.advisories() if collector is not None else []
     stale = [a for a in advisories if a.code == STALE_RESPONSE]

@@ -1,14 +1,6 @@
-"""Matching wholesale probes answered without composing: what the last full answer to a
-request was made of, and whether it still stands.
-
-A :class:`ProbeMemo` keeps, per request (canonical, less what does not change the answer),
-the last full answer's token and scope and the entries it read: their store keys, when each
-was stored and until when each is fresh. A probe carrying that token is answered
-``unchanged: true`` while every one of those entries is still in the store as it was, fresh
-and not soft-purged: a purge, a soft purge, an operator's refresh, an eviction or a newer
-answer stored by any process ends it, since each changes or removes the entry. It costs a
-digest of the request and one store read per entry, not a decoded and re-encoded feed.
-"""
+"""Matching wholesale probes answered without composing: the last full answer to a request
+and whether every entry it read is still stored as it was and fresh (a purge, refresh,
+eviction or newer answer ends it)."""
 
 from __future__ import annotations
 
@@ -38,9 +30,8 @@ NOT_THE_ANSWER = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class Known:
-    """The last full answer to a request: its token and scope, the caller partition its
-    entries were keyed by (None: shared entries only), and what it read, as ``(store key,
-    stored at)``, fresh until ``fresh_until``."""
+    """The last full answer to a request: its token and scope, the caller partition of its
+    entries (None: shared), and what it read as ``(store key, stored at)``."""
 
     token: str
     scope: Scope
@@ -50,33 +41,36 @@ class Known:
 
 
 class ProbeMemo:
-    """The last full answer per request, at most ``size`` requests (least recently used
-    first out)."""
+    """The last full answer per request, at most ``size`` requests (LRU)."""
 
     def __init__(self, size: int = 10_000) -> None:
         self._known: LRUCache[str, Known] = LRUCache(size)
 
     @staticmethod
     def key(request: Mapping[str, Any], tool: str, *parts: object) -> str:
-        """What identifies a request's answer: the request to ``tool``, canonical, less
-        :data:`NOT_THE_ANSWER`, and ``parts`` (the seller's own: scope, account, agent)."""
+        """What identifies a request's answer: the canonical request to ``tool`` less
+        :data:`NOT_THE_ANSWER`, and the seller's ``parts`` (scope, account, agent)."""
         asked = {k: v for k, v in request.items() if k not in NOT_THE_ANSWER}
         form = canonical(asked, tool, release_of(request))
         text = json.dumps([tool, form, [str(p) for p in parts]], sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()
 
     def get(self, key: str) -> Known | None:
-        """What the last full answer to the request of ``key`` was, if it is remembered."""
+        """The last full answer to the request of ``key``, if remembered."""
         return self._known.get(key)
 
     def forget(self, key: str) -> None:
-        """Forget the request of ``key`` (its last answer was no products answer)."""
+        """Forget the request of ``key``."""
         self._known.pop(key, None)
 
     def remember(
-        self, key: str, token: str, scope: Scope, partition: str | None,
+        self,
+        key: str,
+        token: str,
+        scope: Scope,
+        partition: str | None,
         composition: list[Composed],
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Remember a full answer, if everything it read is stored and fresh."""
         read = tuple((c.store_key, c.stored_at) for c in composition if c.store_key)
         if not composition or len(read) != len(composition):

@@ -1,29 +1,6 @@
-"""A conformance kit for sellers that serve stale: ``check_seller`` and ``adcp-stale-cache
-check`` hold a running seller (or an ASGI app in process) to the spec's ``STALE_RESPONSE``
-rules, over MCP or A2A, through its sandbox ``comply_test_controller``.
-
-    report = await check_seller("http://127.0.0.1:8000/mcp", transport="mcp")
-    report = await check_seller(app, transport="a2a")          # in process (httpx ASGITransport)
-    assert report.passed, report.text()
-
-The check: capabilities; a healthy call with no advisory; ``force_upstream_unavailable`` with
-``cache_age_seconds``; the stale call (transport success, a payload, exactly one
-``STALE_RESPONSE`` per forced upstream and never in ``adcp_error``, ``recovery: transient``,
-``field``, the exact age, ``details.upstream.name``, valid against the official schemas, no
-credential, hostname or stack trace in its text); and a healthy call after it, again with no
-advisory; with a controller that acknowledges ``empty_cache``, a forced outage with nothing
-cached must stay a failure with no advisory. A seller without the controller fails, never
-passes; one whose controller answers ``UNKNOWN_SCENARIO`` gets an advisory line, as the
-storyboard grades its forcing phase (``severity: advisory``). Schemas come from the
-installed ``adcp`` package (``pip install 'adcp-stale-cache[check]'``).
-
-AdCP's own caching contract is checked where the seller declares it (:mod:`.caching`): the
-release it serves echoed as ``adcp_version``; wholesale conditional fetch (a bootstrap with
-its token and ``cache_scope``, a matching probe answered ``unchanged: true`` without products,
-a lone ``if_pricing_version`` refused with ``INVALID_REQUEST``); the overlay account never
-short-circuited by the public token; and a probe while the upstream is forced down answered
-in full with one ``STALE_RESPONSE`` and the cached feed's token, never ``unchanged``.
-"""
+"""A conformance kit for sellers that serve stale: :func:`check_seller` holds a running seller
+(or an ASGI app in process) to the spec's ``STALE_RESPONSE`` rules and AdCP's caching
+contract, over MCP or A2A, through its sandbox ``comply_test_controller``."""
 
 from __future__ import annotations
 
@@ -76,9 +53,15 @@ class Report:
 
     def to_json(self) -> dict[str, Any]:
         """The report as JSON-ready data."""
-        return {"target": self.target, "transport": self.transport, "passed": self.passed,
-                "results": [{"rule": r.rule, "passed": r.passed, "seen": r.seen,
-                             "severity": r.severity} for r in self.results]}  # fmt: skip
+        return {
+            "target": self.target,
+            "transport": self.transport,
+            "passed": self.passed,
+            "results": [
+                {"rule": r.rule, "passed": r.passed, "seen": r.seen, "severity": r.severity}
+                for r in self.results
+            ],
+        }
 
 
 async def check_seller(
@@ -93,13 +76,12 @@ async def check_seller(
     path: str | None = None,
     timeout: float = 30.0,
 ) -> Report:
-    """Check the seller at ``target`` (a URL, or an ASGI app served in process at ``path``:
-    ``/mcp`` for MCP, ``/`` for A2A) against the ``STALE_RESPONSE`` rules.
+    """Check the seller at ``target`` (a URL, or an ASGI app served in process at
+    ``path``) against the ``STALE_RESPONSE`` rules.
 
-    ``upstreams`` are forced down together (one advisory each is expected; none named: the
-    tool's default upstream); ``cache_age`` is the forced ``cache_age_seconds``; ``auth`` a
-    bearer token sent with every call (and looked for in advisories' text).
-    """
+    ``upstreams`` are forced down together (one advisory each expected; none: the tool's
+    default); ``cache_age`` is the forced ``cache_age_seconds``; ``auth`` a bearer token sent
+    with every call and looked for in advisories' text."""
     if transport not in ("mcp", "a2a"):
         raise ValueError("transport is 'mcp' or 'a2a'")
     upstream_names = list(upstreams)
@@ -138,46 +120,69 @@ async def _run(
     payload = capabilities.payload or {}
     # An unset adcp_error written as null (fastmcp writes unset fields) is no error.
     no_error = payload.get("adcp_error") is None
-    results.append(Result("capabilities", capabilities.transport_ok and no_error and bool(payload),
-                          capabilities.transport))  # fmt: skip
+    results.append(
+        Result(
+            "capabilities",
+            capabilities.transport_ok and no_error and bool(payload),
+            capabilities.transport,
+        )
+    )
     results += caching.versions(payload)
     wholesale, overlays = caching.declared(payload) if "get_products" in tools else (False, False)
     # A tool whose response has no errors member (3.2's list_products) must never carry one.
     no_errors_in = None if rules.has_errors_member(tool) else tool
     results += rules.healthy(await wire.call(tool, call_args("healthy")), "before", no_errors_in)
     if CONTROLLER not in tools:
-        results.append(Result("controller", False,
-                              f"the seller lists no {CONTROLLER}: the stale path cannot be "
-                              "forced (run it with its sandbox test controller)"))  # fmt: skip
+        results.append(
+            Result(
+                "controller",
+                False,
+                f"the seller lists no {CONTROLLER}: the stale path cannot be "
+                "forced (run it with its sandbox test controller)",
+            )
+        )
         return
     names: list[str | None] = [*upstreams] or [None]
     for name in names:
         forced = await _force(wire, tool, name, cache_age_seconds=cache_age)
         ok = forced.transport_ok and (forced.payload or {}).get("success") is True
         seen = f"{forced.transport}, {json.dumps(forced.payload)[:200]}"
-        # The storyboard grades its forcing phase advisory: a controller that does not know
-        # the scenario is reported, and the stale path left unchecked (a refused upstream
-        # name, a sandbox refusal, a failed call still fail).
+        # The storyboard grades its forcing phase advisory: an unknown scenario is reported.
         unknown = (forced.payload or {}).get("error") == "UNKNOWN_SCENARIO"
         rule = f"controller ({name or 'default upstream'})"
         results.append(Result(rule, ok, seen, "advisory" if unknown else "required"))
         if not ok:
-            results.append(Result("stale_path", None, "not checked: the controller did not "
-                                  "acknowledge force_upstream_unavailable"))  # fmt: skip
+            results.append(
+                Result(
+                    "stale_path",
+                    None,
+                    "not checked: the controller did not acknowledge force_upstream_unavailable",
+                )
+            )
             return
     reply: Reply = await wire.call(tool, call_args("stale"))
     if no_errors_in is not None:
         results += rules.stale_without_errors(reply, tool)
     else:
-        results += rules.stale(reply, tool=tool, upstreams=upstreams, cache_age=cache_age,
-                               secrets=[auth] if auth else [],
-                               validators=rules.official_validators())  # fmt: skip
+        results += rules.stale(
+            reply,
+            tool=tool,
+            upstreams=upstreams,
+            cache_age=cache_age,
+            secrets=[auth] if auth else [],
+            validators=rules.official_validators(),
+        )
     results += rules.healthy(await wire.call(tool, call_args("after")), "after", no_errors_in)
     if wholesale:
         results += await _wholesale(wire, overlays, arguments, caching.speaks_3_2(payload))
     else:
-        results.append(Result("wholesale_conditional_fetch", None, "not applicable: the seller "
-                              "declares no wholesale_feed_versioning"))  # fmt: skip
+        results.append(
+            Result(
+                "wholesale_conditional_fetch",
+                None,
+                "not applicable: the seller declares no wholesale_feed_versioning",
+            )
+        )
     results.append(await _nothing_cached(wire, tool, names, call_args("empty")))
 
 
@@ -190,8 +195,13 @@ async def _wholesale(
 
     async def read(step: str, **fields: Any) -> tuple[Reply, dict[str, Any]]:
         context = {"correlation_id": f"adcp-stale-cache-check--wholesale-{step}"}
-        request = {**arguments, "buying_mode": "wholesale", "account": caching.ACCOUNT,
-                   **fields, "context": context}  # fmt: skip
+        request = {
+            **arguments,
+            "buying_mode": "wholesale",
+            "account": caching.ACCOUNT,
+            **fields,
+            "context": context,
+        }
         return await wire.call("get_products", request), context
 
     reply, context = await read("bootstrap")
@@ -217,23 +227,31 @@ async def _wholesale(
         reply, _ = await read("stale-probe", if_wholesale_feed_version=token)
         results.append(caching.stale_and_unchanged(reply, token))
     else:
-        results.append(Result("stale_probe_is_full", None, "not applicable: the controller did "
-                              "not acknowledge force_upstream_unavailable"))  # fmt: skip
+        results.append(
+            Result(
+                "stale_probe_is_full",
+                None,
+                "not applicable: the controller did not acknowledge force_upstream_unavailable",
+            )
+        )
     return results
 
 
 async def _nothing_cached(
     wire: McpWire | A2aWire, tool: str, names: list[str | None], arguments: dict[str, Any]
 ) -> Result:
-    """With nothing cached the failure stays a failure: no ``STALE_RESPONSE``. The spec's
-    scenario seeds a cold cache, so this needs a controller that acknowledges
-    ``empty_cache`` (this library's extension); others are skipped, never failed."""
+    """With nothing cached the failure stays a failure. Needs a controller that
+    acknowledges ``empty_cache`` (our extension: the spec's scenario seeds a cold cache)."""
     rule = "nothing_when_nothing_cached"
     for name in names:
         forced = await _force(wire, tool, name, empty_cache=True)
         if not (forced.transport_ok and (forced.payload or {}).get("empty_cache") is True):
-            return Result(rule, None, "not applicable: the controller does not acknowledge "
-                          "empty_cache (the spec's scenario seeds a cold cache)")  # fmt: skip
+            return Result(
+                rule,
+                None,
+                "not applicable: the controller does not acknowledge "
+                "empty_cache (the spec's scenario seeds a cold cache)",
+            )
     reply = await wire.call(tool, arguments)
     return rules.failure_stays_failure(reply, [name for name in names if name is not None])
 
@@ -243,10 +261,15 @@ async def _force(wire: McpWire | A2aWire, tool: str, upstream: str | None, **par
     params["tool"] = tool
     if upstream is not None:
         params["upstream_name"] = upstream
-    return await wire.call(CONTROLLER, {
-        "scenario": "force_upstream_unavailable", "params": params,
-        "account": {"sandbox": True}, "context": {"correlation_id": str(uuid4())},
-    })  # fmt: skip
+    return await wire.call(
+        CONTROLLER,
+        {
+            "scenario": "force_upstream_unavailable",
+            "params": params,
+            "account": {"sandbox": True},
+            "context": {"correlation_id": str(uuid4())},
+        },
+    )
 
 
 @contextlib.asynccontextmanager

@@ -1,12 +1,6 @@
 """AdCP's own caching contract, as checks over what a seller answered (no I/O): release
-negotiation (``version_negotiation``), wholesale conditional fetch (``wholesale_feed_products``
-and its scope isolation) and this library's stale-and-unchanged rule.
-
-Each applies where the seller declares it, as the official storyboards do: release echo when
-the seller advertises a release of 3.2 or later, conditional fetch when
-``wholesale_feed_versioning.supported``, scope isolation when it says
-``cache_scope_account``. Otherwise the rule is reported not applicable, never passed.
-"""
+echo, wholesale conditional fetch and its scope isolation, each only where the seller
+declares it (else reported not applicable, never passed)."""
 
 from __future__ import annotations
 
@@ -41,8 +35,10 @@ def speaks_3_2(capabilities: dict[str, Any]) -> bool:
     adcp = capabilities.get("adcp") if isinstance(capabilities.get("adcp"), dict) else {}
     supported = adcp.get("supported_versions") if isinstance(adcp, dict) else None
     listed = supported if isinstance(supported, list) else []
-    return any(isinstance(v, str) and bool(_SINCE_3_2.match(v))
-               for v in [*listed, capabilities.get("adcp_version")])  # fmt: skip
+    return any(
+        isinstance(v, str) and bool(_SINCE_3_2.match(v))
+        for v in [*listed, capabilities.get("adcp_version")]
+    )
 
 
 def versions(capabilities: dict[str, Any]) -> list[Result]:
@@ -51,8 +47,14 @@ def versions(capabilities: dict[str, Any]) -> list[Result]:
     supported = adcp.get("supported_versions") if isinstance(adcp, dict) else None
     echoed = capabilities.get("adcp_version")
     if not speaks_3_2(capabilities):
-        return [Result("adcp_version_echoed", None, "not applicable: no release of 3.2 or later "
-                       "advertised (older releases keep their own bundles)")]  # fmt: skip
+        return [
+            Result(
+                "adcp_version_echoed",
+                None,
+                "not applicable: no release of 3.2 or later "
+                "advertised (older releases keep their own bundles)",
+            )
+        ]
     listed = (
         isinstance(supported, list)
         and bool(supported)
@@ -60,9 +62,12 @@ def versions(capabilities: dict[str, Any]) -> list[Result]:
     )
     return [
         Result("supported_versions_advertised", listed, f"adcp.supported_versions={supported!r}"),
-        Result("adcp_version_echoed", isinstance(echoed, str) and bool(_RELEASE.fullmatch(echoed)),
-               f"adcp_version={echoed!r}"),
-    ]  # fmt: skip
+        Result(
+            "adcp_version_echoed",
+            isinstance(echoed, str) and bool(_RELEASE.fullmatch(echoed)),
+            f"adcp_version={echoed!r}",
+        ),
+    ]
 
 
 def bootstrap(reply: Reply, context: dict[str, Any]) -> list[Result]:
@@ -70,12 +75,15 @@ def bootstrap(reply: Reply, context: dict[str, Any]) -> list[Result]:
     payload = reply.payload or {}
     token, scope = payload.get("wholesale_feed_version"), payload.get("cache_scope")
     return [
-        Result("wholesale_bootstrap", reply.transport_ok and _products(payload)
-               and "unchanged" not in payload, f"{reply.transport}, {_shape(payload)}"),
+        Result(
+            "wholesale_bootstrap",
+            reply.transport_ok and _products(payload) and "unchanged" not in payload,
+            f"{reply.transport}, {_shape(payload)}",
+        ),
         Result("wholesale_feed_version", isinstance(token, str) and bool(token), repr(token)),
         Result("cache_scope_declared", scope in ("public", "account"), repr(scope)),
         _context(payload, context),
-    ]  # fmt: skip
+    ]
 
 
 def probe(reply: Reply, token: str, scope: Any, context: dict[str, Any]) -> list[Result]:
@@ -84,31 +92,41 @@ def probe(reply: Reply, token: str, scope: Any, context: dict[str, Any]) -> list
     unchanged = reply.transport_ok and payload.get("unchanged") is True
     echoed = payload.get("wholesale_feed_version"), payload.get("cache_scope")
     return [
-        Result("unchanged_probe", unchanged and "products" not in payload,
-               f"{reply.transport}, {_shape(payload)}"),
-        Result("unchanged_echoes_token_and_scope", echoed == (token, scope),
-               f"{echoed[0]!r}, {echoed[1]!r}"),
+        Result(
+            "unchanged_probe",
+            unchanged and "products" not in payload,
+            f"{reply.transport}, {_shape(payload)}",
+        ),
+        Result(
+            "unchanged_echoes_token_and_scope",
+            echoed == (token, scope),
+            f"{echoed[0]!r}, {echoed[1]!r}",
+        ),
         _context(payload, context),
-    ]  # fmt: skip
+    ]
 
 
 def echoes_release(reply: Reply, tool: str) -> Result:
     """``adcp_version`` echoed on an answer other than the capabilities' (every answer)."""
     echoed = (reply.payload or {}).get("adcp_version")
-    return Result(f"adcp_version_echoed ({tool})",
-                  isinstance(echoed, str) and bool(_RELEASE.fullmatch(echoed)),
-                  f"adcp_version={echoed!r}")  # fmt: skip
+    return Result(
+        f"adcp_version_echoed ({tool})",
+        isinstance(echoed, str) and bool(_RELEASE.fullmatch(echoed)),
+        f"adcp_version={echoed!r}",
+    )
 
 
 def mismatched_token(reply: Reply, sent: str) -> Result:
-    """A probe with a token that is not the current one: the full feed with the current
-    token, never unchanged, never the token sent (a seller that does not compare tokens
-    answers every probe ``unchanged``, or stamps the buyer's)."""
+    """A probe with a token that is not the current one: the full feed with the
+    current token, never ``unchanged`` nor the token sent."""
     payload = reply.payload or {}
     token = payload.get("wholesale_feed_version")
     full = reply.transport_ok and "unchanged" not in payload and _products(payload)
-    return Result("mismatched_token_full", full and isinstance(token, str) and token != sent,
-                  f"{reply.transport}, {_shape(payload)}, token {token!r}")  # fmt: skip
+    return Result(
+        "mismatched_token_full",
+        full and isinstance(token, str) and token != sent,
+        f"{reply.transport}, {_shape(payload)}, token {token!r}",
+    )
 
 
 def lone_pricing_token(reply: Reply) -> Result:
@@ -126,24 +144,34 @@ def scope_isolation(reply: Reply, public_token: str) -> list[Result]:
     """The overlay account's read with the public token: its own full feed, ``account``."""
     payload = reply.payload or {}
     return [
-        Result("overlay_is_account_scoped", payload.get("cache_scope") == "account",
-               repr(payload.get("cache_scope"))),
-        Result("no_token_across_scopes", reply.transport_ok and "unchanged" not in payload
-               and _products(payload) and payload.get("wholesale_feed_version") != public_token,
-               f"{reply.transport}, {_shape(payload)}"),
-    ]  # fmt: skip
+        Result(
+            "overlay_is_account_scoped",
+            payload.get("cache_scope") == "account",
+            repr(payload.get("cache_scope")),
+        ),
+        Result(
+            "no_token_across_scopes",
+            reply.transport_ok
+            and "unchanged" not in payload
+            and _products(payload)
+            and payload.get("wholesale_feed_version") != public_token,
+            f"{reply.transport}, {_shape(payload)}",
+        ),
+    ]
 
 
 def stale_and_unchanged(reply: Reply, token: str) -> Result:
-    """A probe while the upstream is down past the entry's target: never ``unchanged`` (the
-    seller cannot know its current version); the full cached feed, one ``STALE_RESPONSE``,
-    and the cached feed's token."""
+    """A probe while the upstream is down past the target: never ``unchanged`` (the seller
+    cannot know its version), the full cached feed, one ``STALE_RESPONSE``, its token."""
     payload = reply.payload or {}
     advisories = stale_advisories(payload)
     full = reply.transport_ok and "unchanged" not in payload and _products(payload)
     held = full and len(advisories) == 1 and payload.get("wholesale_feed_version") == token
-    return Result("stale_probe_is_full", held, f"{reply.transport}, {_shape(payload)}, "
-                  f"{len(advisories)} STALE_RESPONSE")  # fmt: skip
+    return Result(
+        "stale_probe_is_full",
+        held,
+        f"{reply.transport}, {_shape(payload)}, {len(advisories)} STALE_RESPONSE",
+    )
 
 
 def _products(payload: dict[str, Any]) -> bool:
@@ -158,5 +186,6 @@ def _shape(payload: dict[str, Any]) -> str:
 
 
 def _context(payload: dict[str, Any], context: dict[str, Any]) -> Result:
-    return Result("context_echoed", payload.get("context") == context,
-                  f"context={payload.get('context')!r}")  # fmt: skip
+    return Result(
+        "context_echoed", payload.get("context") == context, f"context={payload.get('context')!r}"
+    )

@@ -1,16 +1,5 @@
-"""A pytest fixture for sellers' own suites: hold your app to the ``STALE_RESPONSE`` rules.
-
-    # conftest.py (at your rootdir)
-    pytest_plugins = ["adcp_stale_cache.conformance.pytest_plugin"]
-
-    # test_conformance.py
-    async def test_stale_responses(stale_response_conformance):
-        await stale_response_conformance(create_app(test_controller=True), transport="mcp")
-        await stale_response_conformance(create_app(test_controller=True), transport="a2a")
-
-The fixture's callable takes what :func:`~adcp_stale_cache.conformance.check_seller` takes (an
-ASGI app in process, or a URL) and fails the test with the report's lines when a rule fails.
-"""
+"""A pytest fixture for sellers' own suites, ``stale_response_conformance``: enable it with
+``pytest_plugins = ["adcp_stale_cache.conformance.pytest_plugin"]``."""
 
 from __future__ import annotations
 

@@ -20,17 +20,26 @@ DEFAULT_FIELDS = {
     "list_creative_formats": "formats",
 }
 
-# What must never reach a buyer in an advisory's text (NOTES: credentials, internal hostnames,
-# stack traces).
+# What must never reach a buyer in an advisory's text.
 _LEAKS = [
     ("a stack trace", re.compile(r"Traceback \(most recent call last\)|File \"[^\"]+\", line \d+")),
     ("an IP address", re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}\b")),
-    ("an internal hostname", re.compile(
-        r"\b(?:localhost|[a-z0-9-]+(?:\.[a-z0-9-]+)*\.(?:internal|local|lan|corp|svc|cluster))\b",
-        re.IGNORECASE)),
-    ("a credential", re.compile(r"\b(?:bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}|"
-                                r"(?:api[_-]?key|token|password|secret)\s*[=:]", re.IGNORECASE)),
-]  # fmt: skip
+    (
+        "an internal hostname",
+        re.compile(
+            r"\b(?:localhost|[a-z0-9-]+(?:\.[a-z0-9-]+)*\.(?:internal|local|lan|corp|svc|cluster))\b",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "a credential",
+        re.compile(
+            r"\b(?:bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}|"
+            r"(?:api[_-]?key|token|password|secret)\s*[=:]",
+            re.IGNORECASE,
+        ),
+    ),
+]
 
 
 # userinfo (user:password@), or a query or fragment at all: a public URL carries neither.
@@ -39,9 +48,8 @@ _URL_CREDENTIAL = re.compile(r"^[a-z][a-z0-9+.-]*://[^/?#]*@|[?#]", re.IGNORECAS
 
 @dataclass(frozen=True)
 class Result:
-    """One rule's verdict: ``passed`` True, False, or None when it could not apply.
-    ``severity`` as the official storyboards grade the validation the rule mirrors: an
-    ``advisory`` one is reported, and never fails the seller."""
+    """One rule's verdict: ``passed`` True, False, or None when it could not apply; an
+    ``advisory`` one (as the storyboards grade it) never fails the seller."""
 
     rule: str
     passed: bool | None
@@ -54,8 +62,7 @@ class Result:
         return self.passed is False and self.severity == "required"
 
     def line(self) -> str:
-        """``PASS rule: what was seen`` (``FAIL``, ``SKIP``, ``ADVISORY`` for an advisory
-        rule that failed)."""
+        """``PASS rule: what was seen`` (or ``FAIL``, ``SKIP``, ``ADVISORY``)."""
         verdict = {True: "PASS", False: "FAIL", None: "SKIP"}[self.passed]
         if self.passed is False and not self.blocking:
             verdict = "ADVISORY"
@@ -71,33 +78,41 @@ def stale_advisories(payload: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 
 def healthy(reply: Reply, when: str, no_errors_in: str | None = None) -> list[Result]:
-    """A call with every upstream healthy: transport success, a payload, no advisory (and no
-    ``errors`` member at all for ``no_errors_in``, a tool whose response has none)."""
+    """A call with every upstream healthy: transport success, a payload, no advisory (and
+    no ``errors`` member at all for ``no_errors_in``)."""
     advisories = stale_advisories(reply.payload)
     results = [
-        Result(f"healthy_call ({when})", reply.transport_ok and reply.payload is not None,
-               reply.transport + ("" if reply.payload is not None else ", no payload")),
-        Result(f"no_advisory_when_healthy ({when})", not advisories,
-               f"{len(advisories)} STALE_RESPONSE in errors[]"),
-    ]  # fmt: skip
+        Result(
+            f"healthy_call ({when})",
+            reply.transport_ok and reply.payload is not None,
+            reply.transport + ("" if reply.payload is not None else ", no payload"),
+        ),
+        Result(
+            f"no_advisory_when_healthy ({when})",
+            not advisories,
+            f"{len(advisories)} STALE_RESPONSE in errors[]",
+        ),
+    ]
     if no_errors_in is not None:
         results.append(no_errors_member(reply, no_errors_in, when))
     return results
 
 
 def stale_without_errors(reply: Reply, tool: str) -> list[Result]:
-    """The answer served while the upstream was forced down, for a tool whose response has no
-    ``errors`` member (3.2's ``list_products``): a success with its payload, and no
-    ``STALE_RESPONSE`` anywhere (how staleness is told there is the seller's to say)."""
+    """The answer served while the upstream was forced down, for a tool whose
+    response has no ``errors`` member: a success with its payload and no ``STALE_RESPONSE``."""
     payload = reply.payload if isinstance(reply.payload, dict) else {}
     field = DEFAULT_FIELDS.get(tool)
     items = payload.get(field) if field else payload
     return [
         Result("transport_success", reply.transport_ok, reply.transport),
-        Result("payload_present", bool(items) and payload.get("adcp_error") is None,
-               f"{field or 'payload'}: {_count(items)}"),
+        Result(
+            "payload_present",
+            bool(items) and payload.get("adcp_error") is None,
+            f"{field or 'payload'}: {_count(items)}",
+        ),
         no_errors_member(reply, tool, "stale"),
-    ]  # fmt: skip
+    ]
 
 
 def stale(
@@ -116,8 +131,13 @@ def stale(
     field = next((a.get("field") for a in advisories if a.get("field")), None)
     field = field or DEFAULT_FIELDS.get(tool)
     items = payload.get(str(field).split(".")[0].split("[")[0]) if field else None
-    results.append(Result("payload_present", bool(items) and payload.get("adcp_error") is None,
-                          f"{field or 'payload'}: {_count(items)}"))  # fmt: skip
+    results.append(
+        Result(
+            "payload_present",
+            bool(items) and payload.get("adcp_error") is None,
+            f"{field or 'payload'}: {_count(items)}",
+        )
+    )
     names = [_upstream_name(a) for a in advisories]
     counts = Counter(names)
     expected = upstreams or None
@@ -134,17 +154,34 @@ def stale(
     if not advisories:
         return [*results, Result("advisory_shape", False, "no STALE_RESPONSE to check")]
     recoveries = [a.get("recovery") for a in advisories]
-    results.append(Result("recovery_transient", all(r == "transient" for r in recoveries),
-                          f"recovery: {recoveries}"))  # fmt: skip
+    results.append(
+        Result(
+            "recovery_transient",
+            all(r == "transient" for r in recoveries),
+            f"recovery: {recoveries}",
+        )
+    )
     fields = [a.get("field") for a in advisories]
-    results.append(Result("field_named", all(isinstance(f, str) and f for f in fields) and
-                          bool(items), f"field: {fields}"))  # fmt: skip
+    results.append(
+        Result(
+            "field_named",
+            all(isinstance(f, str) and f for f in fields) and bool(items),
+            f"field: {fields}",
+        )
+    )
     ages = [_details(a).get("cache_age_seconds") for a in advisories]
-    results.append(Result("exact_age", all(age == cache_age and _whole(age) for age in ages),
-                          f"cache_age_seconds: {ages}, forced {cache_age}"))  # fmt: skip
+    results.append(
+        Result(
+            "exact_age",
+            all(age == cache_age and _whole(age) for age in ages),
+            f"cache_age_seconds: {ages}, forced {cache_age}",
+        )
+    )
     targets = [_details(a).get("freshness_target_seconds") for a in advisories]
-    past = all(t is None or (_whole(a) and _whole(t) and a >= t)
-               for a, t in zip(ages, targets, strict=True))  # fmt: skip
+    past = all(
+        t is None or (_whole(a) and _whole(t) and a >= t)
+        for a, t in zip(ages, targets, strict=True)
+    )
     seen = f"cache_age_seconds {ages}, freshness_target_seconds {targets}"
     results.append(Result("age_past_target", past, seen))
     named = all(name not in ("None", "") for name in names)
@@ -157,8 +194,8 @@ def stale(
 
 
 def official_validators() -> tuple[str, Any, Any] | str:
-    """Validators of ``core/error.json`` and ``error-details/stale-response.json`` from the
-    newest schema version the installed ``adcp`` package bundles; or why there are none."""
+    """Validators of ``core/error.json`` and ``error-details/stale-response.json``
+    from the newest schemas the installed ``adcp`` bundles; or why there are none."""
     try:
         import adcp
         import jsonschema  # type: ignore[import-untyped]
@@ -173,13 +210,15 @@ def official_validators() -> tuple[str, Any, Any] | str:
         schema = json.loads((newest / path).read_text())
         return jsonschema.Draft7Validator(schema, format_checker=checker)
 
-    return (f"AdCP {newest.name} (adcp {getattr(adcp, '__version__', '?')})",
-            load("core/error.json"), load("error-details/stale-response.json"))  # fmt: skip
+    return (
+        f"AdCP {newest.name} (adcp {getattr(adcp, '__version__', '?')})",
+        load("core/error.json"),
+        load("error-details/stale-response.json"),
+    )
 
 
 def _newest_schemas(pattern: str) -> Path | None:
-    """The newest schema release the installed ``adcp`` package bundles that holds a file
-    matching ``pattern`` (a glob; None: no such release, or no ``adcp``)."""
+    """The newest release the ``adcp`` package bundles with a file matching ``pattern``."""
     try:
         import adcp
     except ImportError:
@@ -193,8 +232,7 @@ def _newest_schemas(pattern: str) -> Path | None:
 
 @functools.cache
 def response_schema(tool: str) -> dict[str, Any] | None:
-    """The response schema of ``tool`` (``list_products``: ``list-products-response.json``)
-    in the newest release the ``adcp`` package bundles (None: not found)."""
+    """The response schema of ``tool`` in the newest release ``adcp`` bundles, or None."""
     pattern = f"bundled/*/{tool.replace('_', '-')}-response.json"
     newest = _newest_schemas(pattern)
     if newest is None:
@@ -204,9 +242,8 @@ def response_schema(tool: str) -> dict[str, Any] | None:
 
 
 def has_errors_member(tool: str) -> bool:
-    """Whether ``tool``'s answer may carry ``errors``: its response schema names it or allows
-    members it does not name (3.2's ``list_products`` does neither). A tool whose schema is
-    not bundled may."""
+    """Whether ``tool``'s answer may carry ``errors`` (its schema names it or allows
+    extra members; an unbundled schema may)."""
     schema = response_schema(tool)
     if schema is None:
         return True
@@ -215,8 +252,8 @@ def has_errors_member(tool: str) -> bool:
 
 
 def no_errors_member(reply: Reply, tool: str, when: str) -> Result:
-    """An answer of a tool whose response has no ``errors`` member carries none: not a
-    ``STALE_RESPONSE``, not an empty one (the answer would not be schema-valid)."""
+    """An answer of a tool whose response has no ``errors`` member carries none,
+    not even an empty one (it would not be schema-valid)."""
     payload = reply.payload if isinstance(reply.payload, dict) else {}
     seen = f"{tool}'s response has no errors member and allows no extra one; "
     if "errors" in payload:
@@ -227,10 +264,8 @@ def no_errors_member(reply: Reply, tool: str, when: str) -> Result:
 
 
 def failure_stays_failure(reply: Reply, upstreams: list[str]) -> Result:
-    """With nothing cached and ``upstreams`` down, the failure stays a failure: no
-    ``STALE_RESPONSE``, and the answer fails at the transport, or says
-    ``SERVICE_UNAVAILABLE`` (as ``adcp_error``, or in ``errors[]`` for each upstream, beside
-    what the healthy ones gave). A success with a payload and no error is made up."""
+    """With nothing cached and ``upstreams`` down, the failure stays a failure:
+    no ``STALE_RESPONSE``, and a transport failure or ``SERVICE_UNAVAILABLE`` for each upstream."""
     payload = reply.payload if isinstance(reply.payload, dict) else {}
     advisories = stale_advisories(payload)
     envelope = payload.get("adcp_error")
@@ -238,16 +273,19 @@ def failure_stays_failure(reply: Reply, upstreams: list[str]) -> Result:
     raw = payload.get("errors")
     errors = raw if isinstance(raw, list) else []
     unavailable = {
-        _upstream_name(e) for e in errors
+        _upstream_name(e)
+        for e in errors
         if isinstance(e, dict) and e.get("code") == "SERVICE_UNAVAILABLE"
-    }  # fmt: skip
+    }
     said = (
         not reply.transport_ok
         or code == "SERVICE_UNAVAILABLE"
         or bool(errors and unavailable and (not upstreams or set(upstreams) <= unavailable))
     )
-    seen = (f"{reply.transport}, adcp_error: {code}, SERVICE_UNAVAILABLE for "
-            f"{sorted(unavailable)}, {len(advisories)} STALE_RESPONSE")  # fmt: skip
+    seen = (
+        f"{reply.transport}, adcp_error: {code}, SERVICE_UNAVAILABLE for "
+        f"{sorted(unavailable)}, {len(advisories)} STALE_RESPONSE"
+    )
     return Result("nothing_when_nothing_cached", not advisories and said, seen)
 
 
@@ -276,8 +314,7 @@ def _schema(advisories: list[dict[str, Any]], validators: Any) -> Result:
 def _leaks(advisories: list[dict[str, Any]], secrets: list[str]) -> Result:
     found = []
     for advisory in advisories:
-        # The whole advisory, but for the upstream's own URL (public by design: its host may
-        # be an address), which is read for credentials alone.
+        # The upstream's own URL is public (its host may be an address): read for credentials.
         upstream = _details(advisory).get("upstream")
         url = upstream.get("url") if isinstance(upstream, dict) else None
         rest = json.loads(json.dumps(advisory, default=str))
@@ -288,20 +325,28 @@ def _leaks(advisories: list[dict[str, Any]], secrets: list[str]) -> Result:
         found += [f"a credential under {key!r}" for key in _credential_keys(rest)]
         if isinstance(url, str) and _URL_CREDENTIAL.search(url):
             found.append("a credential in details.upstream.url")
-        found += ["the credential sent" for secret in secrets if secret and secret in json.dumps(
-            advisory, default=str, ensure_ascii=False)]  # fmt: skip
-    return Result("no_leaks", not found,
-                  "no credential, hostname or stack trace in the text" if not found
-                  else f"found {sorted(set(found))}")  # fmt: skip
+        found += [
+            "the credential sent"
+            for secret in secrets
+            if secret and secret in json.dumps(advisory, default=str, ensure_ascii=False)
+        ]
+    return Result(
+        "no_leaks",
+        not found,
+        "no credential, hostname or stack trace in the text"
+        if not found
+        else f"found {sorted(set(found))}",
+    )
 
 
-_CREDENTIAL_KEY = re.compile(r"pass(word|wd)?|secret|token|api[_-]?key|authorization|credential",
-                             re.IGNORECASE)  # fmt: skip
+_CREDENTIAL_KEY = re.compile(
+    r"pass(word|wd)?|secret|token|api[_-]?key|authorization|credential", re.IGNORECASE
+)
 
 
 def _credential_keys(value: Any) -> list[str]:
-    """Keys anywhere in ``value`` that name a credential and hold one (JSON keys: the text
-    pattern, ``password=``, never sees them, a quote always sits between key and colon)."""
+    """Keys anywhere in ``value`` that name a credential and hold one (the text
+    patterns never see JSON keys: a quote sits between key and colon)."""
     if isinstance(value, dict):
         return [
             *(str(k) for k, v in value.items() if _CREDENTIAL_KEY.search(str(k)) and v),
@@ -313,8 +358,8 @@ def _credential_keys(value: Any) -> list[str]:
 
 
 def _whole(value: Any) -> bool:
-    """A whole number of seconds, as JSON Schema's integer reads it (120.0 is 120; JSON's
-    true is no age): an A2A stack may encode every number as a double."""
+    """A whole number of seconds as JSON Schema reads it (120.0 is; true is not): A2A may
+    send doubles."""
     if isinstance(value, float):
         return value.is_integer()
     return isinstance(value, int) and not isinstance(value, bool)

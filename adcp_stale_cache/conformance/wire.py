@@ -21,8 +21,7 @@ MCP_PROTOCOL_VERSION = "2025-06-18"
 
 @dataclass
 class Reply:
-    """One tool call's answer: whether the transport said success (and what it said), and
-    the AdCP payload it carried (None when there was none)."""
+    """One tool call's answer: the transport's verdict and what it said, and the AdCP payload."""
 
     transport_ok: bool
     transport: str
@@ -53,10 +52,14 @@ class McpWire:
 
     async def open(self) -> None:
         """Initialize the session."""
-        result, _ = await self._rpc("initialize", {
-            "protocolVersion": MCP_PROTOCOL_VERSION, "capabilities": {},
-            "clientInfo": {"name": "adcp-stale-cache check", "version": "1"},
-        })  # fmt: skip
+        result, _ = await self._rpc(
+            "initialize",
+            {
+                "protocolVersion": MCP_PROTOCOL_VERSION,
+                "capabilities": {},
+                "clientInfo": {"name": "adcp-stale-cache check", "version": "1"},
+            },
+        )
         self.version = str(_obj(result).get("protocolVersion", MCP_PROTOCOL_VERSION))
         await self._post({"jsonrpc": "2.0", "method": "notifications/initialized"})
 
@@ -73,22 +76,28 @@ class McpWire:
             return Reply(False, f"HTTP {response.status_code}, JSON-RPC error or {seen}")
         payload = _mcp_payload(result)
         is_error = result.get("isError", False)
-        return Reply(response.status_code == 200 and is_error is False,
-                     f"HTTP {response.status_code}, isError: {json.dumps(is_error)}",
-                     payload, {"result": result})  # fmt: skip
+        return Reply(
+            response.status_code == 200 and is_error is False,
+            f"HTTP {response.status_code}, isError: {json.dumps(is_error)}",
+            payload,
+            {"result": result},
+        )
 
     async def _rpc(self, method: str, params: dict[str, Any]) -> tuple[Any, httpx.Response]:
         ident = next(self._ids)
-        response = await self._post({"jsonrpc": "2.0", "id": ident, "method": method,
-                                     "params": params})  # fmt: skip
+        response = await self._post(
+            {"jsonrpc": "2.0", "id": ident, "method": method, "params": params}
+        )
         for message in _messages(response):
             if _obj(message).get("id") == ident:
                 return _obj(message).get("result"), response
         return None, response
 
     async def _post(self, body: dict[str, Any]) -> httpx.Response:
-        headers = {"accept": "application/json, text/event-stream",
-                   "mcp-protocol-version": self.version}  # fmt: skip
+        headers = {
+            "accept": "application/json, text/event-stream",
+            "mcp-protocol-version": self.version,
+        }
         if self.session:
             headers["mcp-session-id"] = self.session
         response = await self.http.post(self.url, json=body, headers=headers)
@@ -97,8 +106,8 @@ class McpWire:
 
 
 class A2aWire:
-    """A minimal A2A client: the agent card's skills and ``message/send`` (A2A 0.3 JSON-RPC)
-    with the AdCP skill convention ``{"skill": name, "parameters": {...}}``."""
+    """A minimal A2A client: the agent card's skills and ``message/send`` (A2A 0.3) with
+    AdCP's ``{"skill": name, "parameters": {...}}``."""
 
     def __init__(self, http: httpx.AsyncClient, url: str) -> None:
         self.http, self.url = http, url
@@ -121,10 +130,18 @@ class A2aWire:
     async def call(self, tool: str, arguments: dict[str, Any]) -> Reply:
         """``message/send``; transport success is HTTP 200 and a task ``completed``."""
         call = {"skill": tool, "parameters": arguments}
-        message = {"kind": "message", "messageId": str(uuid4()), "role": "user",
-                   "parts": [{"kind": "data", "data": call}]}  # fmt: skip
-        body = {"jsonrpc": "2.0", "id": str(uuid4()), "method": "message/send",
-                "params": {"message": message}}  # fmt: skip
+        message = {
+            "kind": "message",
+            "messageId": str(uuid4()),
+            "role": "user",
+            "parts": [{"kind": "data", "data": call}],
+        }
+        body = {
+            "jsonrpc": "2.0",
+            "id": str(uuid4()),
+            "method": "message/send",
+            "params": {"message": message},
+        }
         response = await self.http.post(self.url, json=body)
         try:
             task = _obj(_obj(loads(response.content)).get("result"))
@@ -142,8 +159,7 @@ class A2aWire:
 
 
 def _obj(value: Any) -> dict[str, Any]:
-    """``value`` if it is a JSON object, else an empty one: a seller's answer of any shape
-    is something seen, never a crash."""
+    """``value`` if a JSON object, else an empty one: an odd answer is seen, never a crash."""
     return value if isinstance(value, dict) else {}
 
 

@@ -1,10 +1,5 @@
-"""A small A2A server (``a2a-sdk`` 1.x) answering AdCP skills, for the example seller.
-
-A buyer invokes a skill with a DataPart ``{"skill": "get_products", "parameters": {...}}``.
-The answer is a task whose artifact holds the payload as a DataPart (then a short text part),
-completed; streamed (``message/stream``, ``SendStreamingMessage``) as an artifact event
-followed by the final status. A2A 1.0 and 0.3 clients are both served.
-"""
+"""A small A2A server (``a2a-sdk`` 1.x, serving A2A 1.0 and 0.3 clients) answering AdCP
+skills sent as a DataPart ``{"skill": name, "parameters": {...}}``, for the example seller."""
 
 from __future__ import annotations
 

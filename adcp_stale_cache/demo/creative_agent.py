@@ -19,8 +19,7 @@ def create_creative_agent_app(*, name: str, public_url: str, formats: int = 3) -
     def list_creative_formats() -> dict[str, Any]:
         return {"formats": catalogue}
 
-    # The SDK guards a loopback-bound server against DNS rebinding (any other Host header is
-    # a 421): named for the host it is reached at, an agent on another address answers.
+    # The SDK refuses other Host headers (DNS rebinding guard): name the host it is reached at.
     return server.streamable_http_app(
         stateless_http=True, json_response=True, host=urlsplit(public_url).hostname or "127.0.0.1"
     )

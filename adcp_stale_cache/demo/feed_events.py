@@ -1,18 +1,7 @@
-"""The example seller's own wholesale-feed webhooks (``specs/wholesale-feed-webhooks.md``).
-
-Buyers register subscribers with ``sync_accounts`` (:class:`Subscriptions`). When an answer
-shows the public feed changed (:meth:`FeedEvents.observe`), every active subscriber of the
-event type gets one signed POST (the ``adcp`` package's RFC 9421 webhook profile): a
-``*.priced`` event per row whose ``pricing_options`` changed, one
-``wholesale_feed.bulk_change`` when rows appeared or went (events this seller does not
-advertise). Only the public layer is watched: every account may see it, so no subscriber
-learns what its own reads would not show. Deliveries run in the background, each bounded
-by a timeout, at most ``max_pending`` at once (more are dropped: subscribers repair through
-the feed's reads); none blocks or fails an answer.
-
-The example accepts ``active: true`` as sent: a real seller proves control of the endpoint
-first (the spec's activation challenge).
-"""
+"""The example seller's own wholesale-feed webhooks: subscribers registered with
+``sync_accounts`` get one signed POST per event when the public feed changes (never the
+account layer), sent in the background and bounded; none blocks or fails an answer.
+The example accepts ``active: true`` as sent: a real seller runs the activation challenge."""
 
 from __future__ import annotations
 
@@ -46,8 +35,11 @@ class Subscriptions:
         """The ``sync_accounts`` answer to ``request`` (declarative replace: an account
         without ``notification_configs`` keeps its subscribers)."""
         accounts = request.get("accounts")
-        results = [self._sync_one(a) for a in accounts if isinstance(a, dict)] if isinstance(
-            accounts, list) else []  # fmt: skip
+        results = (
+            [self._sync_one(a) for a in accounts if isinstance(a, dict)]
+            if isinstance(accounts, list)
+            else []
+        )
         return {"accounts": results}
 
     def _sync_one(self, account: Mapping[str, Any]) -> dict[str, Any]:
@@ -62,18 +54,25 @@ class Subscriptions:
         else:
             self._configs.setdefault(account_id, [])
         result: dict[str, Any] = {
-            "account_id": account_id, "brand": brand, "operator": operator,
-            "action": "updated" if known else "created", "status": "active",
+            "account_id": account_id,
+            "brand": brand,
+            "operator": operator,
+            "action": "updated" if known else "created",
+            "status": "active",
             "notification_configs": self._configs[account_id],
-        }  # fmt: skip
+        }
         if isinstance(account.get("sandbox"), bool):
             result["sandbox"] = account["sandbox"]
         return result
 
     def subscribers(self, event_type: str) -> list[tuple[str, dict[str, Any]]]:
         """``(account_id, config)`` of every active subscriber of ``event_type``."""
-        return [(account_id, c) for account_id, configs in self._configs.items()
-                for c in configs if c["active"] and event_type in c["event_types"]]  # fmt: skip
+        return [
+            (account_id, c)
+            for account_id, configs in self._configs.items()
+            for c in configs
+            if c["active"] and event_type in c["event_types"]
+        ]
 
 
 def _config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -109,11 +108,14 @@ class FeedEvents:
     """Signed feed events to ``subscriptions``' subscribers when the public feed changes."""
 
     def __init__(
-        self, subscriptions: Subscriptions, signer: Signer, *,
-        timeout: float = 5.0, max_pending: int = 64,
-    ) -> None:  # fmt: skip
-        # At start, not in _post: importing it takes 4 to 13 s here, and on the loop that
-        # stalled every answer in flight at the first feed change (a 10 s client timed out).
+        self,
+        subscriptions: Subscriptions,
+        signer: Signer,
+        *,
+        timeout: float = 5.0,
+        max_pending: int = 64,
+    ) -> None:
+        # Imported at start: on the loop (4 to 13 s) it stalled every answer in flight.
         from adcp.webhooks import sign_webhook
 
         self._sign_webhook = sign_webhook
@@ -123,8 +125,8 @@ class FeedEvents:
         self._pending: set[asyncio.Task[None]] = set()
 
     def observe(self, feed: str, answer: Mapping[str, Any]) -> None:
-        """Note a full public answer of ``feed`` (``products``/``signals``); if its rows
-        changed since the last one, send the events in the background."""
+        """Note a full public answer of ``feed``; if its rows changed, send the events
+        in the background."""
         rows, version = answer.get(feed), answer.get("wholesale_feed_version")
         if answer.get("cache_scope") != "public" or not isinstance(rows, list):
             return
@@ -151,9 +153,15 @@ class FeedEvents:
         body = json.dumps(event).encode()
         headers = {"content-type": "application/json"}
         signer = self.signer
-        headers |= self._sign_webhook(method="POST", url=url, headers=headers, body=body,
-                                private_key=signer.private_key, key_id=signer.key_id,
-                                alg=signer.alg).as_dict()  # fmt: skip
+        headers |= self._sign_webhook(
+            method="POST",
+            url=url,
+            headers=headers,
+            body=body,
+            private_key=signer.private_key,
+            key_id=signer.key_id,
+            alg=signer.alg,
+        ).as_dict()
         try:
             response = await self._client.post(url, content=body, headers=headers)
         except httpx.HTTPError as exc:  # at least once is the subscriber's repair: no retry
@@ -172,14 +180,18 @@ class FeedEvents:
 def _events(
     entity: str, before: Mapping[str, Any], after: Mapping[str, Any]
 ) -> list[dict[str, Any]]:
-    """The events from ``before`` to ``after`` (rows by id): one bulk change when rows
-    appeared or went, else one ``*.priced`` per row whose pricing changed."""
+    """The events from ``before`` to ``after``: one bulk change when rows appeared or went,
+    else one ``*.priced`` per row whose pricing changed."""
     public = {"scope": "public"}
     if before.keys() != after.keys():
         changed = len(before.keys() ^ after.keys())
-        payload = {"summary": f"{changed} {entity}s added or removed",
-                   "affected_entity_type": entity, "affected_count": changed,
-                   "recommendation": "wholesale_resync", "applies_to": public}  # fmt: skip
+        payload = {
+            "summary": f"{changed} {entity}s added or removed",
+            "affected_entity_type": entity,
+            "affected_count": changed,
+            "recommendation": "wholesale_resync",
+            "applies_to": public,
+        }
         return [_event("wholesale_feed.bulk_change", "feed", str(uuid.uuid4()), payload)]
     events = []
     for row_id, row in after.items():
@@ -188,23 +200,35 @@ def _events(
             continue
         _, key = FEEDS[f"{entity}s"]
         previous = [p.get("pricing_option_id") for p in old or [] if isinstance(p, dict)]
-        payload = {key: row_id, "pricing_options": row.get("pricing_options") or [],
-                   "previous_pricing_option_ids": [p for p in previous if isinstance(p, str)],
-                   "applies_to": public}  # fmt: skip
+        payload = {
+            key: row_id,
+            "pricing_options": row.get("pricing_options") or [],
+            "previous_pricing_option_ids": [p for p in previous if isinstance(p, str)],
+            "applies_to": public,
+        }
         events.append(_event(f"{entity}.priced", entity, row_id, payload))
     return events
 
 
 def _event(kind: str, entity: str, entity_id: str, payload: dict[str, Any]) -> dict[str, Any]:
-    return {"event_id": str(uuid.uuid4()), "event_type": kind, "entity_type": entity,
-            "entity_id": entity_id, "created_at": _now(), "payload": payload}  # fmt: skip
+    return {
+        "event_id": str(uuid.uuid4()),
+        "event_type": kind,
+        "entity_type": entity,
+        "entity_id": entity_id,
+        "created_at": _now(),
+        "payload": payload,
+    }
 
 
 def _envelope(
-    event: dict[str, Any], account_id: str, config: Mapping[str, Any], version: str,
+    event: dict[str, Any],
+    account_id: str,
+    config: Mapping[str, Any],
+    version: str,
     previous: str,
-) -> dict[str, Any]:  # fmt: skip
-    """The webhook body carrying ``event`` to one subscriber (the spec's payload shape)."""
+) -> dict[str, Any]:
+    """The webhook body carrying ``event`` to one subscriber."""
     body: dict[str, Any] = {
         "idempotency_key": f"whk_{uuid.uuid4().hex}",
         "notification_id": event["event_id"],

@@ -1,14 +1,6 @@
-"""A mock internal inventory service: ``GET /products`` -> ``{"products": [...]}`` (and
-``GET /signals`` -> ``{"signals": [...]}``, a signals agent's feed, read the same way).
-
-A request with a bearer token gets that principal's own products, so that tenant isolation
-in the seller's cache shows end to end; ``?account=A`` gets account ``A``'s overlay (its own
-rows and prices), and ``?filters=JSON`` (AdCP ``product_filters``) keeps the products that
-match ``channels`` and ``format_kinds``. Answers carry an ``ETag`` (a hash of the body) and
-a matching ``If-None-Match`` gets a ``304``; ``max_age`` adds ``Cache-Control: max-age``.
-``GET /stats`` counts the answers to ``/products`` by status: ``{"200": n, "304": m}``;
-``POST /revision`` publishes a new revision of the inventory (every name and price changes).
-"""
+"""A mock internal inventory service: ``GET /products`` and ``GET /signals`` (per bearer
+principal, ``?account=`` overlay, ``?filters=`` AdCP ``product_filters``), with ``ETag`` and
+``304``; ``GET /stats`` counts answers by status, ``POST /revision`` changes every row."""
 
 from __future__ import annotations
 
@@ -37,7 +29,6 @@ def create_inventory_app(
     revision = [0]
 
     def feed(member: str, rows_of: Rows) -> Callable[[Request], Awaitable[Response]]:
-        """The route answering ``{member: rows_of(count, owner, revision)}``."""
 
         async def answer(request: Request) -> Response:
             auth = request.headers.get("authorization", "")
@@ -87,8 +78,8 @@ def create_inventory_app(
 
 
 def _matches(filters: object) -> bool:
-    """Whether this inventory's products (display banners: image formats) match the AdCP
-    ``product_filters`` ``filters`` (``channels`` and ``format_kinds``; others match all)."""
+    """Whether this inventory's display banners match the ``product_filters``
+    ``filters`` (``channels`` and ``format_kinds``; others match all)."""
     if not isinstance(filters, dict):
         return True
     channels, kinds = filters.get("channels"), filters.get("format_kinds")

@@ -15,13 +15,14 @@ Json = dict[str, Any]
 
 
 def create_mcp_app(
-    call: Callable[[str, Json], Awaitable[Json]], names: Sequence[str], *,
-    json_response: bool = False, host: str = "127.0.0.1",
-) -> Any:  # fmt: skip
-    """An ASGI app serving ``names`` at ``/mcp``: ``call(name, params)`` answers each (the
-    seller's tools; this module knows nothing else of the seller). ``host`` is the one it is
-    reached at: the SDK answers 421 to a loopback-bound server asked under any other name
-    (its guard against DNS rebinding), so a seller on another address must say so."""
+    call: Callable[[str, Json], Awaitable[Json]],
+    names: Sequence[str],
+    *,
+    json_response: bool = False,
+    host: str = "127.0.0.1",
+) -> Any:
+    """An ASGI app serving ``names`` at ``/mcp``, each answered by ``call(name, params)``.
+    ``host`` is the name it is reached at: the SDK's DNS-rebinding guard refuses any other."""
     server = MCPServer(name="example-seller")
 
     async def run(name: str, params: Json) -> Json | CallToolResult:
@@ -35,17 +36,22 @@ def create_mcp_app(
                 is_error=True,
             )
 
-    # Tools take the AdCP request fields they use (and the release pins every request may
-    # carry); MCP drops the others.
+    # Tools take the AdCP request fields they use and the release pins; MCP drops the others.
     @server.tool(name="get_adcp_capabilities", description="What this seller supports.")
     async def get_adcp_capabilities(
-        context: Json | None = None, ext: Json | None = None,
-        adcp_version: str | None = None, adcp_major_version: int | None = None,
-    ) -> Any:  # fmt: skip
-        return await run("get_adcp_capabilities", {
-            "context": context, "adcp_version": adcp_version,
-            "adcp_major_version": adcp_major_version,
-        })  # fmt: skip
+        context: Json | None = None,
+        ext: Json | None = None,
+        adcp_version: str | None = None,
+        adcp_major_version: int | None = None,
+    ) -> Any:
+        return await run(
+            "get_adcp_capabilities",
+            {
+                "context": context,
+                "adcp_version": adcp_version,
+                "adcp_major_version": adcp_major_version,
+            },
+        )
 
     @server.tool(name="get_products", description="Products matching a brief.")
     async def get_products(
@@ -61,24 +67,38 @@ def create_mcp_app(
         adcp_version: str | None = None,
         adcp_major_version: int | None = None,
     ) -> Any:
-        return await run("get_products", {
-            "brief": brief, "buying_mode": buying_mode, "filters": filters, "account": account,
-            "if_wholesale_feed_version": if_wholesale_feed_version,
-            "if_pricing_version": if_pricing_version, "context": context,
-            "adcp_version": adcp_version, "adcp_major_version": adcp_major_version,
-        })  # fmt: skip
+        return await run(
+            "get_products",
+            {
+                "brief": brief,
+                "buying_mode": buying_mode,
+                "filters": filters,
+                "account": account,
+                "if_wholesale_feed_version": if_wholesale_feed_version,
+                "if_pricing_version": if_pricing_version,
+                "context": context,
+                "adcp_version": adcp_version,
+                "adcp_major_version": adcp_major_version,
+            },
+        )
 
     @server.tool(
         name="list_creative_formats", description="Creative formats of every creative agent."
     )
     async def list_creative_formats(
-        context: Json | None = None, ext: Json | None = None,
-        adcp_version: str | None = None, adcp_major_version: int | None = None,
-    ) -> Any:  # fmt: skip
-        return await run("list_creative_formats", {
-            "context": context, "adcp_version": adcp_version,
-            "adcp_major_version": adcp_major_version,
-        })  # fmt: skip
+        context: Json | None = None,
+        ext: Json | None = None,
+        adcp_version: str | None = None,
+        adcp_major_version: int | None = None,
+    ) -> Any:
+        return await run(
+            "list_creative_formats",
+            {
+                "context": context,
+                "adcp_version": adcp_version,
+                "adcp_major_version": adcp_major_version,
+            },
+        )
 
     @server.tool(name="list_products", description="The wholesale product feed (AdCP 3.2).")
     async def list_products(
@@ -96,12 +116,22 @@ def create_mcp_app(
         adcp_version: str | None = None,
         adcp_major_version: int | None = None,
     ) -> Any:
-        return await run("list_products", {
-            "criteria": criteria, "fields": fields, "account": account, "brand": brand,
-            "max_results": max_results, "cursor": cursor, "if_feed_version": if_feed_version,
-            "if_pricing_version": if_pricing_version, "context": context,
-            "adcp_version": adcp_version, "adcp_major_version": adcp_major_version,
-        })  # fmt: skip
+        return await run(
+            "list_products",
+            {
+                "criteria": criteria,
+                "fields": fields,
+                "account": account,
+                "brand": brand,
+                "max_results": max_results,
+                "cursor": cursor,
+                "if_feed_version": if_feed_version,
+                "if_pricing_version": if_pricing_version,
+                "context": context,
+                "adcp_version": adcp_version,
+                "adcp_major_version": adcp_major_version,
+            },
+        )
 
     @server.tool(name="get_signals", description="Audience signals (the wholesale signals feed).")
     async def get_signals(
@@ -118,13 +148,21 @@ def create_mcp_app(
         adcp_version: str | None = None,
         adcp_major_version: int | None = None,
     ) -> Any:
-        return await run("get_signals", {
-            "discovery_mode": discovery_mode, "signal_spec": signal_spec, "account": account,
-            "filters": filters, "max_results": max_results,
-            "if_wholesale_feed_version": if_wholesale_feed_version,
-            "if_pricing_version": if_pricing_version, "context": context,
-            "adcp_version": adcp_version, "adcp_major_version": adcp_major_version,
-        })  # fmt: skip
+        return await run(
+            "get_signals",
+            {
+                "discovery_mode": discovery_mode,
+                "signal_spec": signal_spec,
+                "account": account,
+                "filters": filters,
+                "max_results": max_results,
+                "if_wholesale_feed_version": if_wholesale_feed_version,
+                "if_pricing_version": if_pricing_version,
+                "context": context,
+                "adcp_version": adcp_version,
+                "adcp_major_version": adcp_major_version,
+            },
+        )
 
     if "sync_accounts" in names:
 
@@ -137,10 +175,15 @@ def create_mcp_app(
             adcp_version: str | None = None,
             adcp_major_version: int | None = None,
         ) -> Any:
-            return await run("sync_accounts", {
-                "accounts": accounts, "context": context, "adcp_version": adcp_version,
-                "adcp_major_version": adcp_major_version,
-            })  # fmt: skip
+            return await run(
+                "sync_accounts",
+                {
+                    "accounts": accounts,
+                    "context": context,
+                    "adcp_version": adcp_version,
+                    "adcp_major_version": adcp_major_version,
+                },
+            )
 
     if "comply_test_controller" in names:
 

@@ -11,8 +11,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-# The kernel may hand one ephemeral port out twice once it is released; apps started
-# together would then race for it, and the loser's caller would talk to the winner.
+# The kernel may hand a released ephemeral port out twice: apps started together would race.
 _handed_out: set[int] = set()
 
 
@@ -37,10 +36,8 @@ def wait_for_port(
     host: str = "127.0.0.1",
     process: subprocess.Popen[bytes] | None = None,
 ) -> None:
-    """Block until something accepts connections on ``host:port``.
-
-    With ``process``, fail as soon as it exits: whatever listens then is not it.
-    """
+    """Block until something accepts connections on ``host:port``; with ``process``,
+    fail as soon as it exits (whatever listens then is not it)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
@@ -58,9 +55,17 @@ class App:
         self.port = port
         self.quiet = quiet
         self.command: Sequence[str] = (
-            sys.executable, "-m", "adcp_stale_cache", "example", app,
-            "--host", "127.0.0.1", "--port", str(port), *args,
-        )  # fmt: skip
+            sys.executable,
+            "-m",
+            "adcp_stale_cache",
+            "example",
+            app,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            *args,
+        )
         self.process: subprocess.Popen[bytes] | None = None
 
     @property

@@ -1,16 +1,6 @@
-"""The example seller: AdCP tools answered from upstreams through the cache, on every transport.
-
-* plain HTTP: ``POST /api/<tool>`` (JSON body = AdCP request, JSON response = AdCP response);
-* MCP streamable HTTP at ``/mcp`` (``mcp`` 2.x ``MCPServer``);
-* A2A JSON-RPC at ``/`` with the agent card at ``/.well-known/agent-card.json`` (``a2a-sdk``).
-
-``list_creative_formats`` asks every creative agent at once over MCP (the generic wrapper);
-``get_products`` asks the internal inventory service over HTTP (the httpx transport),
-forwarding the buyer's bearer token; in ``buying_mode: "wholesale"`` it serves the wholesale
-feed with AdCP's conditional fetch (:mod:`.feed`). Every answer echoes the request's
-``context`` and the release served (``adcp_version``, :mod:`.versions`). One
-``StaleAdvisoryMiddleware`` serves all three transports.
-"""
+"""The example seller: AdCP tools answered from upstreams through the cache, over plain HTTP
+(``POST /api/<tool>``), MCP (``/mcp``) and A2A (``/``), all behind one
+``StaleAdvisoryMiddleware``."""
 
 from __future__ import annotations
 
@@ -49,11 +39,15 @@ from .sub_sellers import SUB_SELLERS, SubSellers, gather_items
 from .tool_failed import ToolFailed
 from .versions import SUPPORTED_VERSIONS, VersionUnsupported, served_version
 
-TOOLS = ("get_adcp_capabilities", "get_products", "list_creative_formats", "list_products",
-         "get_signals")  # fmt: skip
+TOOLS = (
+    "get_adcp_capabilities",
+    "get_products",
+    "list_creative_formats",
+    "list_products",
+    "get_signals",
+)
 
-#: Tools whose answers' schema has no ``adcp_version`` member (3.2's ``list_products``
-#: allows no member it does not list): the release served is not echoed there.
+#: Tools whose answer schema allows no ``adcp_version`` member: no release echo there.
 UNVERSIONED = frozenset({"list_products"})
 
 # What get_adcp_capabilities answers: valid for the AdCP 3.0, 3.1 and 3.2 schemas.
@@ -103,23 +97,35 @@ def seller_surfaces(
         surface("get_signals", "signals", ("inventory-service",)),
         # The wholesale feed's public rate card: no tool of its own, one entry for all.
         SurfacePolicy(
-            name=RATE_CARD, field="products", upstreams=("inventory-service",),
-            shared_across_callers=True, freshness_target_seconds=freshness_target,
-            max_stale_seconds=max_stale, upstream_timeout_seconds=upstream_timeout,
+            name=RATE_CARD,
+            field="products",
+            upstreams=("inventory-service",),
+            shared_across_callers=True,
+            freshness_target_seconds=freshness_target,
+            max_stale_seconds=max_stale,
+            upstream_timeout_seconds=upstream_timeout,
         ),
         # The signals feed's public layer: one entry for all.
         SurfacePolicy(
-            name=SIGNALS_CARD, field="signals", upstreams=("inventory-service",),
-            shared_across_callers=True, freshness_target_seconds=freshness_target,
-            max_stale_seconds=max_stale, upstream_timeout_seconds=upstream_timeout,
+            name=SIGNALS_CARD,
+            field="signals",
+            upstreams=("inventory-service",),
+            shared_across_callers=True,
+            freshness_target_seconds=freshness_target,
+            max_stale_seconds=max_stale,
+            upstream_timeout_seconds=upstream_timeout,
         ),
         # Sub-sellers' public wholesale feeds: one entry for all (see sub_sellers).
         SurfacePolicy(
-            name=SUB_SELLERS, field="products", upstreams=sub_sellers,
-            shared_across_callers=True, freshness_target_seconds=freshness_target,
-            max_stale_seconds=max_stale, upstream_timeout_seconds=upstream_timeout,
+            name=SUB_SELLERS,
+            field="products",
+            upstreams=sub_sellers,
+            shared_across_callers=True,
+            freshness_target_seconds=freshness_target,
+            max_stale_seconds=max_stale,
+            upstream_timeout_seconds=upstream_timeout,
         ),
-    )  # fmt: skip
+    )
 
 
 RATE_CARD = "wholesale_rate_card"
@@ -151,8 +157,8 @@ class SellerTools:
         self.feed_events = feed_events
 
     async def call(self, name: str, params: Mapping[str, Any]) -> dict[str, Any]:
-        """The tool ``name``'s answer to ``params``, with the release served echoed (raises
-        :class:`ToolFailed` for a release not spoken here, as for any fatal error)."""
+        """The tool ``name``'s answer to ``params``, with the release served echoed
+        (raises :class:`ToolFailed` for a fatal error, an unspoken release among them)."""
         try:
             version = served_version(params)
         except VersionUnsupported as exc:
@@ -170,8 +176,10 @@ class SellerTools:
         """Declare media buying (and the feed webhooks, only where they are emitted)."""
         answer = {**CAPABILITIES, "sandbox": self.test_controller}
         if self.feed_events is not None:
-            answer["wholesale_feed_webhooks"] = {"supported": True,
-                                                 "event_types": list(EVENT_TYPES)}  # fmt: skip
+            answer["wholesale_feed_webhooks"] = {
+                "supported": True,
+                "event_types": list(EVENT_TYPES),
+            }
         return _echo(answer, params)
 
     async def sync_accounts(self, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -180,8 +188,8 @@ class SellerTools:
         return _echo(self.feed_events.subscriptions.sync(params), params)
 
     async def get_products(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        """Products from the inventory service, for the calling principal (the wholesale
-        feed for ``buying_mode: "wholesale"``)."""
+        """Products from the inventory service for the calling principal (the
+        wholesale feed for ``buying_mode: "wholesale"``)."""
         auth = _authorization.get()
         if params.get("buying_mode") == "wholesale":
             # Only the whole feed is watched: a filtered answer's rows are not the feed's.
@@ -221,8 +229,8 @@ class SellerTools:
         watched: str | None = None,
         field: str = "products",
     ) -> dict[str, Any]:
-        """The answer, counted; a full answer of the ``watched`` feed (its rows unfiltered by
-        ``fields``) is shown to the feed events."""
+        """The answer, counted; a full answer of the ``watched`` feed is shown to
+        the feed events."""
         try:
             answer = await answering
             if watched is not None and self.feed_events is not None:
@@ -319,20 +327,12 @@ def create_seller_app(
 ) -> FastAPI:
     """The seller app; ``creative_agents`` maps each agent's name to its MCP URL.
 
-    ``test_controller`` enables the sandbox ``comply_test_controller`` tool (and the cache's
-    test mode): never in production. ``admin_token`` mounts the operator app
-    (:mod:`adcp_stale_cache.ops.admin`) at ``/admin``; without one there is none.
-    ``honor_cache_control`` lets the inventory service's ``Cache-Control`` set its entries'
-    freshness within the policy (its ETags revalidate either way). ``inventory_transport``
-    reaches the inventory service another way than over the network (an in-process
-    ``httpx.ASGITransport``, say: the benchmarks do). ``sub_sellers`` maps other AdCP
-    sellers' names to their MCP URLs: ``get_products`` sells their public wholesale feeds too
-    (:mod:`.sub_sellers`); with ``webhook_jwks`` (per sub-seller name, its public keys as a
-    JWKS), their signed feed webhooks are received at ``/webhooks/<name>``
-    (:mod:`~adcp_stale_cache.integrations.feed_webhooks`). With ``webhook_signer``, buyers
-    register feed webhooks with ``sync_accounts`` and receive signed events when the public
-    feed changes (:mod:`.feed_events`).
-    """
+    ``test_controller`` enables the sandbox ``comply_test_controller`` (never in production);
+    ``admin_token`` mounts the operator app at ``/admin``; ``sub_sellers`` maps other sellers'
+    names to MCP URLs whose feeds it sells too, and ``webhook_jwks`` receives their signed feed
+    webhooks; ``webhook_signer`` sends buyers signed feed events. ``honor_cache_control``
+    lets the inventory's ``Cache-Control`` set freshness; ``inventory_transport`` reaches the
+    inventory in process."""
     sub_sellers = dict(sub_sellers or {})
     surfaces = seller_surfaces(freshness_target, max_stale, upstream_timeout, tuple(sub_sellers))
     store = store if store is not None else MemoryStore()
@@ -346,33 +346,55 @@ def create_seller_app(
         metrics=PrometheusMetrics(registry, store=store),
     )
     inventory = Upstream(name="inventory-service")  # internal: its URL is never reported
-    transport = CachingTransport(cache, inventory, surface="get_products", validate=_has_products,
-                                 honor_cache_control=honor_cache_control,
-                                 transport=inventory_transport)  # fmt: skip
+    transport = CachingTransport(
+        cache,
+        inventory,
+        surface="get_products",
+        validate=_has_products,
+        honor_cache_control=honor_cache_control,
+        transport=inventory_transport,
+    )
     client = httpx.AsyncClient(base_url=inventory_url, transport=transport)
 
     def inventory_client(surface: str) -> httpx.AsyncClient:
-        return httpx.AsyncClient(base_url=inventory_url, transport=CachingTransport(
-            cache, inventory, surface=surface, validate=_has_rows,
-            honor_cache_control=honor_cache_control, transport=inventory_transport,
-        ))  # fmt: skip
+        return httpx.AsyncClient(
+            base_url=inventory_url,
+            transport=CachingTransport(
+                cache,
+                inventory,
+                surface=surface,
+                validate=_has_rows,
+                honor_cache_control=honor_cache_control,
+                transport=inventory_transport,
+            ),
+        )
 
     rate_card = inventory_client(RATE_CARD)
     signals = (inventory_client(SIGNALS_CARD), inventory_client("get_signals"))
     agents = [Upstream(name=name, url=url) for name, url in creative_agents.items()]
     subs = SubSellers(cache, sub_sellers) if sub_sellers else None
-    answers = Counter("adcp_example_wholesale_answers", "Wholesale answers given, by outcome",
-                      ["outcome"], registry=registry)  # fmt: skip
+    answers = Counter(
+        "adcp_example_wholesale_answers",
+        "Wholesale answers given, by outcome",
+        ["outcome"],
+        registry=registry,
+    )
     events = FeedEvents(Subscriptions(), webhook_signer) if webhook_signer else None
     tools = SellerTools(
-        cache, agents, client, test_controller=test_controller,
+        cache,
+        agents,
+        client,
+        test_controller=test_controller,
         feed=WholesaleFeed(cache, rate_card, client, signals),
         sub_sellers=subs,
         wholesale_answered=lambda outcome: answers.labels(outcome).inc(),
         feed_events=events,
-    )  # fmt: skip
-    names = (*TOOLS, *(("sync_accounts",) if events else ()),
-             *(("comply_test_controller",) if test_controller else ()))  # fmt: skip
+    )
+    names = (
+        *TOOLS,
+        *(("sync_accounts",) if events else ()),
+        *(("comply_test_controller",) if test_controller else ()),
+    )
 
     from .a2a_app import FatalSkillError, create_a2a_routes
     from .mcp_app import create_mcp_app
@@ -399,8 +421,11 @@ def create_seller_app(
             return JSONResponse({"detail": f"unknown tool {name!r}"}, status_code=404)
         body = await _json_body(request)
         if body is None:  # the buyer's to correct, never read as an empty request
-            error = {"code": "INVALID_REQUEST", "message": "the body is not a JSON object",
-                     "recovery": "correctable"}  # fmt: skip
+            error = {
+                "code": "INVALID_REQUEST",
+                "message": "the body is not a JSON object",
+                "recovery": "correctable",
+            }
             return JSONResponse({"adcp_error": error, "errors": [error]}, status_code=400)
         try:
             return await tools.call(name, body)
@@ -442,10 +467,8 @@ def _mount_feed_webhooks(
     jwks: Mapping[str, Mapping[str, Any]],
     public_url: str,
 ) -> None:
-    """Each sub-seller's signed feed webhooks at ``/webhooks/<name>``, verified against its
-    own keys (``jwks[name]``) and the URL it signs (under ``public_url``). (The replay store
-    is this process's: a replay another worker accepts only soft-purges again, which changes
-    nothing a buyer is served.)"""
+    """Each sub-seller's signed feed webhooks at ``/webhooks/<name>``, verified
+    against ``jwks[name]`` (a per-process replay store: a replay only soft-purges again)."""
     from adcp.signing import StaticJwksResolver
     from adcp.webhooks import WebhookVerifyOptions
     from starlette.routing import Route
@@ -457,8 +480,9 @@ def _mount_feed_webhooks(
         if name not in jwks:  # its events would verify against no key: none are received
             continue
         options = WebhookVerifyOptions(jwks_resolver=StaticJwksResolver(dict(jwks[name])))
-        hooks = FeedWebhooks(control, agent.upstream, verify=options,
-                             url=f"{public_url}/webhooks/{name}")  # fmt: skip
+        hooks = FeedWebhooks(
+            control, agent.upstream, verify=options, url=f"{public_url}/webhooks/{name}"
+        )
         # A route, not a mount: a mount would redirect POST /webhooks/NAME to .../NAME/.
         app.router.routes.append(Route(f"/webhooks/{name}", hooks))
 
@@ -482,8 +506,7 @@ class _RememberAuthorization:
             _authorization.reset(token)
 
 
-# Request members that say how to call, not what to answer: never part of a cache key (a fresh
-# idempotency_key per request would make every call a miss; a buyer's context is echoed only).
+# Request members that say how to call, not what to answer: never part of a cache key.
 _NOT_QUERY = frozenset(
     {"context", "ext", "account", "idempotency_key", "adcp_major_version", "adcp_version"}
 )
@@ -507,12 +530,14 @@ def _echo(payload: dict[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _gathered(
-    params: Mapping[str, Any], field: str, items: list[Any], errors: list[dict[str, Any]],
+    params: Mapping[str, Any],
+    field: str,
+    items: list[Any],
+    errors: list[dict[str, Any]],
     **members: Any,
-) -> dict[str, Any]:  # fmt: skip
-    """An answer gathered from several upstreams: ``items`` under ``field`` (then
-    ``members``), those that answered nothing named in ``errors``; fatal only when no item
-    came back at all."""
+) -> dict[str, Any]:
+    """An answer gathered from several upstreams: ``items`` under ``field``, those that
+    answered nothing in ``errors``; fatal only when no item came back."""
     if errors and not items:
         raise ToolFailed(_fatal(errors, params))
     payload: dict[str, Any] = {field: items, **members}

@@ -22,13 +22,17 @@ def run_demo() -> int:
     }
     inventory = App("inventory-service", free_port(), quiet=True)
     seller = App(
-        "seller", free_port(),
+        "seller",
+        free_port(),
         *[f"--creative-agent={n}={a.url}/mcp" for n, a in agents.items()],
-        "--inventory-service", inventory.url,
-        "--freshness-target", str(FRESHNESS_TARGET),
-        "--upstream-timeout", str(UPSTREAM_TIMEOUT),
+        "--inventory-service",
+        inventory.url,
+        "--freshness-target",
+        str(FRESHNESS_TARGET),
+        "--upstream-timeout",
+        str(UPSTREAM_TIMEOUT),
         quiet=True,
-    )  # fmt: skip
+    )
     apps = [*agents.values(), inventory, seller]
     ok = True
     try:
@@ -42,8 +46,10 @@ def run_demo() -> int:
             ok &= _ask(buyer, "list_creative_formats", expect_stale=[])
             ok &= _ask(buyer, "get_products", expect_stale=[])
 
-            _chapter(f"2. {FRESHNESS_TARGET + 0.5:g}s later (past the {FRESHNESS_TARGET}s target): "
-                     "agent a killed, agent b frozen, inventory service killed")  # fmt: skip
+            _chapter(
+                f"2. {FRESHNESS_TARGET + 0.5:g}s later (past the {FRESHNESS_TARGET}s target): "
+                "agent a killed, agent b frozen, inventory service killed"
+            )
             time.sleep(FRESHNESS_TARGET + 0.5)
             agents["a"].kill()
             agents["b"].freeze()

@@ -1,12 +1,6 @@
-"""The example seller's sub-sellers: other AdCP sellers whose products it sells too.
-
-Each sub-seller is asked for its public wholesale feed (``get_products``, ``buying_mode:
-"wholesale"``) over MCP through the ``adcp`` client, behind the cache
-(:class:`~adcp_stale_cache.integrations.adcp_agent.AdcpAgent`): past the target, a refresh is
-an ``if_wholesale_feed_version`` probe, and a sub-seller's own stale serve reaches our buyer as
-one ``STALE_RESPONSE`` of ours naming it, as old as the data is at the bottom of the chain.
-Needs the ``adcp-server`` extra (the ``adcp`` client, 9.2 or later).
-"""
+"""The example seller's sub-sellers: other AdCP sellers whose public wholesale feeds it sells
+too, asked over MCP behind the cache (:class:`~adcp_stale_cache.integrations.adcp_agent.AdcpAgent`).
+Needs the ``adcp-server`` extra."""
 
 from __future__ import annotations
 
@@ -43,8 +37,8 @@ class SubSellers:
         return tuple(agent.upstream.name for agent in self.agents)
 
     async def products(self) -> tuple[list[Any], list[dict[str, Any]]]:
-        """Every sub-seller's products, and a ``SERVICE_UNAVAILABLE`` error for each one
-        that answered nothing (a stale one's advisory is the cache's to record)."""
+        """Every sub-seller's products, and a ``SERVICE_UNAVAILABLE`` error for each
+        one that answered nothing."""
         return await gather_items(
             ((agent.upstream, self._products(agent)) for agent in self.agents), field="products"
         )
@@ -58,10 +52,8 @@ class SubSellers:
 async def gather_items(
     calls: Iterable[tuple[Upstream, Awaitable[list[Any]]]], *, field: str
 ) -> tuple[list[Any], list[dict[str, Any]]]:
-    """The items of ``calls`` (each with the upstream it asks) run at once, and a
-    ``SERVICE_UNAVAILABLE`` error (for ``field``) per upstream that answered nothing: down
-    with nothing cached, refusing (an agent's ``adcp_error``) or failing otherwise. One
-    upstream never sinks the others' items: the buyer is told which one is missing."""
+    """The items of ``calls`` run at once, and a ``SERVICE_UNAVAILABLE`` error (for
+    ``field``) per upstream that answered nothing: one upstream never sinks the others."""
     asked = list(calls)
     results = await asyncio.gather(*(call for _, call in asked), return_exceptions=True)
     items: list[Any] = []

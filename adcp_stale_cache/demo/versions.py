@@ -1,11 +1,6 @@
-"""AdCP release negotiation for the example seller: what it advertises, what it echoes.
-
-A buyer pins a release (``adcp_version: "3.1"``, AdCP 3.1+; a patch or pre-release tag is
-read as its release, and a pre-release as below it) or a major (``adcp_major_version: 3``);
-the seller serves the highest release it speaks at or below the pin within the pin's major,
-echoes it as ``adcp_version`` on every answer, refuses a major it does not speak with
-``VERSION_UNSUPPORTED`` and a pin that is no release with ``INVALID_REQUEST``.
-"""
+"""AdCP release negotiation for the example seller: the highest release it speaks at or below
+the buyer's pin is served and echoed as ``adcp_version``; another major is
+``VERSION_UNSUPPORTED``, a pin that is no release ``INVALID_REQUEST``."""
 
 from __future__ import annotations
 
@@ -33,13 +28,14 @@ class VersionUnsupported(ValueError):
             spoken = ", ".join(SUPPORTED_VERSIONS)
             message, code = f"AdCP {shown} is not spoken here: {spoken} are", "VERSION_UNSUPPORTED"
         super().__init__(message)
-        self.error = AdcpError(code=code, message=message, field="adcp_version",
-                               recovery="correctable")  # fmt: skip
+        self.error = AdcpError(
+            code=code, message=message, field="adcp_version", recovery="correctable"
+        )
 
 
 def served_version(request: Mapping[str, Any]) -> str:
-    """The release served to ``request``: the highest spoken at or below its pin (strictly
-    below a pre-release pin), the newest when it pins none."""
+    """The release served to ``request``: the highest spoken at or below its pin
+    (strictly below a pre-release), the newest without one."""
     pin, major = request.get("adcp_version"), request.get("adcp_major_version")
     spoken = [tuple(int(n) for n in v.split(".")) for v in SUPPORTED_VERSIONS]
     if pin is not None:
@@ -47,8 +43,9 @@ def served_version(request: Mapping[str, Any]) -> str:
         if found is None:
             raise VersionUnsupported(pin, malformed=True)
         wanted = (int(found[1]), int(found[2]))
-        below = [v for v in spoken if v[0] == wanted[0]
-                 and (v < wanted if found[3] else v <= wanted)]  # fmt: skip
+        below = [
+            v for v in spoken if v[0] == wanted[0] and (v < wanted if found[3] else v <= wanted)
+        ]
         if not below:
             raise VersionUnsupported(pin)
         return _release(max(below))
