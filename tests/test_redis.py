@@ -145,7 +145,7 @@ from adcp_stale_cache import SurfacePolicy, Surfaces, Upstream, UpstreamCache
 from adcp_stale_cache.stores import TieredStore
 from adcp_stale_cache.stores.redis import RedisStore
 
-url, start_at, coordinate = sys.argv[1], float(sys.argv[2]), sys.argv[3] == "1"
+url, coordinate = sys.argv[1], sys.argv[2] == "1"
 policy = SurfacePolicy(name="get_products", freshness_target_seconds=1, upstream_timeout_seconds=3)
 
 async def main():
@@ -157,16 +157,17 @@ async def main():
         await asyncio.sleep(0.5)
         return {"products": ["fresh"]}
 
-    await asyncio.sleep(max(0, start_at - time.time()))
+    # Start together once all four are ready: a process importing slowly under load would
+    # otherwise come after the refreshed entry's 1 s target and rightly refresh it again.
+    await counter.incr("ready")
+    deadline = time.monotonic() + 120
+    while int(await counter.get("ready") or 0) < 4 and time.monotonic() < deadline:
+        await asyncio.sleep(0.005)
     value = await cache.fetch(Upstream(name="inventory-service"), "k", upstream, surface="get_products")
     print(value["products"][0])
 
 asyncio.run(main())
 """
-
-
-def refresher(url: str, start_at: float, coordinate: bool) -> list[str]:
-    return [sys.executable, "-c", REFRESHER, url, str(start_at), "1" if coordinate else "0"]
 
 
 async def run_refreshers(url: str, coordinate: bool) -> tuple[int, list[str]]:
@@ -178,15 +179,13 @@ async def run_refreshers(url: str, coordinate: bool) -> tuple[int, list[str]]:
 
     await seed.fetch(INVENTORY, "k", old, surface="get_products")
     await asyncio.sleep(1.1)  # the key is past its target: every process wants to refresh it
-    await raw.delete("upstream-calls")
-    start_at = time.time() + 4
+    await raw.delete("upstream-calls", "ready")
     procs = [
         await asyncio.create_subprocess_exec(
             sys.executable,
             "-c",
             REFRESHER,
             url,
-            str(start_at),
             "1" if coordinate else "0",
             stdout=subprocess.PIPE,
         )
