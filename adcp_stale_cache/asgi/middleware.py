@@ -1,38 +1,7 @@
-"""Pure ASGI middleware: one collector per request, advisories appended to the payload.
+"""Pure ASGI middleware: one collector per request, its advisories appended to the answer.
 
-Mount it inside any compression middleware (it must see the JSON, not gzip)::
-
-    app.add_middleware(StaleAdvisoryMiddleware, cache=cache)
-
-Each request also gets a cache partition (default: a digest of the caller's credentials,
-tenant and host headers, see :func:`~adcp_stale_cache.core.keys.caller_partition`): cache keys
-include it, so no caller is served another caller's entry. Pass ``partition=`` to derive it
-differently from the scope (a resolved principal id, say), ``partition_from_call=`` to
-derive it from the call too (a principal passed as a tool argument: see
-:class:`~adcp_stale_cache.asgi.peek.ToolCall`), or mark public surfaces ``shared_across_callers``.
-
-It serves every AdCP transport on one app: plain JSON routes (the body is the payload), MCP
-streamable HTTP (``tools/call`` answers, JSON or SSE) and A2A JSON-RPC (``message/send``,
-``SendMessage`` and their streaming forms). The tool surface of a request comes from its
-route path, the MCP tool name or the A2A skill.
-
-When the request recorded no advisory, every response message passes straight through,
-unbuffered and byte for byte. Otherwise the payload's ``errors[]`` is extended (one
-``STALE_RESPONSE`` per stale upstream), ``Content-Length`` recomputed and the status kept
-(see responders: who writes an answer is picked at its start).
-An answer's ``context`` is always its own request's: when the answer is rewritten, or when
-the cache served the request a value holding a ``context`` (another buyer's, cached with an
-upstream's answer), an answer whose ``context`` is not the request's gets the request's
-instead (none, when the request had none), counted in ``contexts_replaced`` and logged once;
-a null ``context`` is none, never another's. Anything that cannot carry advisories goes out
-untouched, each of its advisories counted as lost (``advisory_lost``, with why). A stale
-plain-HTTP answer also gets ``Age`` and RFC 9211 ``Cache-Status`` (``fwd=stale``, negative
-``ttl``) for HTTP tooling (``stale_headers=False`` turns them off).
-
-An ``UpstreamUnavailable`` the app lets out (nothing cached, upstream down), alone or as every
-leaf of an exception group (a task group's fan-out), is answered as the fatal AdCP
-``SERVICE_UNAVAILABLE`` (503 JSON, or an MCP ``isError`` result), and at start-up (ASGI
-lifespan) a surface whose ``paths`` no route serves is logged (see routes).
+Mount it inside any compression middleware: it must see the JSON, not gzip. An answer with
+nothing to add or check passes through byte for byte. Transports: docs/transports.md.
 """
 
 from __future__ import annotations
@@ -97,8 +66,7 @@ class StaleAdvisoryMiddleware:
         #: Answers whose ``context`` was another request's, given their own request's.
         self.contexts_replaced = 0
         self._warned_unread_credential = False
-        # Route path -> surface, trailing slashes ignored (Surfaces.for_path, precomputed);
-        # paths written as routes are (``/api/{tenant}/get_products``) match as routes do.
+        # Templated paths (``/api/{tenant}/get_products``) match as Starlette routes do.
         declared = [
             (path.rstrip("/") or "/", policy)
             for policy in self.surfaces.policies
@@ -110,8 +78,7 @@ class StaleAdvisoryMiddleware:
         ]
 
     def _partition(self, request: RequestPeek, scope: Scope) -> str | None:
-        """The caller partition, built only when a per-caller key is (with
-        ``partition_from_call``, the body was read ahead: its call is known)."""
+        """The caller's partition, asked on first use (``partition_from_call``: body read ahead)."""
         if self.partition_from_call is not None:
             if request.unreadable():  # no principal can be told: this request's alone
                 logger.info(
@@ -139,18 +106,14 @@ class StaleAdvisoryMiddleware:
         return self.partition(scope)
 
     async def _started(self, scope: Scope, send: Send, message: Message) -> None:
-        """The app's lifespan messages: once it has started, report surfaces it cannot
-        serve (before the server takes a request: it waits for this message)."""
+        """On ``lifespan.startup.complete``, report unserved surfaces: no request came yet."""
         if message["type"] == "lifespan.startup.complete":
             await self.report_unserved(scope.get("app", self.app))
         await send(message)
 
     async def report_unserved(self, app: object) -> None:
-        """Say which surfaces no request can select: one WARNING each whose ``paths`` no
-        route serves, or, when the app serves fastmcp tools, whose name no tool has either
-        (see tool_names). An INFO where it cannot be told: paths below a mounted app whose
-        routes cannot be read, neither the wrapped app nor ``app`` (the one lifespan names)
-        a Starlette app, a name another part of the app may serve. Run at start-up."""
+        """Log a WARNING per surface no route or fastmcp tool serves, an INFO where the app's
+        routes or tools cannot be read. Run at start-up."""
         routes = routes_of(self.app)  # the wrapped router, else the app that added us
         root = self.app if routes is not None else app
         routes = routes_of(app) if routes is None else routes
@@ -218,8 +181,7 @@ class StaleAdvisoryMiddleware:
         if state is None:
             scope["state"] = state = {}
         state[STATE_KEY] = collector
-        # A declared plain-JSON route carries no JSON-RPC call: its body is kept for its
-        # context only.
+        # A declared route is plain JSON: its body holds no JSON-RPC call to look for.
         request = RequestPeek(
             self.surfaces, collector, scope, receive, self.max_peek_bytes, surface is not None
         )
@@ -247,8 +209,8 @@ class StaleAdvisoryMiddleware:
 
 
 def upstream_unavailable(error: BaseException) -> UpstreamUnavailable | None:
-    """The :class:`UpstreamUnavailable` an app let out: ``error`` itself, or the first of an
-    exception group (a ``TaskGroup`` or anyio fan-out) every leaf of which is one; else None."""
+    """``error`` if an :class:`UpstreamUnavailable`, or the first leaf of an exception group
+    all of whose leaves are; else None."""
     if isinstance(error, UpstreamUnavailable):
         return error
     if isinstance(error, BaseExceptionGroup):
@@ -260,10 +222,7 @@ def upstream_unavailable(error: BaseException) -> UpstreamUnavailable | None:
 async def _unavailable(
     error: UpstreamUnavailable, collector: AdvisoryCollector, request: RequestPeek, send: Send
 ) -> None:
-    """Answer a request whose upstream failed with nothing cached to stand in (the app let
-    :class:`UpstreamUnavailable` out) as AdCP says: the fatal ``SERVICE_UNAVAILABLE``, in a
-    503 JSON body, or for one MCP call in an ``isError`` tool result (as MCP servers answer
-    a tool's exception). Built from the failure's sanitised message: no trace, no host."""
+    """Answer the fatal ``SERVICE_UNAVAILABLE`` from the failure's sanitised message."""
     surface = collector.surface
     failure = service_unavailable(error, surface.field if surface is not None else None)
     await request.read_rest()
@@ -282,8 +241,7 @@ async def _unavailable(
 
 
 def _failure_answer(request: RequestPeek, error: dict[str, Any], context: Any) -> tuple[int, bytes]:
-    """The status and body answering ``request`` with the fatal ``error``: a 503 JSON body,
-    or for one MCP call an ``isError`` tool result."""
+    """A 503 JSON body, or for one MCP call an ``isError`` tool result (as MCP servers do)."""
     payload = failed_payload([error], context)
     if len(request.calls) == 1 and request.calls[0].protocol == "mcp":
         text = dumps(payload).decode()
@@ -294,8 +252,7 @@ def _failure_answer(request: RequestPeek, error: dict[str, Any], context: Any) -
 
 
 def route_path(scope: Scope) -> str:
-    """The path routes match: ``scope["path"]`` less the app's ``root_path`` (a ``Mount``,
-    ``uvicorn --root-path``, a prefix-stripping proxy), as Starlette's router reads it."""
+    """The path routes match: ``scope["path"]`` less ``root_path``, as Starlette reads it."""
     path: str = scope.get("path", "")
     root: str = scope.get("root_path", "")
     if root and path.startswith(root) and path[len(root) : len(root) + 1] in ("/", ""):
@@ -303,16 +260,13 @@ def route_path(scope: Scope) -> str:
     return path
 
 
-# What names a credential or a principal (a header, a query parameter, a tool argument):
-# any of these the default partition does not read may be what tells callers apart.
+# Credential-like names the default partition does not read may be what tells callers apart.
 _CREDENTIAL_WORDS = ("auth", "token", "principal", "secret", "api-key", "api_key", "tenant")
 _READ_HEADERS = frozenset(name.encode() for name in CREDENTIAL_HEADERS)
 
 
 def _unread_credential(scope: Scope, arguments: Any) -> str | None:
-    """What in the request looks like a credential the default partition does not read
-    (``header x-auth-token``, say), or None: a request with no credential at all is a
-    public caller, told apart from none, as the app tells it apart from none."""
+    """A credential-like name the default partition does not read (``header x-auth-token``)."""
     for name, _ in scope.get("headers", ()):
         if name.lower() not in _READ_HEADERS and _credential_like(name.decode("latin-1")):
             return f"header {name.decode('latin-1').lower()}"

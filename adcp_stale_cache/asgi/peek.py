@@ -1,9 +1,6 @@
-"""Reading a request as the app receives it, for the middleware: its JSON-RPC calls (MCP
-``tools/call``, A2A ``SendMessage``...), its AdCP request's ``context`` and fields.
+"""Reading a request as the app receives it: its JSON-RPC calls, its ``context`` and fields.
 
-Every POST body is read along (a JSON body may come labelled ``text/plain``, or not at all),
-up to ``limit`` bytes; nothing is parsed until asked, except JSON-RPC calls on routes not
-declared plain JSON (the tool name says the request's surface).
+Nothing is parsed until asked, except JSON-RPC calls: their tool name sets the surface.
 """
 
 from __future__ import annotations
@@ -26,11 +23,9 @@ MAX_PEEK_BYTES = 1024 * 1024
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
-    """A request as the ``partition_from_call`` hook sees it: its ASGI ``scope``, its
-    ``tool`` (MCP tool, A2A skill, or the plain route's surface; None: unknown) and its
-    ``arguments`` (MCP ``params.arguments``, the A2A DataPart's ``parameters``, a plain JSON
-    body; None when there are none: a body whose call cannot be read is never shown to the
-    hook, see :meth:`RequestPeek.unreadable`)."""
+    """A request as the ``partition_from_call`` hook sees it: its ASGI ``scope``, its ``tool``
+    (MCP tool, A2A skill or plain route's surface; None: unknown) and its ``arguments`` (None
+    when there are none; a call that cannot be read never reaches the hook)."""
 
     scope: Scope
     tool: str | None
@@ -38,14 +33,23 @@ class ToolCall:
 
 
 class RequestPeek:
-    """What one request says, read off its POST body as the app receives it: its JSON-RPC
-    calls (which set the request's surface), or, for a plain JSON request, the body itself,
-    parsed only when asked (for its ``context`` or a field)."""
+    """One request's calls, ``context`` and fields, read off its POST body up to ``limit``."""
 
     __slots__ = (
-        "_ahead", "_body", "_chunks", "_parsed", "_receive", "_size", "calls", "collector",
-        "declared", "limit", "oversized", "peeking", "surfaces",
-    )  # fmt: skip
+        "_ahead",
+        "_body",
+        "_chunks",
+        "_parsed",
+        "_receive",
+        "_size",
+        "calls",
+        "collector",
+        "declared",
+        "limit",
+        "oversized",
+        "peeking",
+        "surfaces",
+    )
 
     def __init__(
         self,
@@ -81,8 +85,7 @@ class RequestPeek:
         return message
 
     async def read_ahead(self) -> None:
-        """Read the body (up to ``limit``) before the app runs, kept for it: its call is
-        then known at the request's first fetch, whenever the app reads its body."""
+        """Read the body (up to ``limit``) before the app runs, and replay it to the app."""
         ahead: deque[Message] = deque()
         self._ahead = ahead
         while self.peeking:
@@ -93,8 +96,7 @@ class RequestPeek:
             self._peek(message)
 
     def unreadable(self) -> bool:
-        """Whether the body holds a call that could not be read: too large, a batch, or
-        not a JSON object (an empty body is no call, not an unreadable one)."""
+        """Whether the body holds a call that cannot be read: too large, a batch, not an object."""
         if self.oversized or len(self.calls) > 1:
             return True
         if self.calls or not self._body or not self._body.strip():
@@ -118,20 +120,17 @@ class RequestPeek:
                 self._body = body
 
     async def read_rest(self) -> None:
-        """Read what the app left of the body (it failed before reading it all), to answer
-        with the request's ``context``."""
+        """Read what the app left of the body (it failed early), to answer with its ``context``."""
         while self.peeking:
             if (await self.receive())["type"] != "http.request":
                 return
 
     def context(self) -> Any:
-        """The request's ``context`` (``NO_CONTEXT``: none, or null), ``UNKNOWN`` when it
-        cannot be read (no body read, too large, not JSON, a batch: see inject_body)."""
+        """The request's ``context``: ``NO_CONTEXT`` (none, or null), ``UNKNOWN`` (unreadable)."""
         return context_of(self._request())
 
     def field(self, name: str) -> Any:
-        """A field of the AdCP request (None when absent, ``UNREAD`` when the request
-        could not be read)."""
+        """A field of the AdCP request: None when absent, ``UNREAD`` when unreadable."""
         request = self._request()
         return request.get(name) if isinstance(request, dict) else UNREAD
 
@@ -145,8 +144,7 @@ class RequestPeek:
         return ToolCall(scope, tool, request if isinstance(request, dict) else None)
 
     def _request(self) -> Any:
-        """The AdCP request: the one call's arguments, or the declared route's body (read
-        once, when first asked); ``KEEP`` when unknown."""
+        """The one call's arguments, or the declared route's body (parsed once); else ``KEEP``."""
         if self.calls:
             return self.calls[0].arguments if len(self.calls) == 1 else KEEP
         if self._parsed is KEEP and self._body is not None:

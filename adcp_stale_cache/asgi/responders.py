@@ -1,9 +1,5 @@
-"""How the middleware writes one answer: untouched, or through a small responder chosen at
+"""How the middleware writes one answer: untouched, or through a small responder picked at
 the response's start (Starlette's ``GZipResponder`` is the model).
-
-:func:`responder_for` decides from the response start alone; :class:`JsonResponder` buffers
-a JSON (or JSON-RPC) body to rewrite it whole, :class:`EventStreamResponder` rewrites an
-event stream event by event. Anything else passes through byte for byte.
 """
 
 from __future__ import annotations
@@ -27,13 +23,18 @@ _EVENTS = b"text/event-stream"
 
 
 class Answer:
-    """One request's answer: the app's messages go through the responder picked at the
-    response's start, or straight on when there is nothing to add and nothing to check."""
+    """One request's answer: through the responder picked at its start, or straight on."""
 
     __slots__ = (
-        "collector", "downstream", "forward", "in_doubt", "replaced", "request", "scope",
+        "collector",
+        "downstream",
+        "forward",
+        "in_doubt",
+        "replaced",
+        "request",
+        "scope",
         "stale_headers",
-    )  # fmt: skip
+    )
 
     def __init__(
         self,
@@ -65,8 +66,7 @@ class Answer:
         self.forward = self.downstream
         collector, calls = self.collector, len(self.request.calls)
         self.in_doubt = collector.trace.served_context
-        # Advisories not yet written are unsettled (a dict, as the middleware counts them):
-        # asked directly, the common case pays no call.
+        # Unsettled: recorded, not yet written. Read directly, the common case pays no call.
         advisories = bool(collector.unsettled)
         if advisories or calls or self.in_doubt:  # else the common case: nothing to do
             chosen = responder_for(start, self.scope, calls, advisories, self.in_doubt)
@@ -83,8 +83,7 @@ class Answer:
         self.forward = self.downstream
 
     def delivery(self) -> Delivery:
-        """The advisories to deliver now, and the request's context when the answer's may
-        not be its own (a value served from the cache held one)."""
+        """The advisories to deliver now, and the request's context if the answer's may not be."""
         errors = self.collector.errors()
         if errors and self.request.call(self.scope).tool in NO_ERRORS_MEMBER:
             why = "the tool's answers have no errors[] (tell it in incomplete[])"
@@ -107,8 +106,7 @@ class Answer:
         self.collector.close()
 
     def check_late_context(self) -> None:
-        """Say so when the cache served a value holding a context only once this answer had
-        started to pass through: it went unchecked."""
+        """Warn when a value holding a context was served after this answer had started."""
         if (
             self.collector.trace.served_context
             and self.forward is self.downstream
@@ -120,9 +118,8 @@ class Answer:
 def responder_for(
     start: Message, scope: Scope, calls: int, advisories: bool, in_doubt: bool
 ) -> type[JsonResponder | EventStreamResponder] | Untouched | None:
-    """Who writes an answer starting with ``start`` to a request of ``calls`` readable calls:
-    a responder, None (it passes as it came), or why it cannot be touched (it passes too,
-    its advisories lost, or with none, its context unchecked)."""
+    """Who writes an answer starting with ``start``: a responder, None (it passes as it came),
+    or why it cannot be touched (it passes too: advisories lost, or context unchecked)."""
     why = _ineligible(scope, start)
     media = _content_type(start.get("headers", []))
     if why is None and media == _EVENTS and calls == 1:
@@ -234,9 +231,6 @@ class EventStreamResponder:
         return found
 
 
-# Why advisories still unsettled when the app is done went without an answer: it raised or
-# answered nothing; or they came after the start (a StreamingResponse fetching as it
-# streams), or no event of the stream answered the call.
 _NO_ANSWER = Untouched("the app sent no answer to write them into", "no_answer")
 _AFTER_START = Untouched(
     "recorded after the response started, or no event of the stream answered the call",

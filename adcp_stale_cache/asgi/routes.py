@@ -1,10 +1,7 @@
-"""Which declared surface paths an app serves, read off its Starlette/FastAPI router at
-start-up: a path no route answers is a surface no request will ever reach.
+"""Which declared surface paths an app serves, read off its Starlette router at start-up.
 
-Only routers can be read: an app mounted under a prefix that is not a Starlette app or
-router (any other ASGI app), or a ``Host`` route, may serve anything below it, so paths there
-are "unknown", never "not served". MCP tool and A2A skill names live in their SDKs, not in
-routes: surfaces named only by tool are not checked here.
+Below a ``Host`` or a mount that is not a Starlette app or router, anything may be served:
+paths there are "unknown", never "not served".
 """
 
 from __future__ import annotations
@@ -58,8 +55,7 @@ def serves(routes: Sequence[BaseRoute], path: str) -> Served:
 def unserved(
     routes: Sequence[BaseRoute], surfaces: Surfaces
 ) -> tuple[list[SurfacePolicy], list[SurfacePolicy]]:
-    """The surfaces with paths none of which a route serves, and those whose paths cannot
-    be told (see the module)."""
+    """The surfaces none of whose paths a route serves, and those whose paths cannot be told."""
     missing: list[SurfacePolicy] = []
     unknown: list[SurfacePolicy] = []
     for policy in surfaces.policies:

@@ -1,13 +1,7 @@
-"""Which tool names an app serves, read at start-up: a surface no route serves and no tool
-is named after is one no request will ever select.
+"""Which tool names an app's fastmcp servers serve, read at start-up through fastmcp's API.
 
-fastmcp puts its server on the app ``http_app()`` builds (``app.state.fastmcp_server``), and
-its listing is read through fastmcp's own API (2.10: ``get_tools()``; 3.x and 4:
-``list_tools()``, without running the server's middleware). Nothing else names tools that can
-be read: a plain ``mcp`` app, an A2A endpoint or any other route a POST may reach that no
-surface declares (it may dispatch by name, as A2A JSON-RPC does), a mount whose routes cannot
-be read (see routes). Names there are "unknown", never "not served". Reading never fails
-start-up: a listing that raises or outlasts ``LISTING_TIMEOUT_SECONDS`` is skipped (DEBUG).
+Nothing else names tools readably (a plain ``mcp`` app, A2A, an undeclared POST route, an
+opaque mount): names there are "unknown", never "not served". Start-up never fails on it.
 """
 
 from __future__ import annotations
@@ -27,9 +21,8 @@ from .routes import routes_of
 
 logger = logging.getLogger("adcp_stale_cache.tool_names")
 
-#: How alike (difflib's ratio) a surface's name and a served one are when it is misspelt:
-#: a slip or two, never another AdCP task sharing its stem (list_creatives, at 0.8 of
-#: list_creative_formats).
+#: difflib ratio of a misspelt surface name to a served one: a slip or two, never a task
+#: sharing its stem (list_creatives is 0.8 of list_creative_formats).
 MISSPELT_SIMILARITY = 0.9
 
 #: How long one server's listing may take at start-up (a proxy server asks its remote).
@@ -72,16 +65,14 @@ async def tool_names(server: object) -> frozenset[str] | None:
 
 @dataclass
 class ToolSpace:
-    """What an app serves by name: the fastmcp servers found in it, and whether some other
-    part of it may also dispatch by a name that cannot be read (``opaque``)."""
+    """An app's fastmcp servers, and whether another part may dispatch by name (``opaque``)."""
 
     servers: list[object] = field(default_factory=list)
     opaque: bool = False
 
 
 def tool_space(app: object, surfaces: Surfaces) -> ToolSpace:
-    """The fastmcp servers of ``app`` (on its state or on a mounted app's) and whether
-    anything else in it may dispatch by name (see the module)."""
+    """The fastmcp servers of ``app`` (on its state or a mounted app's), and its opacity."""
     space = ToolSpace()
     declared = [path.rstrip("/") or "/" for policy in surfaces.policies for path in policy.paths]
     _visit(app, declared, space)
@@ -114,8 +105,7 @@ def _visit_route(route: BaseRoute, declared: list[str], space: ToolSpace) -> Non
 
 
 async def served_names(space: ToolSpace) -> frozenset[str] | None:
-    """Every tool name the servers of ``space`` serve; None if there is none or a listing
-    could not be read."""
+    """Every tool name the servers of ``space`` serve; None without servers or when unreadable."""
     names: set[str] = set()
     for server in space.servers:
         listed = await tool_names(server)
@@ -128,11 +118,8 @@ async def served_names(space: ToolSpace) -> frozenset[str] | None:
 def report_untooled(
     surfaces: Sequence[SurfacePolicy], names: frozenset[str], *, complete: bool
 ) -> None:
-    """Say which of ``surfaces`` (named by tool alone) no tool of ``names`` is named after.
-
-    A WARNING when a served name is close to it (a misspelt tool: no request will select it);
-    otherwise an INFO, since a surface only named in code (``surface=``) has no tool either.
-    """
+    """Log each of ``surfaces`` that no tool of ``names`` is named after: a WARNING when a
+    served name is close (misspelt), else an INFO (a surface named in code has no tool)."""
     served = ", ".join(sorted(names)) or "none"
     for policy in surfaces:
         if policy.name in names:

@@ -1,10 +1,4 @@
-"""A request's state, split by owner, and how the cache finds the current request's.
-
-The front door (the ASGI middleware, an SDK hook, :func:`collect_advisories`) makes a
-request's :class:`RequestContext` and opens its :class:`AdvisoryCollector`; every stale serve
-records into the collector, and the front door appends it to the answer's ``errors[]``. A
-flight (and a conditional answer) keeps a :class:`Trace` of what it served.
-"""
+"""A request's state, split by owner, and how the cache finds the current request's."""
 
 from __future__ import annotations
 
@@ -33,8 +27,7 @@ logger = logging.getLogger("adcp_stale_cache")
 
 @dataclass(frozen=True, slots=True)
 class Composed:
-    """One entry a conditional answer read: its stored content, its store key and when it
-    was stored (None, 0: not stored), and until when it is fresh (-inf: it is not)."""
+    """One entry a conditional answer read (not stored: None, 0; not fresh: -inf)."""
 
     data: bytes
     store_key: str | None = None
@@ -43,14 +36,12 @@ class Composed:
 
 
 class AdvisoryLost(RuntimeError):
-    """Raised in strict mode (``UpstreamCache(strict_advisories=True)``) when an entry would be
-    served stale with no request collector to carry its advisory: in a worker thread the
-    request's context did not reach (see :func:`carry_context`), say."""
+    """Raised with ``UpstreamCache(strict_advisories=True)`` when an entry would be served
+    stale with no request collector to carry its advisory (see :func:`carry_context`)."""
 
 
 class Budget:
-    """The library's own waiting in one request, from its first fetch: a seller that queues
-    its requests before they reach the cache has spent none of it there."""
+    """The library's own waiting in one request, from its first fetch (not the seller's queue)."""
 
     __slots__ = ("started_at",)
 
@@ -66,9 +57,7 @@ class Budget:
 
 
 class RequestContext:
-    """What the front door (a middleware, an SDK hook, :func:`collect_advisories`) knows of
-    one request: its surface, its caller partition, the release it pins, its budget. Made
-    by the front door, which alone writes it; the pipeline only reads it."""
+    """One request's surface, partition, pins and budget: the front door alone writes them."""
 
     __slots__ = ("_budget", "_partition", "_partition_of", "in_flight", "request_field", "surface")
 
@@ -85,7 +74,6 @@ class RequestContext:
         self.surface = surface  # the middleware names it once it reads the call (see peek)
         self._partition = partition
         self._partition_of = partition_of  # computed on first use: most requests never need it
-        # A field of the AdCP request being answered, for what keys by it: the pinned release.
         self.request_field = request_field if request_field is not None else _no_field
         self._budget = budget  # made on first use: most requests never spend one
         self.in_flight = in_flight  # a flight's (see within): its request warned already
@@ -98,8 +86,7 @@ class RequestContext:
         return self._budget
 
     def within(self) -> RequestContext:
-        """The context of a flight started from this request: same surface, partition (asked
-        of this one, when first needed), pinned release and budget."""
+        """The context of a flight from this request: same surface, partition, pins, budget."""
         return RequestContext(
             self.surface,
             None,
@@ -110,17 +97,15 @@ class RequestContext:
         )
 
     def as_made(self) -> Callable[[], RequestContext]:
-        """How to make the context of a later re-run of this request's call, each with its
-        own budget: its surface, its partition (or how to compute it: asking is not free, and
-        may warn), and the release it pinned as read now (its nested fetches key by it)."""
+        """A maker of this context for a later re-run: the partition left unasked (asking may
+        warn), the release pinned as read now, a budget of its own."""
         pins = {name: self.request_field(name) for name in PIN_FIELDS}
         return functools.partial(
             RequestContext, self.surface, self._partition, self._partition_of, pins.get
         )
 
     def partition_from(self, partition_of: Callable[[], str | None]) -> None:
-        """Compute the partition with ``partition_of``, on first use (the middleware's hook
-        reads the request's call, known only once the app has read its body)."""
+        """Compute the partition with ``partition_of`` on first use (the call is read later)."""
         self._partition, self._partition_of = None, partition_of
 
     @property
@@ -131,10 +116,8 @@ class RequestContext:
         return self._partition
 
     def pinned_release(self) -> Any:
-        """The AdCP release the request pins, as entries are keyed by it: its
-        ``adcp_version``, else its ``adcp_major_version``, exactly as sent (any JSON value:
-        an odd one keys apart, never crashes); None when it pins none; :data:`UNREAD` when
-        the request could not be read (then nothing it stores may be shared)."""
+        """The release the request pins as a key part (``adcp_version``, else
+        ``adcp_major_version``, as sent); None if none; :data:`UNREAD` if unreadable."""
         for name in PIN_FIELDS:
             pinned = self.request_field(name)
             if pinned is UNREAD:
@@ -154,20 +137,14 @@ class RequestContext:
 
 
 class Trace:
-    """What the entries served in one scope were: a flight's (the labels and oldest data its
-    call read, see :meth:`AdvisoryCollector.within`), or a conditional answer's parts while
-    it is composed (see conditional); and whether one held a ``context``."""
+    """What was served in one scope: a flight, or a conditional answer being composed."""
 
     # Class defaults, no __init__: every request makes one, and most never write to it.
-    #: While a conditional answer is composed: every entry its fetches answered with.
     composition: list[Composed] | None = None
-    #: A flight's: the labels of what its call read, which its answer carries too.
-    labels: set[str] | None = None
-    #: A flight's too: when the oldest data its call read was read at its source (wall
-    #: clock): the answer it stores is as old as that.
+    labels: set[str] | None = None  # a flight's, which its answer carries too
+    #: Wall clock of the oldest data a flight read: the answer it stores is as old.
     read_since: float = math.inf
-    #: A value served from the store (or another caller's flight) held a ``context``: the
-    #: answer's context must then be checked to be this request's own.
+    #: A served value held a ``context``: the answer's must be checked to be its own.
     served_context: bool = False
 
     @classmethod
@@ -178,28 +155,21 @@ class Trace:
         return trace
 
     def read(self, labels: Iterable[str], read_at_source: float | None) -> None:
-        """A flight's call read an entry with ``labels``, read at its source then (None:
-        not stored)."""
+        """A flight read an entry with ``labels``, read at its source then (None: not stored)."""
         if self.labels is not None:
             self.labels.update(labels)
             if read_at_source is not None and read_at_source < self.read_since:
                 self.read_since = read_at_source
 
 
-#: How one advisory's fate is reported once its answer is written: None when the answer
-#: carried it, else why not (a reason in a word, and in a sentence).
+#: Reports an advisory's fate once its answer is written: None if carried, else why not.
 Settle = Callable[[tuple[str, str] | None], None]
 
 
 class AdvisoryCollector:
-    """Advisories of one request: one per upstream, the oldest age winning. Its
-    :attr:`context` is the request's (see :class:`RequestContext`), its :attr:`trace` what
-    was served in it (see :class:`Trace`).
-
-    ``counted_at_delivery``: the one who delivers (a middleware) says whether the answer
-    carried them (:meth:`delivered`, :meth:`lost`), and each is counted then, delivered or
-    lost; otherwise (:func:`collect_advisories`) each counts as delivered once recorded.
-    """
+    """Advisories of one request, one per upstream (the oldest wins), with its :attr:`context`
+    and :attr:`trace`. ``counted_at_delivery``: each is counted once the deliverer says
+    whether the answer carried it (:meth:`delivered`, :meth:`lost`), else when recorded."""
 
     __slots__ = ("_by_upstream", "closed", "context", "trace", "unsettled")
 
@@ -218,17 +188,14 @@ class AdvisoryCollector:
         )
         self.trace = trace if trace is not None else Trace()
         self._by_upstream: dict[Hashable, AdcpError] = {}
-        # The reports of advisories whose answer is not written yet (see Serving.told), by
-        # upstream. None: reported as they are recorded.
+        # Fate reports by upstream, until the answer is written; None: counted as recorded.
         self.unsettled: dict[Hashable, Settle | None] | None = {} if counted_at_delivery else None
         self.closed = False  # its request answered (see close)
 
     @classmethod
     def within(cls, parent: AdvisoryCollector | None) -> AdvisoryCollector:
-        """A collector for one upstream flight started from ``parent``'s request: its context
-        (see :meth:`RequestContext.within`), its own advisories (every caller sharing the
-        flight gets them, and a value built on stale data is not stored as fresh) and trace."""
-        # Counted by each caller the flight answers, as it writes (or drops) them.
+        """A collector for one upstream flight from ``parent``'s request: its context, and
+        advisories (counted by each caller the flight answers) and trace of its own."""
         context = RequestContext(in_flight=True) if parent is None else parent.context.within()
         return cls(counted_at_delivery=True, context=context, trace=Trace.of_flight())
 
@@ -243,13 +210,8 @@ class AdvisoryCollector:
         return self.context.partition
 
     def record(self, upstream: Hashable, advisory: AdcpError, report: Settle | None = None) -> bool:
-        """Keep one advisory per upstream: several stale keys report the oldest entry.
-
-        ``upstream`` identifies the upstream (the cache passes ``Upstream.identity``, its name
-        and URL; a name alone does too). Returns True when this is the request's first
-        advisory for it. ``report`` counts its fate, once its answer is written (see
-        ``counted_at_delivery``).
-        """
+        """Keep the oldest advisory per ``upstream`` (``Upstream.identity``, or a name); True
+        when it is the request's first for it. ``report`` counts its fate once answered."""
         kept = self._by_upstream.get(upstream)
         if kept is None or _age(advisory) > _age(kept):
             self._by_upstream[upstream] = advisory
@@ -289,8 +251,7 @@ class AdvisoryCollector:
         self._settle((reason, detail))
 
     def close(self) -> None:
-        """The request is answered: what is recorded from now on (by a task outliving it)
-        counts as lost as it is recorded."""
+        """The request is answered: what is recorded from now on counts as lost."""
         self.closed = True
         if self.unsettled:
             self._settle(_AFTER_ANSWER)
@@ -298,8 +259,7 @@ class AdvisoryCollector:
     def _settle(self, fate: tuple[str, str] | None) -> None:
         if not self.unsettled:
             return
-        # A worker thread (carry_context, fetch_blocking) may record while the loop settles:
-        # each report is taken by one settlement, never iterated while it grows.
+        # A worker thread may record while the loop settles: swap, never iterate a growing dict.
         with _SETTLING:
             unsettled, self.unsettled = self.unsettled, {}
         for upstream, report in unsettled.items():
@@ -343,8 +303,7 @@ def stated(advisory: AdcpError, surface: str) -> tuple[str, str, int, str]:
 
 
 def say_lost(upstream: str, surface: str, age: int, code: str, fate: tuple[str, str]) -> None:
-    """Log a stale serve whose advisory no answer carried: ``fate`` is why (a reason in a
-    word, and in a sentence). Names and codes only: never a host or a credential."""
+    """Log a stale serve no answer told the buyer of, and why. Never a host or a credential."""
     logger.warning(
         "advisory_lost upstream=%s surface=%s age_seconds=%d code=%s reason=%s: served stale, "
         "and no STALE_RESPONSE told the buyer: %s",
@@ -363,14 +322,12 @@ def _age(advisory: AdcpError) -> int:
 _current: ContextVar[AdvisoryCollector | None] = ContextVar(
     "adcp_stale_cache_collector", default=None
 )
-# Set inside an upstream flight only (the cache's own task): it comes before the request's.
 _flight: ContextVar[AdvisoryCollector | None] = ContextVar(
     "adcp_stale_cache_flight_collector", default=None
 )
 
 
-#: Make a collector the current request's (a front door's); ``leave_request(token)`` undoes
-#: it. The ContextVar's own methods: a request passing through pays no call of ours.
+#: The ContextVar's own set and reset: a request passing through pays no call of ours.
 enter_request = _current.set
 leave_request = _current.reset
 #: The same inside an upstream flight (the cache's own task): it comes before the request's.
@@ -382,13 +339,8 @@ STATE_KEY = "adcp_stale_cache"
 
 
 def current_collector() -> AdvisoryCollector | None:
-    """The collector of the request being handled, if any.
-
-    Under ``mcp`` 1.x (FastMCP) a stateful session runs every tool call in the context of the
-    request that opened the session, so the ContextVar would name the wrong request there:
-    that SDK's own request context, which names the Starlette request of each call, is asked
-    first. ``mcp`` 2.x, a2a-sdk and plain routes carry the ContextVar to each call.
-    """
+    """The collector of the request being handled, if any (under an ``mcp`` 1.x session,
+    whose calls share one context, the SDK's request context names each call's request)."""
     found = _flight.get()  # an empty collector is falsy: compare with None
     if found is None:
         found = _from_mcp_v1_request()
@@ -407,9 +359,8 @@ def _from_mcp_v1_request() -> AdvisoryCollector | None:
 
 
 def request_fields(request: object) -> Callable[[str], Any]:
-    """How a collector reads the fields of the AdCP request it answers (a tool's arguments,
-    a skill's parameters, a pydantic request model). No request (None) pins nothing; one
-    that is none of these reads :data:`UNREAD` (then nothing it stores is shared)."""
+    """How to read the fields of an AdCP request (a mapping or a pydantic model; None pins
+    nothing, anything else reads :data:`UNREAD`)."""
     if request is None:
         return _no_field
     if isinstance(request, BaseModel):
@@ -482,35 +433,16 @@ class Collecting:
 def collect_advisories(
     surface: SurfacePolicy | None = None, partition: str | None = None, request: object = None
 ) -> Collecting:
-    """Open a collector for the code inside the block (and the tasks it starts), with
-    ``with`` or ``async with``.
-
-    Use it where no ASGI middleware runs: a worker, a test, an SDK hook::
-
-        with collect_advisories(request=arguments) as advisories:
-            products = await cache.fetch(inventory, "all", load_products)
-        payload["errors"] = advisories.errors()
-
-    ``request`` is the AdCP request answered in the block (a tool's arguments, a mapping or
-    a pydantic model): what it pins (``adcp_version``) keys the ``varies_by_version``
-    surfaces, as the middleware does. Without one, nothing is pinned.
-    """
+    """Open a collector for a ``with`` or ``async with`` block where no middleware runs (a
+    worker, a test, an SDK hook). ``request``, the AdCP request answered (a mapping or a
+    pydantic model), pins the release ``varies_by_version`` surfaces key by."""
     return Collecting(surface, partition, request)
 
 
 @contextmanager
 def use_collector(collector: AdvisoryCollector | None) -> Iterator[AdvisoryCollector | None]:
-    """Make ``collector`` the current one inside the ``with`` block: carry a request's
-    collector into a worker thread or a new event loop by hand::
-
-        handle = current_collector()  # in the request
-        ...
-        with use_collector(handle):  # in the worker thread
-            formats = asyncio.run(registry.list_formats())
-
-    ``asyncio.run`` (and every task) copies the context it starts in, so the loop's work
-    records into ``handle``. See also :func:`carry_context`.
-    """
+    """Make ``collector`` (a request's ``current_collector()``) the current one inside the
+    block: carry it into a worker thread or a new event loop by hand."""
     token = _current.set(collector)
     try:
         yield collector
@@ -523,12 +455,8 @@ R = TypeVar("R")
 
 
 def carry_context(fn: Callable[P, R]) -> Callable[P, R]:
-    """``fn``, to be run in a copy of the current context: the request's collector (and any
-    other context variable) follows it into a worker thread, which a thread pool does not do
-    by itself::
-
-        future = executor.submit(carry_context(asyncio.run), list_formats())
-    """
+    """``fn``, run in a copy of the current context: the request's collector follows it into
+    a worker thread (``executor.submit(carry_context(asyncio.run), coro)``)."""
     context = contextvars.copy_context()
 
     @functools.wraps(fn)
