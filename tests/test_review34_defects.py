@@ -1,0 +1,105 @@
+"""REVIEW 34: defects found attacking issue 34's reshaped core (settings fixed at
+construction, store capabilities as protocols, test mode outside the core) as a hostile user.
+
+Each test asserts what a seller should get and failed on main at d1c429e; a test still
+marked ``xfail(strict=True)`` reproduces an open defect (run it red with ``--runxfail``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any
+
+import pytest
+
+from adcp_stale_cache import SurfacePolicy, Surfaces, Upstream, UpstreamCache
+from adcp_stale_cache.ops.control import CacheControl
+from adcp_stale_cache.stores import MemoryStore, TieredStore
+from adcp_stale_cache.testing import ForcedOutages
+
+from .conftest import CountingUpstream
+
+PRODUCTS = SurfacePolicy(name="get_products", field="products")
+INVENTORY = Upstream(name="inventory")
+
+#: isinstance on a runtime-checkable protocol reads members statically from Python 3.12 on.
+PROXY_BLIND = pytest.mark.xfail(
+    sys.version_info >= (3, 12),
+    strict=True,
+    reason="review 34: capabilities a proxy forwards are unseen on 3.12+",
+)
+OPEN = pytest.mark.xfail(strict=True, reason="review 34: reproduces an open defect")
+
+
+class ForwardingStore:
+    """A seller's wrapper around a shipped store (for logging, tracing, a lazy connection):
+    every member forwarded through ``__getattr__``, as proxies usually are."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@PROXY_BLIND
+@pytest.mark.timeout(30)
+async def test_review34_a_purge_wins_over_a_flight_through_a_forwarding_store() -> None:
+    """REVIEW 34 defect (Python 3.12+): capabilities are found with ``isinstance`` on
+    runtime-checkable protocols, which since 3.12 reads members statically and so never sees
+    what a proxy forwards through ``__getattr__`` (the ``getattr`` probing before issue 34
+    did, on every Python). A wrapped store then silently loses its purge count: a refresh
+    that read the upstream before a purge stores its answer after it, a fresh hit on data
+    the operator just invalidated; and the control API refuses to purge it at all."""
+    store = ForwardingStore(MemoryStore())
+    cache = UpstreamCache(store, surfaces=Surfaces.of(PRODUCTS), breaker=None)  # type: ignore[arg-type]
+    up, stale_at_once = (
+        CountingUpstream(),
+        PRODUCTS.model_copy(update={"freshness_target_seconds": 0}),
+    )
+    await cache.fetch(INVENTORY, "k", up, surface=stale_at_once)  # call 1, stored
+    up.delay = 0.2
+    flight = asyncio.ensure_future(cache.fetch(INVENTORY, "k", up, surface=stale_at_once))
+    await asyncio.sleep(0.05)  # call 2 read the upstream before the purge
+    assert await CacheControl(cache).invalidate(upstream="inventory") == 1
+    assert (await flight)["products"] == [2]
+    up.delay = 0.0
+    answer = await cache.fetch(INVENTORY, "k", up, surface=PRODUCTS)  # a 600 s target
+    assert answer["products"] == [3] and up.calls == 3  # never call 2 as a fresh hit
+
+
+@PROXY_BLIND
+def test_review34_a_tier_over_a_forwarding_store_keeps_its_capabilities() -> None:
+    """REVIEW 34 defect (Python 3.12+, same root): a tier over a wrapped shared store
+    answers as if it had no purge count or leases."""
+    tiered = TieredStore(ForwardingStore(MemoryStore()))  # type: ignore[arg-type]
+    assert tiered._far_purges._counting is not None
+    assert tiered._far_purgeable is not None
+
+
+@OPEN
+def test_review34_outages_assigned_after_construction_are_refused() -> None:
+    """REVIEW 34 defect: before issue 34 every fetch read ``cache.outages``, so assigning an
+    injector put a built cache in test mode. Now only the constructor wraps ``fetch``:
+    assigned later, ``force_upstream_unavailable`` accepts outages that no fetch ever
+    answers (a compliance run silently tests nothing). It must be refused like the other
+    settings fixed at construction."""
+    cache = UpstreamCache(surfaces=Surfaces.of(PRODUCTS))
+    with pytest.raises(AttributeError, match="test_mode=True"):
+        cache.outages = ForcedOutages()  # type: ignore[misc]
+
+
+@OPEN
+@pytest.mark.parametrize(
+    ("old", "hint"),
+    [("refreshers", "remember_refreshes"), ("breaker_policy", "breaker=")],
+)
+def test_review34_a_refused_old_name_says_where_it_went(old: str, hint: str) -> None:
+    """REVIEW 34 defect: assigning an old name (removed with the ``Moved`` shims) says "pass
+    it when building the cache", but ``refreshers`` was never a constructor argument (it is
+    :meth:`remember_refreshes`) and ``breaker_policy`` is ``breaker=``: the error sends an
+    upgrading user looking for an argument that does not exist."""
+    cache = UpstreamCache()
+    with pytest.raises(AttributeError, match=hint):
+        setattr(cache, old, None)
