@@ -8,7 +8,6 @@ marked ``xfail(strict=True)`` reproduces an open defect (run it red with ``--run
 from __future__ import annotations
 
 import asyncio
-import sys
 from typing import Any
 
 import pytest
@@ -23,12 +22,6 @@ from .conftest import CountingUpstream
 PRODUCTS = SurfacePolicy(name="get_products", field="products")
 INVENTORY = Upstream(name="inventory")
 
-#: isinstance on a runtime-checkable protocol reads members statically from Python 3.12 on.
-PROXY_BLIND = pytest.mark.xfail(
-    sys.version_info >= (3, 12),
-    strict=True,
-    reason="review 34: capabilities a proxy forwards are unseen on 3.12+",
-)
 OPEN = pytest.mark.xfail(strict=True, reason="review 34: reproduces an open defect")
 
 
@@ -43,10 +36,9 @@ class ForwardingStore:
         return getattr(self.inner, name)
 
 
-@PROXY_BLIND
 @pytest.mark.timeout(30)
 async def test_review34_a_purge_wins_over_a_flight_through_a_forwarding_store() -> None:
-    """REVIEW 34 defect (Python 3.12+): capabilities are found with ``isinstance`` on
+    """REVIEW 34 defect, fixed (Python 3.12+): capabilities are found with ``isinstance`` on
     runtime-checkable protocols, which since 3.12 reads members statically and so never sees
     what a proxy forwards through ``__getattr__`` (the ``getattr`` probing before issue 34
     did, on every Python). A wrapped store then silently loses its purge count: a refresh
@@ -54,10 +46,8 @@ async def test_review34_a_purge_wins_over_a_flight_through_a_forwarding_store() 
     the operator just invalidated; and the control API refuses to purge it at all."""
     store = ForwardingStore(MemoryStore())
     cache = UpstreamCache(store, surfaces=Surfaces.of(PRODUCTS), breaker=None)  # type: ignore[arg-type]
-    up, stale_at_once = (
-        CountingUpstream(),
-        PRODUCTS.model_copy(update={"freshness_target_seconds": 0}),
-    )
+    up = CountingUpstream()
+    stale_at_once = PRODUCTS.model_copy(update={"freshness_target_seconds": 0})
     await cache.fetch(INVENTORY, "k", up, surface=stale_at_once)  # call 1, stored
     up.delay = 0.2
     flight = asyncio.ensure_future(cache.fetch(INVENTORY, "k", up, surface=stale_at_once))
@@ -69,9 +59,8 @@ async def test_review34_a_purge_wins_over_a_flight_through_a_forwarding_store() 
     assert answer["products"] == [3] and up.calls == 3  # never call 2 as a fresh hit
 
 
-@PROXY_BLIND
 def test_review34_a_tier_over_a_forwarding_store_keeps_its_capabilities() -> None:
-    """REVIEW 34 defect (Python 3.12+, same root): a tier over a wrapped shared store
+    """REVIEW 34 defect, fixed (Python 3.12+, same root): a tier over a wrapped shared store
     answers as if it had no purge count or leases."""
     tiered = TieredStore(ForwardingStore(MemoryStore()))  # type: ignore[arg-type]
     assert tiered._far_purges._counting is not None
