@@ -22,8 +22,6 @@ from .conftest import CountingUpstream
 PRODUCTS = SurfacePolicy(name="get_products", field="products")
 INVENTORY = Upstream(name="inventory")
 
-OPEN = pytest.mark.xfail(strict=True, reason="review 34: reproduces an open defect")
-
 
 class ForwardingStore:
     """A seller's wrapper around a shipped store (for logging, tracing, a lazy connection):
@@ -67,9 +65,8 @@ def test_review34_a_tier_over_a_forwarding_store_keeps_its_capabilities() -> Non
     assert tiered._far_purgeable is not None
 
 
-@OPEN
 def test_review34_outages_assigned_after_construction_are_refused() -> None:
-    """REVIEW 34 defect: before issue 34 every fetch read ``cache.outages``, so assigning an
+    """REVIEW 34 defect, fixed: before issue 34 every fetch read ``cache.outages``, so assigning an
     injector put a built cache in test mode. Now only the constructor wraps ``fetch``:
     assigned later, ``force_upstream_unavailable`` accepts outages that no fetch ever
     answers (a compliance run silently tests nothing). It must be refused like the other
@@ -79,13 +76,12 @@ def test_review34_outages_assigned_after_construction_are_refused() -> None:
         cache.outages = ForcedOutages()  # type: ignore[misc]
 
 
-@OPEN
 @pytest.mark.parametrize(
     ("old", "hint"),
     [("refreshers", "remember_refreshes"), ("breaker_policy", "breaker=")],
 )
 def test_review34_a_refused_old_name_says_where_it_went(old: str, hint: str) -> None:
-    """REVIEW 34 defect: assigning an old name (removed with the ``Moved`` shims) says "pass
+    """REVIEW 34 defect, fixed: assigning an old name (removed with the ``Moved`` shims) says "pass
     it when building the cache", but ``refreshers`` was never a constructor argument (it is
     :meth:`remember_refreshes`) and ``breaker_policy`` is ``breaker=``: the error sends an
     upgrading user looking for an argument that does not exist."""
