@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from adcp_stale_cache import SurfacePolicy, Surfaces, Upstream, UpstreamCache
+from adcp_stale_cache import SurfacePolicy, Surfaces, Upstream, UpstreamCache, collect_advisories
 from adcp_stale_cache.ops.control import CacheControl
 from adcp_stale_cache.stores import MemoryStore, TieredStore
 from adcp_stale_cache.testing import ForcedOutages
@@ -88,3 +88,28 @@ def test_review34_a_refused_old_name_says_where_it_went(old: str, hint: str) -> 
     cache = UpstreamCache()
     with pytest.raises(AttributeError, match=hint):
         setattr(cache, old, None)
+
+
+class TenantCache(UpstreamCache):
+    """A seller's cache that keys every fetch by its tenant, overriding ``fetch``."""
+
+    async def fetch(self, upstream: Upstream, key: object, call: Any, **options: Any) -> Any:
+        return await super().fetch(upstream, ("tenant-a", key), call, **options)
+
+
+@pytest.mark.xfail(strict=True, reason="review 34: test mode bypasses a subclass's fetch")
+@pytest.mark.timeout(30)
+async def test_review34_an_injected_outage_reaches_a_subclass_s_fetch() -> None:
+    """REVIEW 34 defect, open: test mode now replaces the instance's ``fetch`` from outside,
+    so a subclass's ``fetch`` (here keying by tenant) never runs for an injected outage: the
+    harness looks up the key as given, finds it cold, calls the upstream for real and seeds
+    an entry no real fetch reads. Before issue 34 the outage was answered inside
+    ``UpstreamCache.fetch``, under the subclass's key: the tenant's entry, served aged."""
+    cache = TenantCache(surfaces=Surfaces.of(PRODUCTS), test_mode=True)
+    up = CountingUpstream()
+    await cache.fetch(INVENTORY, "k", up, surface="get_products")  # call 1, the tenant's
+    cache.force_upstream_unavailable("get_products")
+    with collect_advisories() as advisories:
+        answer = await cache.fetch(INVENTORY, "k", up, surface="get_products")
+    assert [a.code for a in advisories.advisories()] == ["STALE_RESPONSE"]
+    assert answer["products"] == [1] and up.calls == 1  # the tenant's entry, no real call
