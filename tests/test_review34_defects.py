@@ -113,3 +113,16 @@ async def test_review34_an_injected_outage_reaches_a_subclass_s_fetch() -> None:
         answer = await cache.fetch(INVENTORY, "k", up, surface="get_products")
     assert [a.code for a in advisories.advisories()] == ["STALE_RESPONSE"]
     assert answer["products"] == [1] and up.calls == 1  # the tenant's entry, no real call
+
+
+@pytest.mark.timeout(30)
+async def test_review34_an_old_style_refresh_callback_is_refused_where_it_is_given() -> None:
+    """REVIEW 34 defect, fixed: ``cache.refreshers = fn`` (a function, the seam before issue
+    34) is now refused with "call remember_refreshes(memory)"; given the same function,
+    ``remember_refreshes`` takes it silently and every later fetch that flies raises
+    ``AttributeError: 'function' object has no attribute 'remember'``: one wrong argument
+    at start-up takes every upstream call down. It must be refused where it is given."""
+    cache = UpstreamCache(surfaces=Surfaces.of(PRODUCTS))
+    with pytest.raises(TypeError, match="remember"):
+        cache.remember_refreshes(lambda *told: None)  # type: ignore[arg-type]
+    assert await cache.fetch(INVENTORY, "k", CountingUpstream(), surface="get_products")

@@ -251,6 +251,10 @@ class UpstreamCache:
 
     def remember_refreshes(self, memory: RefreshMemory | None) -> None:
         """Tell ``memory`` of every flight's refresh from now on (None: of none)."""
+        if memory is not None and not isinstance(memory, RefreshMemory):  # else every fetch fails
+            raise TypeError(
+                f"remember_refreshes takes a RefreshMemory (remember()), not {memory!r}"
+            )
         self.flights.memory = memory
 
     def report_to(self, sink: CacheMetrics) -> None:
