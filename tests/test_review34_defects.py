@@ -126,3 +126,32 @@ async def test_review34_an_old_style_refresh_callback_is_refused_where_it_is_giv
     with pytest.raises(TypeError, match="remember"):
         cache.remember_refreshes(lambda *told: None)  # type: ignore[arg-type]
     assert await cache.fetch(INVENTORY, "k", CountingUpstream(), surface="get_products")
+
+
+class FlakySharedStore(MemoryStore):
+    """A shared store that counts its faults (as the file and Redis stores do) and fails
+    every purge, answering it as nothing purged."""
+
+    failures = 0
+
+    def answered(self, failures_before: int) -> bool:
+        return self.failures == failures_before
+
+    async def purge(self, match: Any, *, soft: bool) -> int:
+        self.failures += 1
+        return 0
+
+
+@pytest.mark.timeout(30)
+async def test_review34_a_purge_that_misses_a_wrapped_tier_s_shared_store_says_so() -> None:
+    """REVIEW 34 defect, fixed: ``tiers()`` walked only ``TieredStore`` instances (it
+    walked any store's ``near`` and ``far`` before), so behind a seller's wrapper the
+    control API did not see the shared tier fail during a purge: it answered a count as if
+    every process took the purge, instead of raising ``PurgeIncomplete``."""
+    from adcp_stale_cache.ops.control import PurgeIncomplete
+
+    store = ForwardingStore(TieredStore(FlakySharedStore()))
+    cache = UpstreamCache(store, surfaces=Surfaces.of(PRODUCTS))  # type: ignore[arg-type]
+    await cache.fetch(INVENTORY, "k", CountingUpstream(), surface="get_products")
+    with pytest.raises(PurgeIncomplete):
+        await CacheControl(cache).invalidate(upstream="inventory")

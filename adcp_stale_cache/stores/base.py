@@ -170,3 +170,12 @@ class Bounded(Protocol, metaclass=_Forwarding):
 
     @property
     def bytes(self) -> int: ...
+
+
+@runtime_checkable
+class Tiered(Protocol, metaclass=_Forwarding):
+    """A store in front of another (``TieredStore``, or a wrapper of one): the control API
+    and the metrics walk its tiers for their faults and sizes."""
+
+    near: Store
+    far: Store
