@@ -5,7 +5,7 @@ few things :class:`~adcp_stale_cache.ops.control.CacheControl` needs of an
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from ..core.policy import SurfacePolicy, Surfaces, Upstream
 from ..stores import Store
@@ -16,6 +16,7 @@ from .metrics import CacheMetrics
 RememberedRefresh = Callable[[object], Awaitable[Any]]
 
 
+@runtime_checkable
 class RefreshMemory(Protocol):
     """What hears of every flight's refresh (as ``control.RecentRefreshes`` does)."""
 

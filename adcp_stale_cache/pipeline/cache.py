@@ -60,7 +60,8 @@ class UpstreamCache:
     def __setattr__(self, name: str, value: object) -> None:
         # The stages copied every setting when built: an assignment would reach none.
         if name in _FIXED:
-            raise AttributeError(f"UpstreamCache.{name} is fixed: pass it when building the cache")
+            how = _FIXED_HOW.get(name, "pass it when building the cache")
+            raise AttributeError(f"UpstreamCache.{name} is fixed: {how}")
         object.__setattr__(self, name, value)
 
     def __init__(
@@ -107,12 +108,17 @@ class UpstreamCache:
         self.flights = Flights(settings, self.lookups.read, self.breakers)
         self.serving = Serving(settings)
         self.lanes = Lanes(blocking_threads)
-        self.outages = _test_mode(self, outages) if test_mode or outages is not None else None
+        self._outages = _test_mode(self, outages) if test_mode or outages is not None else None
 
     @property
     def settings(self) -> Settings:
         """What this cache was built with."""
         return self._settings
+
+    @property
+    def outages(self) -> OutageInjector | None:
+        """Where test mode's injected outages come from (None: not in test mode)."""
+        return self._outages
 
     @property
     def store(self) -> Store:
@@ -245,6 +251,10 @@ class UpstreamCache:
 
     def remember_refreshes(self, memory: RefreshMemory | None) -> None:
         """Tell ``memory`` of every flight's refresh from now on (None: of none)."""
+        if memory is not None and not isinstance(memory, RefreshMemory):  # else every fetch fails
+            raise TypeError(
+                f"remember_refreshes takes a RefreshMemory (remember()), not {memory!r}"
+            )
         self.flights.memory = memory
 
     def report_to(self, sink: CacheMetrics) -> None:
@@ -315,9 +325,15 @@ def _decorator(
     return decorate
 
 
-# Settings (read-only properties raise by themselves), and the old names of some.
+# Settings (read-only properties too, for a clearer error), and the old names of some.
 _FIXED = frozenset(
     {
+        "store",
+        "surfaces",
+        "clock",
+        "metrics",
+        "failure_types",
+        "outages",
         "namespace",
         "schema_version",
         "breaker",
@@ -332,6 +348,13 @@ _FIXED = frozenset(
         "refreshers",
     }
 )
+# Where a fixed name is given when it is not an argument of the same name.
+_FIXED_HOW = {
+    "metrics": "pass it when building the cache, or add a sink with report_to()",
+    "outages": "build the cache with test_mode=True (or outages=): only then does fetch ask it",
+    "breaker_policy": "pass breaker= when building the cache",
+    "refreshers": "call remember_refreshes(memory)",
+}
 
 
 def _test_mode(cache: UpstreamCache, outages: OutageInjector | None) -> OutageInjector:

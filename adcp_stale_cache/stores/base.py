@@ -5,13 +5,29 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ..core.entry import Entry
 
+if TYPE_CHECKING:
+    _ProtocolMeta = type
+else:
+    _ProtocolMeta = type(Protocol)
+
+
+class _Forwarding(_ProtocolMeta):
+    """Protocol checks that see what a proxy forwards through ``__getattr__`` (a seller's
+    wrapped store) on every Python: from 3.12, ``isinstance`` reads members statically."""
+
+    def __instancecheck__(cls, instance: object) -> bool:
+        if super().__instancecheck__(instance):
+            return True
+        members = vars(cls).get("__protocol_attrs__", ())  # 3.12+ (before, hasattr was used)
+        return bool(members) and all(getattr(instance, name, None) is not None for name in members)
+
 
 @runtime_checkable
-class Store(Protocol):
+class Store(Protocol, metaclass=_Forwarding):
     """An async key-value store of :class:`~adcp_stale_cache.core.entry.Entry`.
 
     ``get`` never returns an entry set more than ``ttl_seconds`` ago; a store that fails raises
@@ -31,7 +47,7 @@ class Store(Protocol):
 
 
 @runtime_checkable
-class Selecting(Protocol):
+class Selecting(Protocol, metaclass=_Forwarding):
     """A purge's ``match`` that names what it selects: entries carrying ``labels``; with
     ``store_key``, only that entry and those labelled ``from_key`` (built from it)."""
 
@@ -48,7 +64,7 @@ class Selecting(Protocol):
 
 
 @runtime_checkable
-class Purgeable(Protocol):
+class Purgeable(Protocol, metaclass=_Forwarding):
     """A store that invalidates entries by selection (the control API's purges)."""
 
     async def purge(self, match: Callable[[str, Entry], bool], *, soft: bool) -> int:
@@ -57,7 +73,7 @@ class Purgeable(Protocol):
 
 
 @runtime_checkable
-class PurgeCounting(Protocol):
+class PurgeCounting(Protocol, metaclass=_Forwarding):
     """A store that counts its purges: a flight that saw the count move stores nothing."""
 
     async def generation(self) -> object:
@@ -66,7 +82,7 @@ class PurgeCounting(Protocol):
 
 
 @runtime_checkable
-class GuardedWrites(Protocol):
+class GuardedWrites(Protocol, metaclass=_Forwarding):
     """A purge-counting store that checks the count and writes in one step."""
 
     async def set_unless_purged(
@@ -77,7 +93,7 @@ class GuardedWrites(Protocol):
 
 
 @runtime_checkable
-class Leasing(Protocol):
+class Leasing(Protocol, metaclass=_Forwarding):
     """A store shared by processes that refresh each key once between them."""
 
     def lease(self, key: str, seconds: float) -> AbstractAsyncContextManager[bool]:
@@ -90,7 +106,7 @@ class Leasing(Protocol):
 
 
 @runtime_checkable
-class SharedBreakerStore(Protocol):
+class SharedBreakerStore(Protocol, metaclass=_Forwarding):
     """A store through which processes share their open breakers."""
 
     async def breaker_state(self, name: str) -> bytes | None:
@@ -107,7 +123,7 @@ class SharedBreakerStore(Protocol):
 
 
 @runtime_checkable
-class Listening(Protocol):
+class Listening(Protocol, metaclass=_Forwarding):
     """A store that listens for other processes' purges and writes (tiers)."""
 
     async def heard_generation(self) -> object:
@@ -124,14 +140,14 @@ class Listening(Protocol):
 
 
 @runtime_checkable
-class Clocked(Protocol):
+class Clocked(Protocol, metaclass=_Forwarding):
     """A store that stamps entries on a clock of its own (shared stores: the wall clock)."""
 
     clock: Callable[[], float]
 
 
 @runtime_checkable
-class FailureCounting(Protocol):
+class FailureCounting(Protocol, metaclass=_Forwarding):
     """A store that answers its faults as "no entry" and counts them (file, Redis)."""
 
     failures: int
@@ -143,7 +159,7 @@ class FailureCounting(Protocol):
 
 
 @runtime_checkable
-class Bounded(Protocol):
+class Bounded(Protocol, metaclass=_Forwarding):
     """A store in this process's memory, bounded by entries and bytes."""
 
     @property
@@ -154,3 +170,12 @@ class Bounded(Protocol):
 
     @property
     def bytes(self) -> int: ...
+
+
+@runtime_checkable
+class Tiered(Protocol, metaclass=_Forwarding):
+    """A store in front of another (``TieredStore``, or a wrapper of one): the control API
+    and the metrics walk its tiers for their faults and sizes."""
+
+    near: Store
+    far: Store

@@ -21,6 +21,7 @@ from .base import (
     Purgeable,
     SharedBreakerStore,
     Store,
+    Tiered,
 )
 from .memory import MemoryStore
 
@@ -276,6 +277,6 @@ async def _purge(
 
 def tiers(store: Store) -> list[Store]:
     """``store`` and, for tiered stores, every store beneath it (nearest first)."""
-    if not isinstance(store, TieredStore):
+    if not isinstance(store, Tiered):
         return [store]
     return [store, *tiers(store.near), *tiers(store.far)]
