@@ -5,9 +5,10 @@ next affected response. Only ``UpstreamCache(test_mode=True)`` loads this: sandb
 from __future__ import annotations
 
 import dataclasses
+import types
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from .core.decision import whole_seconds
 from .core.failures import (
@@ -20,11 +21,9 @@ from .core.failures import (
 from .core.policy import FailureKind, SurfacePolicy, Upstream
 from .core.values import JSON, Codec
 from .pipeline.admission import InjectedOutage, OutageInjector
+from .pipeline.cache import UpstreamCache
 from .pipeline.collector import AdvisoryCollector, current_collector
 from .pipeline.lookup import Lookup
-
-if TYPE_CHECKING:
-    from .pipeline.cache import UpstreamCache
 
 __all__ = ["FORCED_FAILURE", "ComplianceFetch", "ForcedOutage", "ForcedOutages", "in_test_mode"]
 
@@ -121,9 +120,31 @@ def in_test_mode(cache: UpstreamCache, outages: OutageInjector | None = None) ->
     """Put ``cache`` in test mode: its fetch answers what ``outages`` (new
     :class:`ForcedOutages` unless given) injects first. Returns the injector."""
     injector = outages if outages is not None else ForcedOutages()
-    # The instance's own fetch (a subclass's too) runs every fetch no outage claims.
-    cache.fetch = ComplianceFetch(cache, injector, cache.fetch).fetch  # type: ignore[method-assign]
+    # Test mode goes between a subclass and the hub, so a subclass's fetch (keying by tenant,
+    # say) runs first, as it does for every real fetch.
+    cache.__class__ = _in_test_mode(type(cache))
+    pipeline = types.MethodType(UpstreamCache.fetch, cache)  # the hub's own, under the subclass
+    object.__setattr__(cache, "_compliance", ComplianceFetch(cache, injector, pipeline))
     return injector
+
+
+class _TestMode(UpstreamCache):
+    _compliance: ComplianceFetch
+
+    async def fetch(self, *args: Any, **options: Any) -> Any:
+        return await self._compliance.fetch(*args, **options)
+
+
+_MADE: dict[type[UpstreamCache], type[UpstreamCache]] = {}
+
+
+def _in_test_mode(cls: type[UpstreamCache]) -> type[UpstreamCache]:
+    if issubclass(cls, _TestMode):
+        return cls
+    if cls not in _MADE:
+        bases = (_TestMode,) if cls is UpstreamCache else (cls, _TestMode)
+        _MADE[cls] = type(cls.__name__, bases, {"__module__": cls.__module__})
+    return _MADE[cls]
 
 
 class ComplianceFetch:

@@ -97,10 +97,9 @@ class TenantCache(UpstreamCache):
         return await super().fetch(upstream, ("tenant-a", key), call, **options)
 
 
-@pytest.mark.xfail(strict=True, reason="review 34: test mode bypasses a subclass's fetch")
 @pytest.mark.timeout(30)
 async def test_review34_an_injected_outage_reaches_a_subclass_s_fetch() -> None:
-    """REVIEW 34 defect, open: test mode now replaces the instance's ``fetch`` from outside,
+    """REVIEW 34 defect, fixed: test mode replaced the instance's ``fetch`` from outside,
     so a subclass's ``fetch`` (here keying by tenant) never runs for an injected outage: the
     harness looks up the key as given, finds it cold, calls the upstream for real and seeds
     an entry no real fetch reads. Before issue 34 the outage was answered inside

@@ -218,7 +218,8 @@ async def test_test_mode_wraps_the_pipeline_from_outside(clock: FakeClock) -> No
 
     plain, sandbox = hub(clock), hub(clock, test_mode=True)
     assert "fetch" not in vars(plain) and plain.outages is None  # the pipeline, as it is
-    assert isinstance(sandbox.fetch.__self__, ComplianceFetch)  # type: ignore[attr-defined]
+    assert type(sandbox).fetch.__module__ == "adcp_stale_cache.testing"  # between, not inside
+    assert isinstance(sandbox._compliance, ComplianceFetch)  # type: ignore[attr-defined]
     assert (
         isinstance(sandbox.outages, ForcedOutages) and FORCED_FAILURE.code == "SERVICE_UNAVAILABLE"
     )
@@ -240,7 +241,7 @@ async def test_test_mode_wraps_the_pipeline_from_outside(clock: FakeClock) -> No
     cache.force_upstream_unavailable("get_products", "inventory", cache_age_seconds=70)
     with collect_advisories() as advisories:
         assert await cache.fetch(INVENTORY, "k", call, surface="get_products") == {"products": [1]}
-    assert cache.fetched == 1  # answered around the pipeline
+    assert cache.fetched == 2  # the subclass's fetch first, then the outage under it
     assert advisories.errors()[0]["details"]["cache_age_seconds"] == 70
 
 
