@@ -13,7 +13,7 @@ from typing import Any
 
 import uvicorn
 
-from adcp_stale_cache.demo.processes import free_port
+from adcp_stale_cache.demo.processes import App, free_port
 
 #: How long any server the tests start may take to listen: a bound for a start that fails,
 #: never a sleep. Measured cold on this 2-core machine kept busy (load 6 to 9): a fastmcp
@@ -42,6 +42,16 @@ def serve(app: Any, port: int | None = None) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(STOP_SECONDS)
+
+
+@contextlib.contextmanager
+def inventory_service() -> Iterator[App]:
+    """The demo's inventory service on a free loopback port, started and listening."""
+    app = App("inventory-service", free_port(), quiet=True).start()
+    try:
+        yield app.wait(START_SECONDS)
+    finally:
+        app.stop()
 
 
 def reap(process: subprocess.Popen[bytes], stop: int = signal.SIGTERM) -> None:

@@ -61,30 +61,35 @@ def cache(clock: FakeClock) -> UpstreamCache:
     return cache_with(clock)
 
 
-async def warm(cache: UpstreamCache, up: Upstreamish) -> None:
-    await cache.fetch(AGENT, "k", up, surface="list_creative_formats")
+async def fetch(cache: UpstreamCache, up: Upstreamish, key: str = "k") -> Any:
+    """The entry ``key`` of ``AGENT``, loaded by ``up`` when it must be."""
+    return await cache.fetch(AGENT, key, up, surface="list_creative_formats")
+
+
+async def warmed(cache: UpstreamCache, clock: FakeClock, age: float) -> Upstreamish:
+    """An upstream whose entry ``k`` the cache holds, ``age`` seconds old."""
+    up = Upstreamish()
+    await fetch(cache, up)
+    clock.advance(age)
+    return up
 
 
 async def test_fresh_hit_skips_upstream_and_records_nothing(
     cache: UpstreamCache, clock: FakeClock
 ) -> None:
-    up = Upstreamish()
-    await warm(cache, up)
-    clock.advance(9.9)
+    up = await warmed(cache, clock, 9.9)
     with collect_advisories() as advisories:
-        value = await cache.fetch(AGENT, "k", up, surface="list_creative_formats")
+        value = await fetch(cache, up)
     assert value == up.value
     assert up.calls == 1
     assert not advisories
 
 
 async def test_successful_refresh_records_nothing(cache: UpstreamCache, clock: FakeClock) -> None:
-    up = Upstreamish()
-    await warm(cache, up)
-    clock.advance(10)
+    up = await warmed(cache, clock, 10)
     up.value = {"formats": []}
     with collect_advisories() as advisories:
-        value = await cache.fetch(AGENT, "k", up, surface="list_creative_formats")
+        value = await fetch(cache, up)
     assert value == {"formats": []}
     assert up.calls == 2
     assert not advisories
@@ -93,12 +98,10 @@ async def test_successful_refresh_records_nothing(cache: UpstreamCache, clock: F
 async def test_failed_refresh_serves_stale_with_one_advisory(
     cache: UpstreamCache, clock: FakeClock, assert_valid_advisory: Any
 ) -> None:
-    up = Upstreamish()
-    await warm(cache, up)
-    clock.advance(42.6)
+    up = await warmed(cache, clock, 42.6)
     up.fail = ConnectionRefusedError(111, "Connection refused to 10.0.0.5:8080")
     with collect_advisories() as advisories:
-        value = await cache.fetch(AGENT, "k", up, surface="list_creative_formats")
+        value = await fetch(cache, up)
     assert value == up.value
     [error] = advisories.errors()
     assert_valid_advisory(error)
@@ -120,14 +123,12 @@ async def test_failed_refresh_serves_stale_with_one_advisory(
 async def test_timeout_serves_stale_with_timeout_code(
     cache: UpstreamCache, clock: FakeClock
 ) -> None:
-    up = Upstreamish()
-    await warm(cache, up)
-    clock.advance(11)
+    up = await warmed(cache, clock, 11)
     up.delay = 5
     with collect_advisories() as advisories:
         loop = asyncio.get_running_loop()
         started = loop.time()
-        await cache.fetch(AGENT, "k", up, surface="list_creative_formats")
+        await fetch(cache, up)
         elapsed = loop.time() - started
     [error] = advisories.errors()
     assert error["details"]["original_error"] == {
@@ -141,7 +142,7 @@ async def test_no_entry_failure_stays_a_failure(cache: UpstreamCache) -> None:
     up = Upstreamish()
     up.fail = UpstreamError("SERVICE_UNAVAILABLE", "db at internal-db-3 down")
     with collect_advisories() as advisories, pytest.raises(UpstreamUnavailable) as raised:
-        await cache.fetch(AGENT, "k", up, surface="list_creative_formats")
+        await fetch(cache, up)
     assert not advisories
     assert raised.value.failure.code == "SERVICE_UNAVAILABLE"
     fatal = service_unavailable(raised.value, field="formats").to_dict()
@@ -152,22 +153,18 @@ async def test_no_entry_failure_stays_a_failure(cache: UpstreamCache) -> None:
 
 
 async def test_never_serves_past_max_stale(cache: UpstreamCache, clock: FakeClock) -> None:
-    up = Upstreamish()
-    await warm(cache, up)
-    clock.advance(110.5)  # target 10 + max-stale 100, and a little more
+    up = await warmed(cache, clock, 110.5)  # target 10 + max-stale 100, and a little more
     up.fail = TimeoutError()
     with collect_advisories() as advisories, pytest.raises(UpstreamUnavailable):
-        await cache.fetch(AGENT, "k", up, surface="list_creative_formats")
+        await fetch(cache, up)
     assert not advisories
 
 
 async def test_exactly_at_max_stale_still_serves(cache: UpstreamCache, clock: FakeClock) -> None:
-    up = Upstreamish()
-    await warm(cache, up)
-    clock.advance(110)
+    up = await warmed(cache, clock, 110)
     up.fail = TimeoutError()
     with collect_advisories() as advisories:
-        await cache.fetch(AGENT, "k", up, surface="list_creative_formats")
+        await fetch(cache, up)
     assert advisories.errors()[0]["details"]["cache_age_seconds"] == 110
 
 
@@ -175,15 +172,15 @@ async def test_several_stale_keys_of_one_upstream_give_one_advisory_with_oldest_
     cache: UpstreamCache, clock: FakeClock
 ) -> None:
     up = Upstreamish()
-    await cache.fetch(AGENT, "old", up, surface="list_creative_formats")
+    await fetch(cache, up, "old")
     clock.advance(5)
-    await cache.fetch(AGENT, "young", up, surface="list_creative_formats")
+    await fetch(cache, up, "young")
     clock.advance(20)
     up.fail = TimeoutError()
     other = Upstream(name="creative-agent-b")
     with collect_advisories() as advisories:
-        await cache.fetch(AGENT, "young", up, surface="list_creative_formats")
-        await cache.fetch(AGENT, "old", up, surface="list_creative_formats")
+        await fetch(cache, up, "young")
+        await fetch(cache, up, "old")
         with pytest.raises(UpstreamUnavailable):
             await cache.fetch(other, "old", up, surface="list_creative_formats")
     [error] = advisories.errors()
@@ -215,12 +212,10 @@ async def test_one_advisory_per_upstream(cache: UpstreamCache, clock: FakeClock)
 async def test_unexpected_exception_is_not_an_outage_by_default(
     cache: UpstreamCache, clock: FakeClock
 ) -> None:
-    up = Upstreamish()
-    await warm(cache, up)
-    clock.advance(30)
+    up = await warmed(cache, clock, 30)
     up.fail = KeyError("bug in seller code")
     with pytest.raises(KeyError):
-        await cache.fetch(AGENT, "k", up, surface="list_creative_formats")
+        await fetch(cache, up)
 
 
 async def test_invalid_payload_is_never_cached_and_serves_stale(
@@ -248,19 +243,15 @@ async def test_invalid_payload_is_never_cached_and_serves_stale(
 
 async def test_callers_get_independent_copies(cache: UpstreamCache) -> None:
     up = Upstreamish()
-    first = await warm_value(cache, up)
+    first = await fetch(cache, up)
     first["formats"].clear()
-    assert (await warm_value(cache, up))["formats"]
-
-
-async def warm_value(cache: UpstreamCache, up: Upstreamish) -> Any:
-    return await cache.fetch(AGENT, "k", up, surface="list_creative_formats")
+    assert (await fetch(cache, up))["formats"]
 
 
 async def test_single_flight_coalesces_concurrent_refreshes(cache: UpstreamCache) -> None:
     up = Upstreamish()
     up.delay = 0.05
-    results = await asyncio.gather(*(warm_value(cache, up) for _ in range(100)))
+    results = await asyncio.gather(*(fetch(cache, up) for _ in range(100)))
     assert up.calls == 1
     assert all(r == up.value for r in results)
 
@@ -268,8 +259,8 @@ async def test_single_flight_coalesces_concurrent_refreshes(cache: UpstreamCache
 async def test_cancelled_caller_never_fails_the_others(cache: UpstreamCache) -> None:
     up = Upstreamish()
     up.delay = 0.1
-    first = asyncio.create_task(warm_value(cache, up))
-    others = [asyncio.create_task(warm_value(cache, up)) for _ in range(5)]
+    first = asyncio.create_task(fetch(cache, up))
+    others = [asyncio.create_task(fetch(cache, up)) for _ in range(5)]
     await asyncio.sleep(0.02)
     first.cancel()
     results = await asyncio.gather(*others)
@@ -281,12 +272,10 @@ async def test_cancelled_caller_never_fails_the_others(cache: UpstreamCache) -> 
 async def test_client_side_cancellation_is_a_connection_error_not_a_caller_cancel(
     cache: UpstreamCache, clock: FakeClock
 ) -> None:
-    up = Upstreamish()
-    await warm(cache, up)
-    clock.advance(30)
+    up = await warmed(cache, clock, 30)
     up.fail = asyncio.CancelledError()  # what a dead MCP session does to its pending calls
     with collect_advisories() as advisories:
-        await warm_value(cache, up)
+        await fetch(cache, up)
     assert advisories.errors()[0]["details"]["original_error"]["code"] == "CONNECTION_ERROR"
 
 
@@ -337,7 +326,7 @@ async def test_broken_store_degrades_to_no_cache(clock: FakeClock) -> None:
 
     cache = UpstreamCache(BrokenStore(), surfaces=Surfaces.of(FORMATS), clock=clock)
     up = Upstreamish()
-    assert await warm_value(cache, up) == up.value
+    assert await fetch(cache, up) == up.value
 
 
 async def test_stale_serves_log_and_count_once_per_upstream_per_request(
@@ -382,14 +371,12 @@ async def test_a_stale_serve_no_collector_carries_is_an_advisory_lost(
 
     registry = CollectorRegistry()
     cache = cache_with(clock, metrics=PrometheusMetrics(registry))
-    up = Upstreamish()
-    await warm(cache, up)
-    clock.advance(20)
+    up = await warmed(cache, clock, 20)
     up.fail = ConnectionRefusedError("creative.example.com:443 refused, token=secret")
     with caplog.at_level("DEBUG", logger="adcp_stale_cache"):
-        await warm(cache, up)  # no collector: lost
+        await fetch(cache, up)  # no collector: lost
         with collect_advisories() as collector:
-            await warm(cache, up)  # delivered
+            await fetch(cache, up)  # delivered
     assert len(collector) == 1
     [lost] = [r for r in caplog.records if r.message.startswith("advisory_lost")]
     assert lost.levelname == "WARNING"
@@ -425,7 +412,7 @@ async def test_a_value_built_on_stale_data_for_no_collector_is_an_advisory_lost(
     async def outer() -> Any:
         return {"page": await cache.fetch(AGENT, "k", inner, surface="list_creative_formats")}
 
-    await warm(cache, inner)
+    await fetch(cache, inner)
     clock.advance(20)
     inner.fail = TimeoutError()
     with caplog.at_level("WARNING", logger="adcp_stale_cache"):

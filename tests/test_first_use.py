@@ -34,7 +34,7 @@ from adcp_stale_cache.core.failures import Failure
 from adcp_stale_cache.core.policy import FailureKind
 from adcp_stale_cache.demo.processes import App, free_port
 
-from .servers import START_SECONDS, serve
+from .servers import inventory_service, serve
 from .test_examples import load, readme_quickstart
 
 QUICK_STARTS = {"readme": readme_quickstart, "example": lambda: load("fastapi_seller")}
@@ -42,11 +42,8 @@ QUICK_STARTS = {"readme": readme_quickstart, "example": lambda: load("fastapi_se
 
 @pytest.fixture
 def inventory() -> Iterator[App]:
-    app = App("inventory-service", free_port(), quiet=True).start()
-    try:
-        yield app.wait(START_SECONDS)
-    finally:
-        app.stop()
+    with inventory_service() as app:
+        yield app
 
 
 def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:

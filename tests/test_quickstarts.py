@@ -18,7 +18,7 @@ import pytest
 from adcp_stale_cache.demo.processes import App, free_port
 
 from .conftest import age_entries
-from .servers import START_SECONDS, serve
+from .servers import inventory_service, serve
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.e2e
@@ -26,11 +26,8 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture
 def inventory() -> Iterator[App]:
-    app = App("inventory-service", free_port(), quiet=True).start()
-    try:
-        yield app.wait(START_SECONDS)
-    finally:
-        app.stop()
+    with inventory_service() as app:
+        yield app
 
 
 def quickstart(name: str, inventory: App) -> ModuleType:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -77,7 +79,6 @@ def test_review31_a_loop_per_request_does_not_pile_up_redis_connections() -> Non
     the server's maxclients refuses everyone. ``aclose()`` closes one loop's client only."""
     import gc
     import re
-    import time
 
     from adcp_stale_cache.core.entry import Entry
     from adcp_stale_cache.stores.redis import RedisStore
@@ -179,6 +180,18 @@ async def test_review31_cached_still_serves_a_function_returning_an_awaitable() 
 
 
 @pytest.mark.timeout(60)
+def settled_answers(
+    ask: Callable[[], list[dict[str, Any]]], recovered: float, settles_in: float, margin: float
+) -> list[list[dict[str, Any]]]:
+    """The errors of each of ``ask``'s answers, asked every 50 ms until 1.5 s past
+    ``recovered`` + ``settles_in``, that came more than ``margin`` s after that point."""
+    answers = []
+    while time.monotonic() < recovered + settles_in + 1.5:
+        answers.append((time.monotonic() - recovered, ask()))
+        time.sleep(0.05)
+    return [errors for at, errors in answers if at > settles_in + margin]
+
+
 def test_review31_breaker_closes_when_each_request_closes_its_own_loop() -> None:
     """REVIEW 31 defect: docs/guide.md ("Threads and event loops") says work behind an
     answer finishes "whatever the runtime" and a recovered upstream is called again within
@@ -189,7 +202,6 @@ def test_review31_breaker_closes_when_each_request_closes_its_own_loop() -> None
     in Flights.tasks, so it is never collected and ``_releasing`` never frees the probe
     slot. The breaker stays half-open with its one probe taken: every later request is
     served stale (advisories about a healthy upstream) until max-stale runs out."""
-    import time
 
     from adcp_stale_cache import collect_advisories
     from adcp_stale_cache.pipeline.breaker import BreakerPolicy
@@ -229,11 +241,7 @@ def test_review31_breaker_closes_when_each_request_closes_its_own_loop() -> None
     assert run()[0]["code"] == "STALE_RESPONSE"
     platform["up"], recovered = True, time.monotonic()
     time.sleep(cooldown + 0.05)
-    answers = []
-    while time.monotonic() < recovered + cooldown + deadline + 1.5:
-        answers.append((time.monotonic() - recovered, run()))
-        time.sleep(0.05)
-    settled = [errors for at, errors in answers if at > cooldown + deadline + 0.1]
+    settled = settled_answers(run, recovered, cooldown + deadline, 0.1)
     assert settled and all(errors == [] for errors in settled), (
         f"{sum(1 for e in settled if e)} of {len(settled)} answers after cooldown + deadline "
         "were stale; breaker open: " + str(cache.breaker_open(AGENT))
@@ -365,7 +373,6 @@ async def test_review31_a_request_joining_a_longer_flight_keeps_its_budget() -> 
     warm, CacheControl.refresh, refresh_soon: the full upstream deadline) against a frozen
     upstream then holds a buyer whose budget is 0.3 s, with a stale entry to serve, for the
     whole 2 s deadline."""
-    import time
 
     from adcp_stale_cache import collect_advisories
 
@@ -405,7 +412,6 @@ def test_review31_fetch_blocking_asks_a_recovered_upstream_within_cooldown_and_d
     never runs, so the upstream stays unasked and every answer stale for the client's
     timeout, not cooldown + deadline. Here the stuck calls return after 4 s."""
     import threading
-    import time
 
     from adcp_stale_cache import collect_advisories
     from adcp_stale_cache.pipeline.breaker import BreakerPolicy
@@ -440,11 +446,7 @@ def test_review31_fetch_blocking_asks_a_recovered_upstream_within_cooldown_and_d
         list(buyers.map(request, specs))  # the lane's 2 threads now stuck
     frozen.clear()
     recovered = time.monotonic()
-    answers = []
-    while time.monotonic() < recovered + cooldown + deadline + 1.5:
-        answers.append((time.monotonic() - recovered, request()))
-        time.sleep(0.05)
-    settled = [errors for at, errors in answers if at > cooldown + deadline + 0.5]
+    settled = settled_answers(request, recovered, cooldown + deadline, 0.5)
     assert settled and all(errors == [] for errors in settled), (
         f"{sum(1 for e in settled if e)} of {len(settled)} answers past cooldown + deadline "
         "were stale"

@@ -29,14 +29,53 @@ from adcp_stale_cache import (
 )
 
 from .conftest import CountingMetrics
+from .test_advisory_lost import PRODUCTS
 
-PRODUCTS = SurfacePolicy(
-    name="get_products",
-    field="products",
-    paths=("/api/get_products",),
-    freshness_target_seconds=0,
-)
 INVENTORY = Upstream(name="inventory")
+
+
+class Inventory:
+    """A cached inventory that a test takes ``down()``, and a seller's fire-and-forget
+    fetches that run once the answer went out (``settle()``)."""
+
+    def __init__(self, surface: SurfacePolicy = PRODUCTS, value: Any = None) -> None:
+        self.surface = surface.name
+        self.value = {"products": ["p1"]} if value is None else value
+        self.metrics = CountingMetrics()
+        self.cache = UpstreamCache(surfaces=Surfaces.of(surface), metrics=self.metrics)
+        self.up = True
+        self.answered = asyncio.Event()
+        self.tasks: list[asyncio.Task[None]] = []
+
+    async def fetch(self) -> Any:
+        return await self.cache.fetch(INVENTORY, "all", self.load, surface=self.surface)
+
+    async def load(self) -> Any:
+        if not self.up:
+            raise ConnectionRefusedError
+        return self.value
+
+    def down(self) -> None:
+        """Take the inventory down and count afresh."""
+        self.up = False
+        self.metrics.stale = self.metrics.delivered = self.metrics.lost = 0
+
+    def fetch_later(self) -> None:
+        """The seller's background work: a fetch once the answer went out."""
+
+        async def late() -> None:
+            await asyncio.wait_for(self.answered.wait(), 10)
+            await self.fetch()
+
+        self.tasks.append(asyncio.create_task(late()))
+
+    async def settle(self) -> None:
+        self.answered.set()
+        await asyncio.wait_for(asyncio.gather(*self.tasks), 10)
+
+    def counts(self) -> tuple[int, int, int]:
+        """Stale serves, advisories delivered, advisories lost."""
+        return (self.metrics.stale, self.metrics.delivered, self.metrics.lost)
 
 
 @pytest.mark.timeout(30)
@@ -47,43 +86,28 @@ async def test_review31c_a_stale_serve_in_a_task_outliving_its_request_is_counte
     collector included) fetches after the answer went out: the stale serve must still show
     in the metrics, as lost (no answer carried it). As reviewed it vanishes: ``told`` defers
     counting to delivery, and the middleware settled the collector before the task ran."""
-    metrics = CountingMetrics()
-    cache = UpstreamCache(surfaces=Surfaces.of(PRODUCTS), metrics=metrics)
-    state: dict[str, Any] = {"up": True, "tasks": []}
-    answered = asyncio.Event()
-
-    async def load() -> Any:
-        if not state["up"]:
-            raise ConnectionRefusedError
-        return {"products": ["p1"]}
-
-    async def refresh_later() -> None:  # the seller's background work
-        await asyncio.wait_for(answered.wait(), 10)
-        await cache.fetch(INVENTORY, "all", load, surface="get_products")
+    inventory = Inventory()
 
     async def route(request: Request) -> JSONResponse:
         await request.body()
-        if state["up"]:
-            await cache.fetch(INVENTORY, "all", load, surface="get_products")
+        if inventory.up:
+            await inventory.fetch()
         else:
-            state["tasks"].append(asyncio.create_task(refresh_later()))
+            inventory.fetch_later()
         return JSONResponse({"products": ["p1"]})
 
     app = StaleAdvisoryMiddleware(
         Starlette(routes=[Route("/api/get_products", route, methods=["POST"])]),
-        surfaces=cache.surfaces,
+        surfaces=inventory.cache.surfaces,
     )
     transport = httpx.ASGITransport(app=app)
     caplog.set_level(logging.WARNING, logger="adcp_stale_cache")
     async with httpx.AsyncClient(transport=transport, base_url="http://seller") as http:
         await http.post("/api/get_products", json={})
-        state["up"] = False
-        metrics.stale = metrics.delivered = metrics.lost = 0
+        inventory.down()
         await http.post("/api/get_products", json={})
-    answered.set()
-    await asyncio.wait_for(asyncio.gather(*state["tasks"]), 10)
-    assert metrics.stale == 1  # as reviewed: 0, the serve is invisible
-    assert (metrics.delivered, metrics.lost) == (0, 1)
+    await inventory.settle()
+    assert inventory.counts() == (1, 0, 1)  # as reviewed: no stale serve, it is invisible
     assert "advisory_lost upstream=inventory surface=get_products" in caplog.text
     assert "reason=after_answer:" in caplog.text
 
@@ -112,28 +136,20 @@ async def test_review31c_a_stale_serve_of_a_tool_that_raises_counts_as_lost(way_
     """A tool served stale, then raised: the SDK answers an error, which carries no
     ``STALE_RESPONSE``; the serve must count as lost (as the ASGI and fastmcp middlewares
     count it). As reviewed both SDK delivery points leave it unsettled: zero in the metrics."""
-    metrics = CountingMetrics()
-    cache = UpstreamCache(surfaces=Surfaces.of(PRODUCTS), metrics=metrics)
-    up = {"up": True}
-
-    async def load() -> Any:
-        if not up["up"]:
-            raise ConnectionRefusedError
-        return {"products": ["p1"]}
+    inventory = Inventory()
 
     async def tool(*args: Any, **kwargs: Any) -> Any:
-        value = await cache.fetch(INVENTORY, "all", load, surface="get_products")
-        if not up["up"]:
+        value = await inventory.fetch()
+        if not inventory.up:
             raise _SellerError("buyer_ref is required")
         return value
 
-    call = sdk_call(way_in, cache, tool)
+    call = sdk_call(way_in, inventory.cache, tool)
     await call()
-    up["up"] = False
-    metrics.stale = metrics.delivered = metrics.lost = 0
+    inventory.down()
     with pytest.raises(_SellerError):
         await call()
-    assert (metrics.stale, metrics.delivered, metrics.lost) == (1, 0, 1)  # as reviewed: 0s
+    assert inventory.counts() == (1, 0, 1)  # as reviewed: 0s
 
 
 class _Tool:
@@ -204,43 +220,28 @@ def test_review31c_a_tool_s_task_outliving_its_call_counts_its_stale_serve() -> 
     from adcp_stale_cache.integrations.fastmcp import AdvisoryMiddleware
 
     signals = SurfacePolicy(name="get_signals", field="signals", freshness_target_seconds=0)
-    metrics = CountingMetrics()
-    cache = UpstreamCache(surfaces=Surfaces.of(signals), metrics=metrics)
-    state: dict[str, Any] = {"up": True, "tasks": []}
 
-    async def load() -> Any:
-        if not state["up"]:
-            raise ConnectionRefusedError
-        return ["s1"]
+    async def late() -> tuple[int, int, int]:
+        inventory = Inventory(signals, ["s1"])  # its Event on this loop
+        server = FastMCP("signals-agent")
+        server.add_middleware(AdvisoryMiddleware(cache=inventory.cache))
 
-    server = FastMCP("signals-agent")
-    server.add_middleware(AdvisoryMiddleware(cache=cache))
-    answered = asyncio.Event()
+        # No annotations: fastmcp 2.10 cannot read string ones (this module's future import).
+        async def get_signals():  # type: ignore[no-untyped-def]
+            if inventory.up:
+                return {"signals": await inventory.fetch()}
+            inventory.fetch_later()
+            return {"signals": []}
 
-    async def refresh_later() -> None:
-        await asyncio.wait_for(answered.wait(), 10)
-        await cache.fetch(INVENTORY, "all", load, surface="get_signals")
-
-    # No annotations: fastmcp 2.10 cannot read string ones (this module's future import).
-    async def get_signals():  # type: ignore[no-untyped-def]
-        if state["up"]:
-            return {"signals": await cache.fetch(INVENTORY, "all", load, surface="get_signals")}
-        state["tasks"].append(asyncio.create_task(refresh_later()))
-        return {"signals": []}
-
-    server.tool(get_signals)
-
-    async def late() -> None:
+        server.tool(get_signals)
         async with Client(server) as client:
             await client.call_tool("get_signals", {})
-            state["up"] = False
-            metrics.stale = metrics.delivered = metrics.lost = 0
+            inventory.down()
             await client.call_tool("get_signals", {})
-        answered.set()
-        await asyncio.gather(*state["tasks"])
+        await inventory.settle()
+        return inventory.counts()
 
-    asyncio.run(asyncio.wait_for(late(), 30))
-    assert (metrics.stale, metrics.delivered, metrics.lost) == (1, 0, 1)
+    assert asyncio.run(asyncio.wait_for(late(), 30)) == (1, 0, 1)
 
 
 @pytest.mark.timeout(30)
@@ -250,31 +251,17 @@ async def test_review31c_an_sdk_tool_s_task_outliving_its_call_counts_its_stale_
 ) -> None:
     """The adcp SDK's delivery points, a tool's fire-and-forget task fetching after the
     tool answered: counted lost, not left in ``unsettled`` uncounted."""
-    metrics = CountingMetrics()
-    cache = UpstreamCache(surfaces=Surfaces.of(PRODUCTS), metrics=metrics)
-    state: dict[str, Any] = {"up": True, "tasks": []}
-    answered = asyncio.Event()
-
-    async def load() -> Any:
-        if not state["up"]:
-            raise ConnectionRefusedError
-        return {"products": ["p1"]}
-
-    async def refresh_later() -> None:
-        await asyncio.wait_for(answered.wait(), 10)
-        await cache.fetch(INVENTORY, "all", load, surface="get_products")
+    inventory = Inventory()
 
     async def tool(*args: Any, **kwargs: Any) -> Any:
-        if state["up"]:
-            return await cache.fetch(INVENTORY, "all", load, surface="get_products")
-        state["tasks"].append(asyncio.create_task(refresh_later()))
+        if inventory.up:
+            return await inventory.fetch()
+        inventory.fetch_later()
         return {"products": []}
 
-    call = sdk_call(way_in, cache, tool)
+    call = sdk_call(way_in, inventory.cache, tool)
     await call()
-    state["up"] = False
-    metrics.stale = metrics.delivered = metrics.lost = 0
+    inventory.down()
     await call()
-    answered.set()
-    await asyncio.wait_for(asyncio.gather(*state["tasks"]), 10)
-    assert (metrics.stale, metrics.delivered, metrics.lost) == (1, 0, 1)
+    await inventory.settle()
+    assert inventory.counts() == (1, 0, 1)

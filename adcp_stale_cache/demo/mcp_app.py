@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -12,6 +13,10 @@ from mcp.types import CallToolResult, TextContent
 from .tool_failed import ToolFailed
 
 Json = dict[str, Any]
+Schema = Callable[..., Awaitable[Any]]
+
+#: Members the tools take but the seller never reads: not passed on.
+UNREAD = frozenset({"ext", "idempotency_key"})
 
 
 def create_mcp_app(
@@ -36,24 +41,32 @@ def create_mcp_app(
                 is_error=True,
             )
 
-    # Tools take the AdCP request fields they use and the release pins; MCP drops the others.
-    @server.tool(name="get_adcp_capabilities", description="What this seller supports.")
+    def tool(description: str, unread: frozenset[str] = UNREAD) -> Callable[[Schema], Schema]:
+        """Serve a signature as the tool of its name, if in ``names``: a call's arguments, but
+        the ``unread`` ones, go to ``run``."""
+
+        def serve(schema: Schema) -> Schema:
+            @functools.wraps(schema)  # MCP reads the input schema off the wrapped signature
+            async def forward(**arguments: Any) -> Any:
+                sent = {k: v for k, v in arguments.items() if k not in unread}
+                return await run(schema.__name__, sent)
+
+            if schema.__name__ in names:
+                server.add_tool(forward, name=schema.__name__, description=description)
+            return schema
+
+        return serve
+
+    # A tool's signature is its input: the AdCP request members it takes and the release pins.
+    @tool("What this seller supports.")
     async def get_adcp_capabilities(
         context: Json | None = None,
         ext: Json | None = None,
         adcp_version: str | None = None,
         adcp_major_version: int | None = None,
-    ) -> Any:
-        return await run(
-            "get_adcp_capabilities",
-            {
-                "context": context,
-                "adcp_version": adcp_version,
-                "adcp_major_version": adcp_major_version,
-            },
-        )
+    ) -> Any: ...
 
-    @server.tool(name="get_products", description="Products matching a brief.")
+    @tool("Products matching a brief.", UNREAD | {"brand"})
     async def get_products(
         brief: str | None = None,
         buying_mode: str | None = None,
@@ -66,41 +79,17 @@ def create_mcp_app(
         ext: Json | None = None,
         adcp_version: str | None = None,
         adcp_major_version: int | None = None,
-    ) -> Any:
-        return await run(
-            "get_products",
-            {
-                "brief": brief,
-                "buying_mode": buying_mode,
-                "filters": filters,
-                "account": account,
-                "if_wholesale_feed_version": if_wholesale_feed_version,
-                "if_pricing_version": if_pricing_version,
-                "context": context,
-                "adcp_version": adcp_version,
-                "adcp_major_version": adcp_major_version,
-            },
-        )
+    ) -> Any: ...
 
-    @server.tool(
-        name="list_creative_formats", description="Creative formats of every creative agent."
-    )
+    @tool("Creative formats of every creative agent.")
     async def list_creative_formats(
         context: Json | None = None,
         ext: Json | None = None,
         adcp_version: str | None = None,
         adcp_major_version: int | None = None,
-    ) -> Any:
-        return await run(
-            "list_creative_formats",
-            {
-                "context": context,
-                "adcp_version": adcp_version,
-                "adcp_major_version": adcp_major_version,
-            },
-        )
+    ) -> Any: ...
 
-    @server.tool(name="list_products", description="The wholesale product feed (AdCP 3.2).")
+    @tool("The wholesale product feed (AdCP 3.2).")
     async def list_products(
         criteria: Json | None = None,
         fields: list[str] | None = None,
@@ -115,25 +104,9 @@ def create_mcp_app(
         idempotency_key: str | None = None,
         adcp_version: str | None = None,
         adcp_major_version: int | None = None,
-    ) -> Any:
-        return await run(
-            "list_products",
-            {
-                "criteria": criteria,
-                "fields": fields,
-                "account": account,
-                "brand": brand,
-                "max_results": max_results,
-                "cursor": cursor,
-                "if_feed_version": if_feed_version,
-                "if_pricing_version": if_pricing_version,
-                "context": context,
-                "adcp_version": adcp_version,
-                "adcp_major_version": adcp_major_version,
-            },
-        )
+    ) -> Any: ...
 
-    @server.tool(name="get_signals", description="Audience signals (the wholesale signals feed).")
+    @tool("Audience signals (the wholesale signals feed).")
     async def get_signals(
         discovery_mode: str | None = None,
         signal_spec: str | None = None,
@@ -147,60 +120,25 @@ def create_mcp_app(
         idempotency_key: str | None = None,
         adcp_version: str | None = None,
         adcp_major_version: int | None = None,
-    ) -> Any:
-        return await run(
-            "get_signals",
-            {
-                "discovery_mode": discovery_mode,
-                "signal_spec": signal_spec,
-                "account": account,
-                "filters": filters,
-                "max_results": max_results,
-                "if_wholesale_feed_version": if_wholesale_feed_version,
-                "if_pricing_version": if_pricing_version,
-                "context": context,
-                "adcp_version": adcp_version,
-                "adcp_major_version": adcp_major_version,
-            },
-        )
+    ) -> Any: ...
 
-    if "sync_accounts" in names:
+    @tool("Register accounts' feed webhooks.")
+    async def sync_accounts(
+        accounts: list[Json],
+        context: Json | None = None,
+        ext: Json | None = None,
+        idempotency_key: str | None = None,
+        adcp_version: str | None = None,
+        adcp_major_version: int | None = None,
+    ) -> Any: ...
 
-        @server.tool(name="sync_accounts", description="Register accounts' feed webhooks.")
-        async def sync_accounts(
-            accounts: list[Json],
-            context: Json | None = None,
-            ext: Json | None = None,
-            idempotency_key: str | None = None,
-            adcp_version: str | None = None,
-            adcp_major_version: int | None = None,
-        ) -> Any:
-            return await run(
-                "sync_accounts",
-                {
-                    "accounts": accounts,
-                    "context": context,
-                    "adcp_version": adcp_version,
-                    "adcp_major_version": adcp_major_version,
-                },
-            )
-
-    if "comply_test_controller" in names:
-
-        @server.tool(name="comply_test_controller", description="Sandbox test controller.")
-        async def comply_test_controller(
-            scenario: str,
-            params: Json | None = None,
-            account: Json | None = None,
-            context: Json | None = None,
-        ) -> Any:
-            request = {
-                "scenario": scenario,
-                "params": params,
-                "account": account,
-                "context": context,
-            }
-            return await run("comply_test_controller", request)
+    @tool("Sandbox test controller.")
+    async def comply_test_controller(
+        scenario: str,
+        params: Json | None = None,
+        account: Json | None = None,
+        context: Json | None = None,
+    ) -> Any: ...
 
     return server.streamable_http_app(
         streamable_http_path="/mcp", json_response=json_response, host=host

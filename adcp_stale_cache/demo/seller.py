@@ -76,12 +76,17 @@ def seller_surfaces(
     """The example seller's surfaces, all with the same timings."""
 
     def surface(
-        name: str, field: str, upstreams: tuple[str, ...] = (), shared: bool = False
+        name: str,
+        field: str,
+        upstreams: tuple[str, ...] = (),
+        *,
+        shared: bool = False,
+        tool: bool = True,
     ) -> SurfacePolicy:
         return SurfacePolicy(
             name=name,
             field=field,
-            paths=(f"/api/{name}",),
+            paths=(f"/api/{name}",) if tool else (),
             upstreams=upstreams,
             shared_across_callers=shared,
             freshness_target_seconds=freshness_target,
@@ -89,42 +94,18 @@ def seller_surfaces(
             upstream_timeout_seconds=upstream_timeout,
         )
 
+    inventory = ("inventory-service",)
     return Surfaces.of(
         surface("list_creative_formats", "formats", shared=True),  # public: one entry for all
-        surface("get_products", "products", ("inventory-service",)),
+        surface("get_products", "products", inventory),
         # Its answers have no errors[]: told stale in incomplete[] (feeds.py).
-        surface("list_products", "products", ("inventory-service",)),
-        surface("get_signals", "signals", ("inventory-service",)),
-        # The wholesale feed's public rate card: no tool of its own, one entry for all.
-        SurfacePolicy(
-            name=RATE_CARD,
-            field="products",
-            upstreams=("inventory-service",),
-            shared_across_callers=True,
-            freshness_target_seconds=freshness_target,
-            max_stale_seconds=max_stale,
-            upstream_timeout_seconds=upstream_timeout,
-        ),
-        # The signals feed's public layer: one entry for all.
-        SurfacePolicy(
-            name=SIGNALS_CARD,
-            field="signals",
-            upstreams=("inventory-service",),
-            shared_across_callers=True,
-            freshness_target_seconds=freshness_target,
-            max_stale_seconds=max_stale,
-            upstream_timeout_seconds=upstream_timeout,
-        ),
-        # Sub-sellers' public wholesale feeds: one entry for all (see sub_sellers).
-        SurfacePolicy(
-            name=SUB_SELLERS,
-            field="products",
-            upstreams=sub_sellers,
-            shared_across_callers=True,
-            freshness_target_seconds=freshness_target,
-            max_stale_seconds=max_stale,
-            upstream_timeout_seconds=upstream_timeout,
-        ),
+        surface("list_products", "products", inventory),
+        surface("get_signals", "signals", inventory),
+        # Public layers with no tool of their own, one entry for all: the wholesale feed's
+        # rate card, the signals feed's, and sub-sellers' feeds (see sub_sellers).
+        surface(RATE_CARD, "products", inventory, shared=True, tool=False),
+        surface(SIGNALS_CARD, "signals", inventory, shared=True, tool=False),
+        surface(SUB_SELLERS, "products", sub_sellers, shared=True, tool=False),
     )
 
 
