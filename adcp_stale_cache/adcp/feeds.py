@@ -6,28 +6,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any
 
 from ..core.advisory import STALE_RESPONSE, AdcpError
 from ..pipeline.collector import current_collector
 from .conditional import InvalidConditionalRequest, answer_wholesale, invalid_request
 from .wholesale import Scope, canonical, release_of
 
-if TYPE_CHECKING:  # typing has Unpack from Python 3.11
-    from typing_extensions import Unpack
-
 Compose = Callable[[], Awaitable[list[Any]]]
-
-
-class FeedTerms(TypedDict, total=False):
-    """How a feed read is answered: ``scope``, ``account``, ``agent`` and ``cache``, as
-    :func:`~adcp_stale_cache.adcp.conditional.answer_wholesale` takes them."""
-
-    scope: Scope | None
-    account: str | None
-    agent: str
-    cache: Any
-
 
 #: Request members that say how to call, never what is answered (a page and its cursor select).
 _NOT_THE_SELECTION = frozenset(
@@ -50,7 +36,13 @@ _NOT_THE_SELECTION = frozenset(
 
 
 async def answer_list_products(
-    request: Mapping[str, Any], compose: Compose, **terms: Unpack[FeedTerms]
+    request: Mapping[str, Any],
+    compose: Compose,
+    *,
+    scope: Scope | None = None,
+    account: str | None = None,
+    agent: str = "",
+    cache: Any = None,
 ) -> dict[str, Any]:
     """The ``list_products`` answer to ``request``: ``outcome: "listed"``, or
     ``"unchanged"`` when ``if_feed_version`` matches (never with ``forecast``, never stale).
@@ -73,7 +65,16 @@ async def answer_list_products(
     if isinstance(fields, list):  # forecast is no part of the feed version (the spec)
         selection["fields"] = [f for f in fields if f != "forecast"]
     answer = await _wholesale(
-        "list_products", "wholesale", request, selection, tokens, compose, terms
+        "list_products",
+        "wholesale",
+        request,
+        selection,
+        tokens,
+        compose,
+        scope,
+        account,
+        agent,
+        cache,
     )
     listed: dict[str, Any] = {"outcome": "unchanged" if answer.get("unchanged") else "listed"}
     if "products" in answer:
@@ -89,7 +90,13 @@ async def answer_list_products(
 
 
 async def answer_signals(
-    request: Mapping[str, Any], compose: Compose, **terms: Unpack[FeedTerms]
+    request: Mapping[str, Any],
+    compose: Compose,
+    *,
+    scope: Scope | None = None,
+    account: str | None = None,
+    agent: str = "",
+    cache: Any = None,
 ) -> dict[str, Any]:
     """The ``get_signals`` answer to ``request``: the signals with their tokens, or
     ``unchanged: true`` in ``discovery_mode: "wholesale"`` when the tokens match (never stale).
@@ -98,7 +105,9 @@ async def answer_signals(
         name: request.get(name) for name in ("if_wholesale_feed_version", "if_pricing_version")
     }
     mode = request.get("discovery_mode")  # only wholesale reads are ever unchanged
-    answer = await _wholesale("get_signals", mode, request, dict(request), tokens, compose, terms)
+    answer = await _wholesale(
+        "get_signals", mode, request, dict(request), tokens, compose, scope, account, agent, cache
+    )
     if "products" in answer:
         answer["signals"] = answer.pop("products")
     return answer
@@ -111,7 +120,10 @@ async def _wholesale(
     selection: dict[str, Any],
     tokens: Mapping[str, Any],
     compose: Compose,
-    terms: FeedTerms,
+    scope: Scope | None,
+    account: str | None,
+    agent: str,
+    cache: Any,
 ) -> dict[str, Any]:
     """``answer_wholesale`` of the wholesale request ``request`` maps to, its selection
     in the token's keyspace (one tool's token never matches another's)."""
@@ -129,14 +141,9 @@ async def _wholesale(
     async def products() -> dict[str, Any]:
         return {"products": await compose()}
 
-    keyspace = f"{terms.get('agent', '')}\n{tool}\n{keyed}"
+    keyspace = f"{agent}\n{tool}\n{keyed}"
     return await answer_wholesale(
-        wholesale,
-        products,
-        scope=terms.get("scope"),
-        account=terms.get("account"),
-        agent=keyspace,
-        cache=terms.get("cache"),
+        wholesale, products, scope=scope, account=account, agent=keyspace, cache=cache
     )
 
 
