@@ -337,6 +337,7 @@ class Simulation(RuleBasedStateMachine):
         # process, the steps at which its shared store was cut off (start, end or None).
         self.purged: dict[tuple[str, str], Purge] = {}
         self.forgotten: set[tuple[str, str]] = set()
+        self.hard_purged_at: dict[tuple[str, str], int] = {}  # the step of the last hard one
         self.ever_answered: set[str] = set()
         self.cut_off_steps: dict[int, list[list[int | None]]] = {p: [] for p in range(PROCESSES)}
         self.heal_at = dict.fromkeys(range(PROCESSES), 0)
@@ -405,8 +406,8 @@ class Simulation(RuleBasedStateMachine):
 
     def note_answered(self, principal: str, read_at: int) -> None:
         for surface in READS:
-            purge = self.purged.get((principal, surface))
-            if purge is None or read_at > purge.step:
+            # A later soft purge (a refresh) does not make a read after the hard one older.
+            if read_at > self.hard_purged_at.get((principal, surface), -1):
                 self.forgotten.discard((principal, surface))
         self.ever_answered.add(principal)
 
@@ -606,6 +607,7 @@ class Simulation(RuleBasedStateMachine):
             )
             if not soft:
                 self.forgotten.add((principal, surface))
+                self.hard_purged_at[(principal, surface)] = self.step
 
     @rule(process=st.integers(0, PROCESSES - 1), principal=st.sampled_from(sorted(PARTITIONS)))
     def warm(self, process: int, principal: str) -> None:
@@ -753,6 +755,24 @@ def test_a_fault_of_the_store_itself_cuts_its_process_off() -> None:
         store.retry_after_seconds = 60.0  # it stays away for the rest of the test
         store._failed("get", TimeoutError("the machine was too busy"))
         sim.outage(down=True)
+        sim.fetch(process=0, principal="a", nested=False, hold=False)  # checked as it answers
+    finally:
+        sim.teardown()
+
+
+def test_an_answer_read_after_a_hard_purge_lands_after_a_refresh_as_newer() -> None:
+    """Found by a run on this machine: a hard purge, then a call that reads a's data and is
+    held, then a refresh (a soft purge), then the call lands and its answer is served. It was
+    read after the hard purge, so it is the newer answer the hard purge waited for; the model
+    compared the read with the refresh instead and failed with "a's data served after a hard
+    purge"."""
+    sim = FileSimulation()
+    sim.start()
+    try:
+        sim.purge(process=0, soft=False, selector="partition", principal="a", changed=False)
+        sim.fetch(process=0, principal="a", nested=False, hold=True)
+        sim.refresh(process=0, selector="partition", principal="a", changed=False)
+        sim.land(which=0)
         sim.fetch(process=0, principal="a", nested=False, hold=False)  # checked as it answers
     finally:
         sim.teardown()
