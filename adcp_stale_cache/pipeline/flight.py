@@ -23,6 +23,7 @@ from ..core.policy import SurfacePolicy, Upstream
 from ..core.values import Codec, Unreadable, decode, encode
 from ..ops.steering import RefreshMemory, RememberedRefresh
 from ..stores import Leasing, Listening
+from ..stores.purges import PurgeWitness
 from .admission import Admitted, Breakers
 from .blocking import as_probe
 from .breaker import Breaker
@@ -34,7 +35,6 @@ from .collector import (
     leave_flight,
 )
 from .lookup import Lookup
-from .purges import PurgeWitness
 from .settings import Settings
 from .singleflight import SingleFlight, call_with_deadline
 
