@@ -31,12 +31,12 @@ from adcp_stale_cache.core.failures import BUDGET_SPENT, CIRCUIT_OPEN, Failure, 
 from adcp_stale_cache.core.policy import FailureKind
 from adcp_stale_cache.core.values import JSON, Unreadable
 from adcp_stale_cache.ops.control import CacheControl
-from adcp_stale_cache.ops.metrics import CacheMetrics, Fanout
 from adcp_stale_cache.pipeline.admission import Admitted, Breakers, Refused
 from adcp_stale_cache.pipeline.breaker import Breaker, BreakerPolicy
 from adcp_stale_cache.pipeline.collector import AdvisoryCollector, current_collector, use_collector
 from adcp_stale_cache.pipeline.flight import Answer, Flights, Refreshed, as_made
 from adcp_stale_cache.pipeline.lookup import MAX_CLOCK_SKEW_SECONDS, Hit, Lookup, Lookups
+from adcp_stale_cache.pipeline.metrics import CacheMetrics, Fanout
 from adcp_stale_cache.pipeline.serving import Serving
 from adcp_stale_cache.pipeline.settings import Settings
 from adcp_stale_cache.stores.sqlite import SqliteStore

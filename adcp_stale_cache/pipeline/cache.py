@@ -13,20 +13,19 @@ from ..core.directives import Directives
 from ..core.failures import FailureTypes, FailureTypesLike, classify, failure_types_of
 from ..core.policy import SurfacePolicy, Surfaces, Upstream
 from ..core.values import JSON, Codec, Unreadable
-from ..ops.metrics import CacheMetrics, Fanout
-from ..ops.steering import RefreshMemory, RememberedRefresh
-from ..ops.tracing import with_tracing
 from ..stores import Clocked, MemoryStore, Store
 from .admission import Breakers, InjectedOutage, OutageInjector, Refused
 from .blocking import DEFAULT_BLOCKING_THREADS, Lanes, wait_for
 from .breaker import DEFAULT_BREAKER, BreakerPolicy
 from .call_loop import CALLS
 from .collector import current_collector
-from .flight import Answer, Flights
+from .flight import Answer, Flights, RefreshMemory, RememberedRefresh
 from .lookup import MAX_CLOCK_SKEW_SECONDS, Hit, Lookups
+from .metrics import CacheMetrics, Fanout
 from .serving import Serving
 from .settings import Settings
 from .shared_breakers import SharedBreakers
+from .tracing import with_tracing
 
 __all__ = ["MAX_CLOCK_SKEW_SECONDS", "UpstreamCache"]
 

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 
 from ..core.failures import FailureTypes
 from ..core.policy import Surfaces
-from ..ops.metrics import Fanout
 from ..stores import Store
 from .breaker import DEFAULT_BREAKER, BreakerPolicy
 from .call_loop import CallLoop
+from .metrics import Fanout
 from .shared_breakers import SharedBreakers
 
 
