@@ -891,6 +891,55 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not name.endswith("__")
 
 
+#: The layers, bottom up (docs/concepts.md, Layers): a module imports its own folder and the
+#: layers below; folders of one layer import each other only at the top ("." is the top level).
+LAYERS = (
+    "core",
+    "codecs stores",
+    "pipeline",
+    "adcp asgi ops",
+    "integrations",
+    ". conformance demo",
+)
+#: Test mode loads its harness lazily, only when a cache asks for it (see the test above).
+AGAINST_THE_LAYERS = {"pipeline/cache.py -> adcp_stale_cache.testing"}
+
+
+def _folder(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and (PACKAGE / parts[1]).is_dir() else "."
+
+
+def _imports(path: Path) -> list[str]:
+    """The package's modules ``path`` imports, relative imports resolved."""
+    relative = path.relative_to(PACKAGE)
+    package = ["adcp_stale_cache", *relative.parts[:-1]]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            found.append(".".join([*base, *([node.module] if node.module else [])]))
+    return [name for name in found if name.split(".")[0] == "adcp_stale_cache"]
+
+
+def test_imports_go_down_the_layers_only() -> None:
+    rank = {folder: i for i, layer in enumerate(LAYERS) for folder in layer.split()}
+    folders = {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").exists()}
+    assert folders <= set(rank)  # a new folder takes its place in LAYERS
+    against = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        source = path.relative_to(PACKAGE)
+        mine = source.parts[0] if len(source.parts) > 1 else "."
+        for module in _imports(path):
+            theirs = _folder(module)
+            if theirs == mine or rank[theirs] < rank[mine] or rank[mine] == len(LAYERS) - 1:
+                continue
+            against.add(f"{source.as_posix()} -> {module}")
+    assert against == AGAINST_THE_LAYERS
+
+
 def test_the_request_state_is_split_by_owner() -> None:
     # The advisories, the request's context (its front door's) and what was served (the trace).
     slots = set(AdvisoryCollector.__slots__)
