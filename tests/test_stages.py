@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import importlib
+import inspect
 import json
 import subprocess
 import sys
@@ -470,12 +471,13 @@ async def test_settings_given_at_construction_reach_every_stage(clock: FakeClock
     assert seen.failures == ["SERVICE_UNAVAILABLE"]  # the flight classified it with the mapping
 
 
-# The hub's settings, and the names some had before the stages had modules.
-SETTINGS = "settings store surfaces clock metrics failure_types namespace schema_version"
+# The hub's settings (every keyword it is built with: a new one cannot be forgotten), and the
+# names some had before the stages had modules.
+SETTINGS = ["settings", *list(inspect.signature(UpstreamCache.__init__).parameters)[1:]]
 OLD_NAMES = "breaker_policy coordinate_refreshes strict_advisories refreshers"
 
 
-@pytest.mark.parametrize("name", f"{SETTINGS} {OLD_NAMES}".split())
+@pytest.mark.parametrize("name", [*SETTINGS, *OLD_NAMES.split()])
 def test_a_setting_assigned_after_construction_fails_loudly(clock: FakeClock, name: str) -> None:
     """A stage took each setting when it was built: an assignment would reach none of them."""
     cache = hub(clock, PRODUCTS)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, ParamSpec, Protocol, TypeVar, overload
@@ -324,29 +325,6 @@ def _decorator(
     return decorate
 
 
-# Settings (read-only properties too, for a clearer error), and the old names of some.
-_FIXED = frozenset(
-    {
-        "store",
-        "surfaces",
-        "clock",
-        "metrics",
-        "failure_types",
-        "outages",
-        "namespace",
-        "schema_version",
-        "breaker",
-        "tracing",
-        "test_mode",
-        "strict_advisories",
-        "share_breakers",
-        "detach_calls",
-        "blocking_threads",
-        "coordinate_refreshes",
-        "breaker_policy",
-        "refreshers",
-    }
-)
 # Where a fixed name is given when it is not an argument of the same name.
 _FIXED_HOW = {
     "metrics": "pass it when building the cache, or add a sink with report_to()",
@@ -354,6 +332,9 @@ _FIXED_HOW = {
     "breaker_policy": "pass breaker= when building the cache",
     "refreshers": "call remember_refreshes(memory)",
 }
+# Every keyword the cache is built with (the stages copied them), and the old names above.
+_FIXED = frozenset(inspect.signature(UpstreamCache.__init__).parameters) - {"self"}
+_FIXED |= _FIXED_HOW.keys()
 
 
 def _test_mode(cache: UpstreamCache, outages: OutageInjector | None) -> OutageInjector:
