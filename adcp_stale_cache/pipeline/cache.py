@@ -7,9 +7,8 @@ import functools
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, ParamSpec, Protocol, TypeVar, overload
+from typing import Any, TypeVar
 
-from ..core.callables import awaited, is_async
 from ..core.directives import Directives
 from ..core.failures import FailureTypes, FailureTypesLike, classify, failure_types_of
 from ..core.policy import SurfacePolicy, Surfaces, Upstream
@@ -20,6 +19,7 @@ from .blocking import DEFAULT_BLOCKING_THREADS, Lanes, wait_for
 from .breaker import DEFAULT_BREAKER, BreakerPolicy
 from .call_loop import CALLS
 from .collector import current_collector
+from .decorator import Decorator, decorator
 from .flight import Answer, Flights, RefreshMemory, RememberedRefresh
 from .lookup import MAX_CLOCK_SKEW_SECONDS, Hit, Lookups
 from .metrics import CacheMetrics, Fanout
@@ -31,17 +31,6 @@ from .tracing import with_tracing
 __all__ = ["MAX_CLOCK_SKEW_SECONDS", "UpstreamCache"]
 
 T = TypeVar("T")
-P = ParamSpec("P")
-
-
-class Decorator(Protocol):
-    """What :meth:`UpstreamCache.cached` returns: an async function stays async, a plain one
-    gets a blocking wrapper (through :meth:`UpstreamCache.fetch_blocking`)."""
-
-    @overload
-    def __call__(self, fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]: ...
-    @overload
-    def __call__(self, fn: Callable[P, T]) -> Callable[P, T]: ...
 
 
 class UpstreamCache:
@@ -233,7 +222,7 @@ class UpstreamCache:
     ) -> Decorator:
         """Decorator form of :meth:`fetch`; the key defaults to the function and its arguments,
         ``tags`` may be a function of them. A plain function goes through :meth:`fetch_blocking`."""
-        return _decorator(self, upstream, surface, key, codec, tags)
+        return decorator(self, upstream, surface, key, codec, tags)
 
     # The control plane's seam (see steering).
 
@@ -282,47 +271,6 @@ class UpstreamCache:
         if tool != "*":
             self.surfaces.get(tool)  # a clear error for an unknown tool
         return self.outages.force(tool, upstream_name, cache_age_seconds, empty_cache)
-
-
-def _decorator(
-    cache: UpstreamCache,
-    upstream: Upstream,
-    surface: str | SurfacePolicy | None,
-    key: Callable[..., object] | None,
-    codec: Codec[Any],
-    tags: Iterable[str] | Callable[..., Iterable[str]],
-) -> Decorator:
-    def keyed(fn: Callable[..., Any], args: Any, kwargs: Any) -> tuple[object, Iterable[str]]:
-        k = key(*args, **kwargs) if key else (fn.__qualname__, args, kwargs)
-        return k, tags(*args, **kwargs) if callable(tags) else tags
-
-    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        if key is None and not hasattr(fn, "__qualname__"):
-            # Two instances of one class (two tenants' clients) must not share keys.
-            raise TypeError(f"cached() of a {type(fn).__qualname__} object needs key=")
-        if not is_async(fn):
-
-            @functools.wraps(fn)
-            def blocking(*args: Any, **kwargs: Any) -> Any:
-                k, call_tags = keyed(fn, args, kwargs)
-                call = functools.partial(fn, *args, **kwargs)
-                return cache.fetch_blocking(
-                    upstream, k, call, surface=surface, codec=codec, tags=call_tags
-                )
-
-            return blocking
-
-        @functools.wraps(fn)
-        async def wrapper(*args: Any, **kwargs: Any) -> Any:
-            k, call_tags = keyed(fn, args, kwargs)
-            call = functools.partial(awaited, fn, *args, **kwargs)
-            return await cache.fetch(
-                upstream, k, call, surface=surface, codec=codec, tags=call_tags
-            )
-
-        return wrapper
-
-    return decorate
 
 
 # Where a fixed name is given when it is not an argument of the same name.
