@@ -893,6 +893,18 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not name.endswith("__")
 
 
+def test_no_codec_or_store_is_probed_with_getattr() -> None:
+    # What they may offer is declared as protocols (core/values.py, stores/base.py): isinstance.
+    probed = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) in ("getattr", "hasattr"):
+                subject = ast.unparse(node.args[0]).split(".")[-1]
+                if subject in {"codec", "store", "tier", "far", "near"}:
+                    probed.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert probed == []
+
+
 #: The layers, bottom up (docs/concepts.md, Layers): a module imports its own folder and the
 #: layers below; folders of one layer import each other only at the top ("." is the top level).
 LAYERS = (
