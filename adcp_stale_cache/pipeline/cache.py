@@ -24,7 +24,7 @@ from .flight import Answer, Flights, RefreshMemory, RememberedRefresh
 from .lookup import MAX_CLOCK_SKEW_SECONDS, Hit, Lookups
 from .metrics import CacheMetrics, Fanout
 from .serving import Serving
-from .settings import Settings
+from .settings import HOW_TO_GIVE, Settings
 from .shared_breakers import SharedBreakers
 from .tracing import with_tracing
 
@@ -49,7 +49,7 @@ class UpstreamCache:
     def __setattr__(self, name: str, value: object) -> None:
         # The stages copied every setting when built: an assignment would reach none.
         if name in _FIXED:
-            how = _FIXED_HOW.get(name, "pass it when building the cache")
+            how = HOW_TO_GIVE.get(name, "pass it when building the cache")
             raise AttributeError(f"UpstreamCache.{name} is fixed: {how}")
         object.__setattr__(self, name, value)
 
@@ -240,11 +240,7 @@ class UpstreamCache:
 
     def remember_refreshes(self, memory: RefreshMemory | None) -> None:
         """Tell ``memory`` of every flight's refresh from now on (None: of none)."""
-        if memory is not None and not isinstance(memory, RefreshMemory):  # else every fetch fails
-            raise TypeError(
-                f"remember_refreshes takes a RefreshMemory (remember()), not {memory!r}"
-            )
-        self.flights.memory = memory
+        self.flights.tell(memory)
 
     def report_to(self, sink: CacheMetrics) -> None:
         """Report every decision to ``sink`` too, from now on (the ``metrics`` stay)."""
@@ -273,16 +269,8 @@ class UpstreamCache:
         return self.outages.force(tool, upstream_name, cache_age_seconds, empty_cache)
 
 
-# Where a fixed name is given when it is not an argument of the same name.
-_FIXED_HOW = {
-    "metrics": "pass it when building the cache, or add a sink with report_to()",
-    "outages": "build the cache with test_mode=True (or outages=): only then does fetch ask it",
-    "breaker_policy": "pass breaker= when building the cache",
-    "refreshers": "call remember_refreshes(memory)",
-}
-# Every keyword the cache is built with (the stages copied them), and the old names above.
-_FIXED = frozenset(inspect.signature(UpstreamCache.__init__).parameters) - {"self"}
-_FIXED |= _FIXED_HOW.keys()
+# Every keyword the cache is built with (the stages copied them), and the old names of some.
+_FIXED = {*inspect.signature(UpstreamCache.__init__).parameters, *HOW_TO_GIVE} - {"self"}
 
 
 def _test_mode(cache: UpstreamCache, outages: OutageInjector | None) -> OutageInjector:

@@ -169,6 +169,14 @@ class Flights:
         # a probe would never finish and its breaker never close.
         self.in_front = False
 
+    def tell(self, memory: RefreshMemory | None) -> None:
+        """Tell ``memory`` of every flight's refresh from now on (None: of none)."""
+        if memory is not None and not isinstance(memory, RefreshMemory):  # else every fly fails
+            raise TypeError(
+                f"remember_refreshes takes a RefreshMemory (remember()), not {memory!r}"
+            )
+        self.memory = memory
+
     async def fly(
         self, found: Lookup, admitted: Admitted, answer: Answer[T]
     ) -> tuple[Awaitable[Refreshed[T]], bool]:

@@ -14,6 +14,15 @@ from .call_loop import CallLoop
 from .metrics import Fanout
 from .shared_breakers import SharedBreakers
 
+#: How to give a setting when assigning it raises, if not as the argument of its name (old
+#: names included).
+HOW_TO_GIVE = {
+    "metrics": "pass it when building the cache, or add a sink with report_to()",
+    "outages": "build the cache with test_mode=True (or outages=): only then does fetch ask it",
+    "breaker_policy": "pass breaker= when building the cache",
+    "refreshers": "call remember_refreshes(memory)",
+}
+
 
 @dataclass(frozen=True)
 class Settings:
