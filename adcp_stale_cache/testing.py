@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import types
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -156,26 +156,18 @@ class ComplianceFetch:
         self.cache, self.outages, self.pipeline = cache, outages, fetch
 
     async def fetch(
-        self,
-        upstream: Upstream,
-        key: object,
-        call: Callable[[], Awaitable[T]],
-        *,
-        surface: str | SurfacePolicy | None = None,
-        codec: Codec[T] = JSON,
-        tags: Iterable[str] = (),
-        **options: Any,
+        self, upstream: Upstream, key: object, call: Callable[[], Awaitable[T]], **options: Any
     ) -> T:
-        """:meth:`~adcp_stale_cache.UpstreamCache.fetch`, an injected outage first."""
+        """:meth:`~adcp_stale_cache.UpstreamCache.fetch` (its keywords as ``options``), an
+        injected outage first."""
         lookups, collector = self.cache.lookups, current_collector()
+        surface, codec = options.get("surface"), options.get("codec", JSON)
         # Claimed before the store is read: the outage belongs to this response.
         outage = self.outages.claim(lookups.policy(surface, collector)[0], upstream, collector)
         if outage is None:
-            answer: T = await self.pipeline(
-                upstream, key, call, surface=surface, codec=codec, tags=tags, **options
-            )
+            answer: T = await self.pipeline(upstream, key, call, **options)
             return answer
-        found = await lookups.look_up(upstream, key, surface, tags, codec)
+        found = await lookups.look_up(upstream, key, surface, options.get("tags", ()), codec)
         return await self.injected(found, outage, call, codec)
 
     async def injected(

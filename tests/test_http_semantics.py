@@ -499,7 +499,7 @@ async def test_denied_and_not_found_look_alike_through_the_whole_seller(clock: F
     from adcp_stale_cache import StaleAdvisoryMiddleware, service_unavailable
     from adcp_stale_cache.ops.control import CacheControl, Warm
     from adcp_stale_cache.ops.metrics import CombinedMetrics, PrometheusMetrics
-    from adcp_stale_cache.ops.tracing import SpanEvents
+    from adcp_stale_cache.pipeline.tracing import SpanEvents
 
     async def observe(status: int) -> list[Any]:
         registry = CollectorRegistry()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import importlib
+import inspect
 import json
 import subprocess
 import sys
@@ -31,12 +32,12 @@ from adcp_stale_cache.core.failures import BUDGET_SPENT, CIRCUIT_OPEN, Failure, 
 from adcp_stale_cache.core.policy import FailureKind
 from adcp_stale_cache.core.values import JSON, Unreadable
 from adcp_stale_cache.ops.control import CacheControl
-from adcp_stale_cache.ops.metrics import CacheMetrics, Fanout
 from adcp_stale_cache.pipeline.admission import Admitted, Breakers, Refused
 from adcp_stale_cache.pipeline.breaker import Breaker, BreakerPolicy
 from adcp_stale_cache.pipeline.collector import AdvisoryCollector, current_collector, use_collector
 from adcp_stale_cache.pipeline.flight import Answer, Flights, Refreshed, as_made
 from adcp_stale_cache.pipeline.lookup import MAX_CLOCK_SKEW_SECONDS, Hit, Lookup, Lookups
+from adcp_stale_cache.pipeline.metrics import CacheMetrics, Fanout
 from adcp_stale_cache.pipeline.serving import Serving
 from adcp_stale_cache.pipeline.settings import Settings
 from adcp_stale_cache.stores.sqlite import SqliteStore
@@ -470,12 +471,13 @@ async def test_settings_given_at_construction_reach_every_stage(clock: FakeClock
     assert seen.failures == ["SERVICE_UNAVAILABLE"]  # the flight classified it with the mapping
 
 
-# The hub's settings, and the names some had before the stages had modules.
-SETTINGS = "settings store surfaces clock metrics failure_types namespace schema_version"
+# The hub's settings (every keyword it is built with: a new one cannot be forgotten), and the
+# names some had before the stages had modules.
+SETTINGS = ["settings", *list(inspect.signature(UpstreamCache.__init__).parameters)[1:]]
 OLD_NAMES = "breaker_policy coordinate_refreshes strict_advisories refreshers"
 
 
-@pytest.mark.parametrize("name", f"{SETTINGS} {OLD_NAMES}".split())
+@pytest.mark.parametrize("name", [*SETTINGS, *OLD_NAMES.split()])
 def test_a_setting_assigned_after_construction_fails_loudly(clock: FakeClock, name: str) -> None:
     """A stage took each setting when it was built: an assignment would reach none of them."""
     cache = hub(clock, PRODUCTS)
@@ -653,6 +655,7 @@ def test_the_hub_stays_small_and_fetch_reads_as_its_pipeline() -> None:
     classes = dict(_classes())
     hub = classes["pipeline/cache.py:UpstreamCache"]
     assert hub.end_lineno - hub.lineno + 1 <= 280  # type: ignore[operator]
+    assert len((PACKAGE / "pipeline/cache.py").read_text().splitlines()) <= 280  # its module too
     fetch = next(n for n in hub.body if getattr(n, "name", "") == "fetch")
     body = fetch.body[1:]  # type: ignore[attr-defined]  # without its docstring
     assert body[-1].end_lineno - body[0].lineno + 1 <= 45
@@ -889,6 +892,67 @@ def test_no_module_imports_a_private_name_from_another() -> None:
 
 def _private(name: str) -> bool:
     return name.startswith("_") and not name.endswith("__")
+
+
+def test_no_codec_or_store_is_probed_with_getattr() -> None:
+    # What they may offer is declared as protocols (core/values.py, stores/base.py): isinstance.
+    probed = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) in ("getattr", "hasattr"):
+                subject = ast.unparse(node.args[0]).split(".")[-1]
+                if subject in {"codec", "store", "tier", "far", "near"}:
+                    probed.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert probed == []
+
+
+#: The layers, bottom up (docs/concepts.md, Layers): a module imports its own folder and the
+#: layers below; folders of one layer import each other only at the top ("." is the top level).
+LAYERS = (
+    "core",
+    "codecs stores",
+    "pipeline",
+    "adcp asgi ops",
+    "integrations",
+    ". conformance demo",
+)
+#: Test mode loads its harness lazily, only when a cache asks for it (see the test above).
+AGAINST_THE_LAYERS = {"pipeline/cache.py -> adcp_stale_cache.testing"}
+
+
+def _folder(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and (PACKAGE / parts[1]).is_dir() else "."
+
+
+def _imports(path: Path) -> list[str]:
+    """The package's modules ``path`` imports, relative imports resolved."""
+    relative = path.relative_to(PACKAGE)
+    package = ["adcp_stale_cache", *relative.parts[:-1]]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            found.append(".".join([*base, *([node.module] if node.module else [])]))
+    return [name for name in found if name.split(".")[0] == "adcp_stale_cache"]
+
+
+def test_imports_go_down_the_layers_only() -> None:
+    rank = {folder: i for i, layer in enumerate(LAYERS) for folder in layer.split()}
+    folders = {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").exists()}
+    assert folders <= set(rank)  # a new folder takes its place in LAYERS
+    against = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        source = path.relative_to(PACKAGE)
+        mine = source.parts[0] if len(source.parts) > 1 else "."
+        for module in _imports(path):
+            theirs = _folder(module)
+            if theirs == mine or rank[theirs] < rank[mine] or rank[mine] == len(LAYERS) - 1:
+                continue
+            against.add(f"{source.as_posix()} -> {module}")
+    assert against == AGAINST_THE_LAYERS
 
 
 def test_the_request_state_is_split_by_owner() -> None:

@@ -14,8 +14,8 @@ import pytest
 
 from adcp_stale_cache import MemoryStore, SurfacePolicy, Surfaces, Upstream, UpstreamCache
 from adcp_stale_cache.core.entry import Entry
-from adcp_stale_cache.pipeline.purges import UNREADABLE, PurgeWitness
 from adcp_stale_cache.stores import TieredStore
+from adcp_stale_cache.stores.purges import UNREADABLE, PurgeWitness
 
 from .conftest import FakeClock
 

@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from adcp_stale_cache import MemoryStore, SurfacePolicy, Surfaces, Upstream, UpstreamCache
 from adcp_stale_cache.ops.metrics import CacheMetrics, CombinedMetrics
-from adcp_stale_cache.ops.tracing import SpanEvents, with_tracing
+from adcp_stale_cache.pipeline.tracing import SpanEvents, with_tracing
 
 from .conftest import FakeClock
 

@@ -13,14 +13,7 @@ from typing import Any
 
 import orjson
 
-# Digits and dots become "0": 18 in a row may be a number orjson rounds. C-speed, unlike a regex.
-_DIGITS_TO_ZERO = bytes.maketrans(b"0123456789.", b"0" * 11)
-_LONG_RUN = b"0" * 18
-
-
-def has_long_number(body: bytes) -> bool:
-    """True when ``body`` may hold a number too long for orjson to keep exactly."""
-    return _LONG_RUN in body.translate(_DIGITS_TO_ZERO)
+from ..core.values import has_long_number
 
 
 class Untouched(Exception):

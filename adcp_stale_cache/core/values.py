@@ -7,11 +7,10 @@ import json
 import logging
 import math
 import threading
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import orjson
 
-from ..codecs.json import has_long_number
 from .entry import Entry
 from .policy import Upstream
 
@@ -20,7 +19,8 @@ logger = logging.getLogger("adcp_stale_cache")
 
 
 class Codec(Protocol[T]):
-    """Turns a value into the bytes a store keeps, and back (a fresh copy per caller)."""
+    """Turns a value into the bytes a store keeps, and back (a fresh copy per caller); it may
+    also be :class:`RoundTripping` or :class:`ContentReading`."""
 
     def dumps(self, value: T) -> bytes:
         """Serialise; raise to refuse a value (it is then not cached)."""
@@ -31,10 +31,27 @@ class Codec(Protocol[T]):
         ...
 
 
+@runtime_checkable
+class RoundTripping(Protocol):
+    """A codec that may promise (``round_trips = True``) that all it writes reads back, so
+    what it writes is not read back to check."""
+
+    round_trips: bool
+
+
+@runtime_checkable
+class ContentReading(Protocol):
+    """A codec that knows the content of what it stored: the bytes answers' tokens hash
+    (without, say, headers a revalidation changes)."""
+
+    def content(self, data: bytes) -> bytes:
+        """The content of the stored ``data``."""
+        ...
+
+
 def content_of(codec: Codec[Any], data: bytes) -> bytes:
-    """What answers' tokens hash of a stored value: the codec's ``content(data)``, else all."""
-    content = getattr(codec, "content", None)
-    return content(data) if content is not None else data
+    """What answers' tokens hash of a stored value: the codec's content of it, else all."""
+    return codec.content(data) if isinstance(codec, ContentReading) else data
 
 
 class JsonCodec(Generic[T]):
@@ -95,6 +112,16 @@ class SharedJsonCodec(JsonCodec[T]):
         return result
 
 
+# Digits and dots become "0": 18 in a row may be a number orjson rounds. C-speed, unlike a regex.
+_DIGITS_TO_ZERO = bytes.maketrans(b"0123456789.", b"0" * 11)
+_LONG_RUN = b"0" * 18
+
+
+def has_long_number(body: bytes) -> bool:
+    """True when ``body`` may hold a number too long for orjson to keep exactly."""
+    return _LONG_RUN in body.translate(_DIGITS_TO_ZERO)
+
+
 class Unreadable(Exception):
     """A stored entry the codec cannot decode: it counts as no entry."""
 
@@ -115,13 +142,13 @@ def decode(codec: Codec[T], entry: Entry, upstream: Upstream) -> T:
 
 def encode(codec: Codec[T], value: T, upstream: Upstream) -> bytes | None:
     """The stored form of ``value``, or None (logged) when the codec refuses it or cannot
-    read it back; a codec with ``round_trips = True`` is not read back."""
+    read it back (unless it is :class:`RoundTripping` and promises it)."""
     try:
         data = codec.dumps(value)
     except Exception as exc:
         _not_cacheable(codec, upstream, "refused", exc)
         return None
-    if getattr(codec, "round_trips", False):
+    if isinstance(codec, RoundTripping) and codec.round_trips:
         return data
     try:
         codec.loads(data)

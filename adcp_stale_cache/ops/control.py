@@ -19,10 +19,11 @@ from cachetools import LRUCache
 from ..core.entry import Entry
 from ..core.labels import built_from, label_value, labels
 from ..core.policy import Upstream
+from ..pipeline.flight import RememberedRefresh
+from ..pipeline.metrics import CacheMetrics
 from ..stores import FailureCounting, MemoryStore, Purgeable
 from ..stores.tiered import tiers
-from .metrics import CacheMetrics
-from .steering import RememberedRefresh, Steerable
+from .steering import Steerable
 
 logger = logging.getLogger("adcp_stale_cache.control")
 

@@ -5,25 +5,12 @@ few things :class:`~adcp_stale_cache.ops.control.CacheControl` needs of an
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 from ..core.policy import SurfacePolicy, Surfaces, Upstream
+from ..pipeline.flight import RefreshMemory, RememberedRefresh
+from ..pipeline.metrics import CacheMetrics
 from ..stores import Store
-from .metrics import CacheMetrics
-
-#: A flight's refresh, re-runnable: given the purge count to run under (None: read it), it
-#: calls the upstream and stores the answer as its request would.
-RememberedRefresh = Callable[[object], Awaitable[Any]]
-
-
-@runtime_checkable
-class RefreshMemory(Protocol):
-    """What hears of every flight's refresh (as ``control.RecentRefreshes`` does)."""
-
-    def remember(
-        self, store_key: str, labels: tuple[str, ...], refresh: RememberedRefresh, weight: int
-    ) -> None:
-        """Remember ``refresh`` as the one of ``store_key`` (``weight``: about its bytes)."""
 
 
 class Steerable(Protocol):

@@ -4,44 +4,33 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, ParamSpec, Protocol, TypeVar, overload
+from typing import Any, TypeVar
 
-from ..core.callables import awaited, is_async
 from ..core.directives import Directives
 from ..core.failures import FailureTypes, FailureTypesLike, classify, failure_types_of
 from ..core.policy import SurfacePolicy, Surfaces, Upstream
 from ..core.values import JSON, Codec, Unreadable
-from ..ops.metrics import CacheMetrics, Fanout
-from ..ops.steering import RefreshMemory, RememberedRefresh
-from ..ops.tracing import with_tracing
 from ..stores import Clocked, MemoryStore, Store
 from .admission import Breakers, InjectedOutage, OutageInjector, Refused
 from .blocking import DEFAULT_BLOCKING_THREADS, Lanes, wait_for
 from .breaker import DEFAULT_BREAKER, BreakerPolicy
 from .call_loop import CALLS
 from .collector import current_collector
-from .flight import Answer, Flights
+from .decorator import Decorator, decorator
+from .flight import Answer, Flights, RefreshMemory, RememberedRefresh
 from .lookup import MAX_CLOCK_SKEW_SECONDS, Hit, Lookups
+from .metrics import CacheMetrics, Fanout
 from .serving import Serving
-from .settings import Settings
+from .settings import HOW_TO_GIVE, Settings
 from .shared_breakers import SharedBreakers
+from .tracing import with_tracing
 
 __all__ = ["MAX_CLOCK_SKEW_SECONDS", "UpstreamCache"]
 
 T = TypeVar("T")
-P = ParamSpec("P")
-
-
-class Decorator(Protocol):
-    """What :meth:`UpstreamCache.cached` returns: an async function stays async, a plain one
-    gets a blocking wrapper (through :meth:`UpstreamCache.fetch_blocking`)."""
-
-    @overload
-    def __call__(self, fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]: ...
-    @overload
-    def __call__(self, fn: Callable[P, T]) -> Callable[P, T]: ...
 
 
 class UpstreamCache:
@@ -60,7 +49,7 @@ class UpstreamCache:
     def __setattr__(self, name: str, value: object) -> None:
         # The stages copied every setting when built: an assignment would reach none.
         if name in _FIXED:
-            how = _FIXED_HOW.get(name, "pass it when building the cache")
+            how = HOW_TO_GIVE.get(name, "pass it when building the cache")
             raise AttributeError(f"UpstreamCache.{name} is fixed: {how}")
         object.__setattr__(self, name, value)
 
@@ -233,7 +222,7 @@ class UpstreamCache:
     ) -> Decorator:
         """Decorator form of :meth:`fetch`; the key defaults to the function and its arguments,
         ``tags`` may be a function of them. A plain function goes through :meth:`fetch_blocking`."""
-        return _decorator(self, upstream, surface, key, codec, tags)
+        return decorator(self, upstream, surface, key, codec, tags)
 
     # The control plane's seam (see steering).
 
@@ -251,11 +240,7 @@ class UpstreamCache:
 
     def remember_refreshes(self, memory: RefreshMemory | None) -> None:
         """Tell ``memory`` of every flight's refresh from now on (None: of none)."""
-        if memory is not None and not isinstance(memory, RefreshMemory):  # else every fetch fails
-            raise TypeError(
-                f"remember_refreshes takes a RefreshMemory (remember()), not {memory!r}"
-            )
-        self.flights.memory = memory
+        self.flights.tell(memory)
 
     def report_to(self, sink: CacheMetrics) -> None:
         """Report every decision to ``sink`` too, from now on (the ``metrics`` stay)."""
@@ -284,77 +269,8 @@ class UpstreamCache:
         return self.outages.force(tool, upstream_name, cache_age_seconds, empty_cache)
 
 
-def _decorator(
-    cache: UpstreamCache,
-    upstream: Upstream,
-    surface: str | SurfacePolicy | None,
-    key: Callable[..., object] | None,
-    codec: Codec[Any],
-    tags: Iterable[str] | Callable[..., Iterable[str]],
-) -> Decorator:
-    def keyed(fn: Callable[..., Any], args: Any, kwargs: Any) -> tuple[object, Iterable[str]]:
-        k = key(*args, **kwargs) if key else (fn.__qualname__, args, kwargs)
-        return k, tags(*args, **kwargs) if callable(tags) else tags
-
-    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        if key is None and not hasattr(fn, "__qualname__"):
-            # Two instances of one class (two tenants' clients) must not share keys.
-            raise TypeError(f"cached() of a {type(fn).__qualname__} object needs key=")
-        if not is_async(fn):
-
-            @functools.wraps(fn)
-            def blocking(*args: Any, **kwargs: Any) -> Any:
-                k, call_tags = keyed(fn, args, kwargs)
-                call = functools.partial(fn, *args, **kwargs)
-                return cache.fetch_blocking(
-                    upstream, k, call, surface=surface, codec=codec, tags=call_tags
-                )
-
-            return blocking
-
-        @functools.wraps(fn)
-        async def wrapper(*args: Any, **kwargs: Any) -> Any:
-            k, call_tags = keyed(fn, args, kwargs)
-            call = functools.partial(awaited, fn, *args, **kwargs)
-            return await cache.fetch(
-                upstream, k, call, surface=surface, codec=codec, tags=call_tags
-            )
-
-        return wrapper
-
-    return decorate
-
-
-# Settings (read-only properties too, for a clearer error), and the old names of some.
-_FIXED = frozenset(
-    {
-        "store",
-        "surfaces",
-        "clock",
-        "metrics",
-        "failure_types",
-        "outages",
-        "namespace",
-        "schema_version",
-        "breaker",
-        "tracing",
-        "test_mode",
-        "strict_advisories",
-        "share_breakers",
-        "detach_calls",
-        "blocking_threads",
-        "coordinate_refreshes",
-        "breaker_policy",
-        "refreshers",
-    }
-)
-# Where a fixed name is given when it is not an argument of the same name.
-_FIXED_HOW = {
-    "metrics": "pass it when building the cache, or add a sink with report_to()",
-    "outages": "build the cache with test_mode=True (or outages=): only then does fetch ask it",
-    "breaker_policy": "pass breaker= when building the cache",
-    "refreshers": "call remember_refreshes(memory)",
-}
+# Every keyword the cache is built with (the stages copied them), and the old names of some.
+_FIXED = {*inspect.signature(UpstreamCache.__init__).parameters, *HOW_TO_GIVE} - {"self"}
 
 
 def _test_mode(cache: UpstreamCache, outages: OutageInjector | None) -> OutageInjector:

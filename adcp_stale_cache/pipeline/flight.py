@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Generator, Hashable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from ..core.advisory import AdcpError
 from ..core.decision import Fail, ServeStale, on_failure, target_seconds
@@ -21,8 +21,8 @@ from ..core.failures import Failure, StaleBeyondBound, classify
 from ..core.keys import key_size
 from ..core.policy import SurfacePolicy, Upstream
 from ..core.values import Codec, Unreadable, decode, encode
-from ..ops.steering import RefreshMemory, RememberedRefresh
 from ..stores import Leasing, Listening
+from ..stores.purges import PurgeWitness
 from .admission import Admitted, Breakers
 from .blocking import as_probe
 from .breaker import Breaker
@@ -34,7 +34,6 @@ from .collector import (
     leave_flight,
 )
 from .lookup import Lookup
-from .purges import PurgeWitness
 from .settings import Settings
 from .singleflight import SingleFlight, call_with_deadline
 
@@ -43,6 +42,20 @@ logger = logging.getLogger("adcp_stale_cache")
 
 #: Roughly what a remembered refresh's closures hold beside its key, labels and held value.
 CLOSURE_BYTES = 2048
+
+#: A flight's refresh, re-runnable: given the purge count to run under (None: read it), it
+#: calls the upstream and stores the answer as its request would.
+RememberedRefresh = Callable[[object], Awaitable[Any]]
+
+
+@runtime_checkable
+class RefreshMemory(Protocol):
+    """What hears of every flight's refresh (as ``control.RecentRefreshes`` does)."""
+
+    def remember(
+        self, store_key: str, labels: tuple[str, ...], refresh: RememberedRefresh, weight: int
+    ) -> None:
+        """Remember ``refresh`` as the one of ``store_key`` (``weight``: about its bytes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +168,14 @@ class Flights:
         # Once a loop ended under work behind an answer, such work runs in front instead, or
         # a probe would never finish and its breaker never close.
         self.in_front = False
+
+    def tell(self, memory: RefreshMemory | None) -> None:
+        """Tell ``memory`` of every flight's refresh from now on (None: of none)."""
+        if memory is not None and not isinstance(memory, RefreshMemory):  # else every fly fails
+            raise TypeError(
+                f"remember_refreshes takes a RefreshMemory (remember()), not {memory!r}"
+            )
+        self.memory = memory
 
     async def fly(
         self, found: Lookup, admitted: Admitted, answer: Answer[T]

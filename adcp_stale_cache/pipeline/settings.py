@@ -8,11 +8,20 @@ from dataclasses import dataclass, field
 
 from ..core.failures import FailureTypes
 from ..core.policy import Surfaces
-from ..ops.metrics import Fanout
 from ..stores import Store
 from .breaker import DEFAULT_BREAKER, BreakerPolicy
 from .call_loop import CallLoop
+from .metrics import Fanout
 from .shared_breakers import SharedBreakers
+
+#: How to give a setting when assigning it raises, if not as the argument of its name (old
+#: names included).
+HOW_TO_GIVE = {
+    "metrics": "pass it when building the cache, or add a sink with report_to()",
+    "outages": "build the cache with test_mode=True (or outages=): only then does fetch ask it",
+    "breaker_policy": "pass breaker= when building the cache",
+    "refreshers": "call remember_refreshes(memory)",
+}
 
 
 @dataclass(frozen=True)

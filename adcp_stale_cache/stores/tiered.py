@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from ..core.entry import Entry
-from ..pipeline.purges import UNREADABLE, PurgeWitness
 from .base import (
     Bounded,
     FailureCounting,
@@ -24,6 +23,7 @@ from .base import (
     Tiered,
 )
 from .memory import MemoryStore
+from .purges import UNREADABLE, PurgeWitness
 
 
 class TieredStore:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.entry import Entry
-from ..stores.base import GuardedWrites, Listening, PurgeCounting, Store
+from .base import GuardedWrites, Listening, PurgeCounting, Store
 
 #: A purge count the store keeps but could not answer.
 UNREADABLE: Any = type("Unreadable", (), {"__repr__": lambda self: "UNREADABLE"})()
