@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from ..core.advisory import STALE_RESPONSE, AdcpError
+from ..pipeline.cache import UpstreamCache
 from ..pipeline.collector import AdvisoryCollector, current_collector
 from .probes import Known, ProbeMemo, memo_of
 from .wholesale import (
@@ -66,7 +67,7 @@ async def answer_wholesale(
     account: str | None = None,
     agent: str = "",
     strict: bool = False,
-    cache: Any = None,
+    cache: UpstreamCache | None = None,
     tool: str = GET_PRODUCTS,
 ) -> dict[str, Any]:
     """The wholesale answer to ``request``: ``compose()``'s with its
@@ -99,7 +100,11 @@ async def answer_wholesale(
         )
     except (TypeError, ValueError) as exc:  # what canonical refuses: nesting past its bound
         raise InvalidConditionalRequest(invalid_request(str(exc))) from exc
-    known = await _from_memory(memo, key, request, collector, cache) if memo else None
+    known = (
+        await _from_memory(memo, key, request, collector, cache)
+        if memo and cache is not None
+        else None
+    )
     if known is not None:
         return unchanged_answer(known.token, known.scope, context=request.get("context"))
     trace = collector.trace
@@ -142,12 +147,12 @@ async def _from_memory(
     key: str,
     request: Mapping[str, Any],
     collector: AdvisoryCollector,
-    cache: Any,
+    cache: UpstreamCache,
 ) -> Known | None:
     """The last full answer, if the probe may be answered from what it read: never
     while an injected outage waits, after stale data, or for another caller's answer."""
     known = memo.get(key)
-    outages = getattr(cache, "outages", None)
+    outages = cache.outages
     if (
         known is None
         or (outages is not None and len(outages) > 0)
