@@ -7,46 +7,18 @@ import json
 import logging
 import math
 import threading
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import Any, Generic, TypeVar
 
 import orjson
 
+from .codec import Codec as Codec
+from .codec import ContentReading as ContentReading
+from .codec import RoundTripping as RoundTripping
 from .entry import Entry
 from .policy import Upstream
 
 T = TypeVar("T")
 logger = logging.getLogger("adcp_stale_cache")
-
-
-class Codec(Protocol[T]):
-    """Turns a value into the bytes a store keeps, and back (a fresh copy per caller); it may
-    also be :class:`RoundTripping` or :class:`ContentReading`."""
-
-    def dumps(self, value: T) -> bytes:
-        """Serialise; raise to refuse a value (it is then not cached)."""
-        ...
-
-    def loads(self, data: bytes) -> T:
-        """Deserialise; an exception makes the entry count as absent."""
-        ...
-
-
-@runtime_checkable
-class RoundTripping(Protocol):
-    """A codec that may promise (``round_trips = True``) that all it writes reads back, so
-    what it writes is not read back to check."""
-
-    round_trips: bool
-
-
-@runtime_checkable
-class ContentReading(Protocol):
-    """A codec that knows the content of what it stored: the bytes answers' tokens hash
-    (without, say, headers a revalidation changes)."""
-
-    def content(self, data: bytes) -> bytes:
-        """The content of the stored ``data``."""
-        ...
 
 
 def content_of(codec: Codec[Any], data: bytes) -> bytes:
