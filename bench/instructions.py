@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -384,8 +385,15 @@ def figure(figures: dict[str, Any], name: str) -> Any:
     return figures.get(name)
 
 
-def _worse(was: float, now: float, higher_is_better: bool) -> float:
-    return (was / now - 1) if higher_is_better else (now / was - 1)
+def _compared(
+    measured: dict[str, Any], baseline: dict[str, Any]
+) -> Iterator[tuple[str, Any, Any, float]]:
+    """Each guarded figure the baseline has: its name, then and now, and how much worse it
+    got (negative: better), each in its own direction."""
+    for name, higher_is_better in GUARDED.items():
+        was, now = figure(baseline, name), figure(measured, name)
+        if was is not None:
+            yield name, was, now, (was / now - 1) if higher_is_better else (now / was - 1)
 
 
 def _moved(name: str, was: Any, now: Any, change: float, verdict: str) -> str:
@@ -398,13 +406,12 @@ def regressions(
     measured: dict[str, Any], baseline: dict[str, Any], tolerance: float = TOLERANCE
 ) -> list[str]:
     """The guarded figures more than ``tolerance`` worse than ``baseline``, one line each."""
-    found = []
-    for name, higher_is_better in GUARDED.items():
-        was, now = figure(baseline, name), figure(measured, name)
-        if was is not None and _worse(was, now, higher_is_better) > tolerance:
-            change = now / was - 1
-            found.append(_moved(name, was, now, change, f"worse, limit {tolerance:.0%}"))
-    return found
+    limit = f"worse, limit {tolerance:.0%}"
+    return [
+        _moved(name, was, now, now / was - 1, limit)
+        for name, was, now, worse in _compared(measured, baseline)
+        if worse > tolerance
+    ]
 
 
 def gains(
@@ -412,12 +419,11 @@ def gains(
 ) -> list[str]:
     """The guarded figures more than ``tolerance`` better than ``baseline``: the baseline
     must move down with them (the ratchet), or a later rise would pass unseen."""
-    found = []
-    for name, higher_is_better in GUARDED.items():
-        was, now = figure(baseline, name), figure(measured, name)
-        if was is not None and _worse(was, now, higher_is_better) < -tolerance:
-            found.append(_moved(name, was, now, now / was - 1, "better"))
-    return found
+    return [
+        _moved(name, was, now, now / was - 1, "better")
+        for name, was, now, worse in _compared(measured, baseline)
+        if worse < -tolerance
+    ]
 
 
 def ratcheted(
@@ -431,9 +437,8 @@ def ratcheted(
     if rise is not None or baseline is None:
         return out
     out["kept"] = []
-    for name, higher_is_better in GUARDED.items():
-        was, now = figure(baseline, name), figure(measured, name)
-        if was is not None and _worse(was, now, higher_is_better) > 0:
+    for name, was, _, worse in _compared(measured, baseline):
+        if worse > 0:
             if name.startswith("per_op."):
                 out["per_op"][name.removeprefix("per_op.")] = was
             else:
