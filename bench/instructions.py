@@ -306,6 +306,14 @@ def valgrind_command(out: Path) -> list[str]:
     ]  # fmt: skip
 
 
+def worker_environment() -> dict[str, str]:
+    """The worker's whole environment: a fixed one, not the caller's. Every variable shifts
+    the heap the counted paths allocate in; ``CI=true`` alone moved ``passthrough_added``
+    by 3.8%."""
+    return {"PATH": os.defpath, "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0",
+            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(ROOT)}  # fmt: skip
+
+
 def count(
     operations: int = OPERATIONS, warmup: int = WARMUP, parts: bool = False
 ) -> dict[str, int]:
@@ -315,9 +323,7 @@ def count(
         raise RuntimeError("valgrind is not installed (Debian: apt-get install valgrind)")
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder)
-        env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}  # fmt: skip
-        env.pop("PYTHONMALLOC", None)  # pymalloc, as a deployment runs
+        env = worker_environment()
         worker = [sys.executable, "-m", "bench.instructions", "--worker",
                   str(operations), str(warmup), str(int(parts))]  # fmt: skip
         run = subprocess.run([*valgrind_command(out), *worker], cwd=ROOT, env=env,

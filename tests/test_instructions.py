@@ -84,6 +84,19 @@ def test_a_floor_moving_alone_moves_no_count_of_ours() -> None:
     assert found == []
 
 
+def test_the_counted_process_never_sees_the_callers_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # CI=true alone moved passthrough_added by 3.7%: the heap shifts with every variable.
+    before = instructions.worker_environment()
+    monkeypatch.setenv("CI", "true")
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    monkeypatch.setenv("PYTHONMALLOC", "malloc")
+    assert instructions.worker_environment() == before
+    assert before["PYTHONHASHSEED"] == "0"
+    assert before["PYTHONPATH"] == str(ROOT)
+
+
 def test_a_cheaper_path_fails_the_check_until_the_baseline_ratchets_down(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
