@@ -2,7 +2,7 @@
 ``get_signals`` tool reads a signals service over HTTP through the cache, and the agent is
 started by ``fastmcp run`` or ``server.run()``, so no ASGI middleware is in its path.
 
-``tests/test_fastmcp_middleware.py`` builds it in process (:func:`build_server`) and starts it
+``tests/integrations/test_fastmcp_middleware.py`` builds it in process (:func:`build_server`) and starts it
 in processes of its own, configured by the environment::
 
     ADCP_TEST_SIGNALS_URL=http://127.0.0.1:9001/signals \\

@@ -1,4 +1,4 @@
-"""The seller app of tests/test_load.py, served by uvicorn in a process of its own."""
+"""The seller app of tests/e2e/test_load.py, served by uvicorn in a process of its own."""
 
 from __future__ import annotations
 

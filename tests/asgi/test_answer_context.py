@@ -1,0 +1,472 @@
+"""Every answer's ``context`` is its own request's, whatever the cache served.
+
+The leak: a seller forwards the buyer's request, ``context`` included, to an AdCP sub-agent,
+which echoes it; the answer is cached; the seller returns it as its own answer. The next
+buyer then reads the first buyer's ``correlation_id``. The middleware mends it on every
+transport (a declared JSON route, MCP ``tools/call`` answered in JSON or as events, A2A
+``SendMessage`` and ``SendStreamingMessage``), counts it and
+says so once; an answer whose context is already right passes byte for byte.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+from uuid import uuid4
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from adcp_stale_cache import StaleAdvisoryMiddleware, SurfacePolicy, Surfaces, Upstream
+from adcp_stale_cache.pipeline.cache import UpstreamCache
+from adcp_stale_cache.stores import MemoryStore
+
+from ..conftest import FakeClock
+
+PRODUCTS = SurfacePolicy(
+    name="get_products", field="products", paths=("/api/get_products",),
+    shared_across_callers=True, freshness_target_seconds=60,
+)  # fmt: skip
+SUB_AGENT = Upstream(name="sub-seller")
+TRANSPORTS = ["rest", "mcp", "mcp-sse", "a2a", "a2a-stream"]
+
+
+def seller(*, echo: bool) -> tuple[Starlette, StaleAdvisoryMiddleware, list[dict[str, Any]]]:
+    """A seller answering get_products with its sub-agent's cached answer; ``echo``: it
+    sets the request's own context on the answer (as it should)."""
+    cache = UpstreamCache(MemoryStore(), surfaces=Surfaces.of(PRODUCTS))
+    asked: list[dict[str, Any]] = []
+
+    async def sub_agent(request: dict[str, Any]) -> dict[str, Any]:
+        asked.append(request)
+        return {"products": [{"product_id": "p1"}], "context": request.get("context")}
+
+    async def answer(request: dict[str, Any]) -> dict[str, Any]:
+        cached = await cache.fetch(SUB_AGENT, "products", lambda: sub_agent(request))
+        if echo:
+            return {**cached, "context": request.get("context")}
+        return cached  # the sub-agent's answer as it is: its context is the first buyer's
+
+    async def rest(request: Request) -> Response:
+        return JSONResponse(await answer(await request.json()))
+
+    async def rpc(request: Request) -> Response:
+        message = await request.json()
+        params = message["params"]
+        if message["method"] == "SendStreamingMessage":  # an artifact, then the final status
+            [part] = params["message"]["parts"]
+            payload = await answer(part["data"]["parameters"])
+            events = [
+                {"artifactUpdate": {"taskId": "t", "artifact": {"parts": [{"data": payload}]}}},
+                {"statusUpdate": {"taskId": "t", "status": {"state": "TASK_STATE_COMPLETED"},
+                                  "final": True}},
+            ]  # fmt: skip
+            return sse(message["id"], events)
+        if message["method"] == "tools/call":
+            payload = await answer(params["arguments"])
+            result: dict[str, Any] = {
+                "content": [{"type": "text", "text": json.dumps(payload)}],
+                "structuredContent": payload, "isError": False,
+            }  # fmt: skip
+        else:
+            [part] = params["message"]["parts"]
+            payload = await answer(part["data"]["parameters"])
+            result = {"task": {"id": "t", "status": {"state": "TASK_STATE_COMPLETED"},
+                               "artifacts": [{"parts": [{"data": payload}]}]}}  # fmt: skip
+        if request.headers.get("accept") == "text/event-stream":
+            return sse(message["id"], [result])
+        return JSONResponse({"jsonrpc": "2.0", "id": message["id"], "result": result})
+
+    def sse(id_: Any, results: list[dict[str, Any]]) -> Response:
+        events = (json.dumps({"jsonrpc": "2.0", "id": id_, "result": r}) for r in results)
+        body = "".join(f"event: message\ndata: {event}\n\n" for event in events)
+        return Response(body, media_type="text/event-stream")
+
+    app = Starlette(routes=[Route("/api/get_products", rest, methods=["POST"]),
+                            Route("/rpc", rpc, methods=["POST"])])  # fmt: skip
+    middleware = StaleAdvisoryMiddleware(app, surfaces=cache.surfaces)
+    return app, middleware, asked
+
+
+async def ask(middleware: Any, transport: str, context: Any) -> tuple[dict[str, Any], bytes]:
+    request: dict[str, Any] = {"buying_mode": "brief", "brief": "b"}
+    if context is not None:
+        request["context"] = context
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=middleware), base_url="http://seller"
+    ) as http:
+        if transport == "rest":
+            response = await http.post("/api/get_products", json=request)
+            return response.json(), response.content
+        if transport in ("mcp", "mcp-sse"):
+            body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                    "params": {"name": "get_products", "arguments": request}}  # fmt: skip
+            sse = {"accept": "text/event-stream"} if transport == "mcp-sse" else {}
+            response = await http.post("/rpc", json=body, headers=sse)
+            result = events(response)[0] if sse else response.json()["result"]
+            assert json.loads(result["content"][0]["text"]) == result["structuredContent"]
+            return result["structuredContent"], response.content
+        message = {"messageId": str(uuid4()), "role": "ROLE_USER", "parts": [
+            {"data": {"skill": "get_products", "parameters": request}}]}  # fmt: skip
+        method = "SendStreamingMessage" if transport == "a2a-stream" else "SendMessage"
+        body = {"jsonrpc": "2.0", "id": 2, "method": method, "params": {"message": message}}
+        response = await http.post("/rpc", json=body)
+        if transport == "a2a-stream":
+            artifact, status = events(response)
+            assert status["statusUpdate"]["final"] is True
+            return artifact["artifactUpdate"]["artifact"]["parts"][0]["data"], response.content
+        parts = response.json()["result"]["task"]["artifacts"][0]["parts"]
+        return parts[0]["data"], response.content
+
+
+def events(response: httpx.Response) -> list[dict[str, Any]]:
+    """The JSON-RPC results of an event stream, in order."""
+    assert response.headers["content-type"].startswith("text/event-stream")
+    lines = [line[5:] for line in response.text.splitlines() if line.startswith("data:")]
+    return [json.loads(line)["result"] for line in lines]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_cached_answer_never_carries_another_buyers_context(
+    transport: str, caplog: Any
+) -> None:
+    _, middleware, asked = seller(echo=False)
+    first, _ = await ask(middleware, transport, {"correlation_id": "buyer-a"})
+    assert first["context"] == {"correlation_id": "buyer-a"}  # its own, from the call itself
+    with caplog.at_level(logging.WARNING, logger="adcp_stale_cache.middleware"):
+        second, _ = await ask(middleware, transport, {"correlation_id": "buyer-b"})
+        third, _ = await ask(middleware, transport, None)
+        fourth, _ = await ask(middleware, transport, {"correlation_id": "buyer-d"})
+    assert len(asked) == 1  # one upstream call: the rest were cache hits
+    assert second["context"] == {"correlation_id": "buyer-b"}
+    assert "context" not in third  # none asked for: none given, least of all buyer a's
+    assert fourth["context"] == {"correlation_id": "buyer-d"}
+    assert second["products"] == first["products"]  # nothing else touched
+    assert middleware.contexts_replaced == 3
+    said = [r for r in caplog.records if "answer_context_replaced" in r.getMessage()]
+    assert len(said) == 1  # once, not per answer
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_an_answer_with_its_own_context_passes_byte_for_byte(transport: str) -> None:
+    app, middleware, _ = seller(echo=True)
+    await ask(middleware, transport, {"correlation_id": "buyer-a"})
+    _, through = await ask(middleware, transport, {"correlation_id": "buyer-b"})
+
+    # The same request straight to the app, without the middleware: the same bytes.
+    class Bare:
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            await app(scope, receive, send)
+
+    _, bare = await ask(Bare(), transport, {"correlation_id": "buyer-b"})
+    assert through == bare
+    assert middleware.contexts_replaced == 0
+
+
+# Hostile review: every way the request's context could go unread, and values kept as text.
+
+
+async def _post(
+    app: Any, content: bytes, headers: dict[str, str], path: str = "/api/get_products"
+) -> Any:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://seller") as http:  # fmt: skip
+        return await http.post(path, content=content, headers=headers)
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", None])
+async def test_a_json_request_however_labelled_gets_its_own_context(
+    content_type: str | None,
+) -> None:
+    _, middleware, _ = seller(echo=False)
+    await ask(middleware, "rest", {"correlation_id": "buyer-a"})
+    body = json.dumps({"brief": "b", "context": {"correlation_id": "buyer-b"}}).encode()
+    headers = {"content-type": content_type} if content_type else {}
+    answer = (await _post(middleware, body, headers)).json()
+    assert answer["context"] == {"correlation_id": "buyer-b"}
+
+
+async def test_an_unreadable_request_never_gets_another_buyers_context() -> None:
+    """Too large to read (max_peek_bytes), or never read by the app: its own context is
+    unknown, so the one the cache served goes."""
+    _, middleware, _ = seller(echo=False)
+    await ask(middleware, "rest", {"correlation_id": "buyer-a"})
+    padded = {"brief": "b", "ext": {"pad": "x" * (1024 * 1024 + 1)},
+              "context": {"correlation_id": "buyer-b"}}  # fmt: skip
+    answer = (await _post(middleware, json.dumps(padded).encode(), {})).json()
+    assert "context" not in answer and answer["products"]
+
+
+async def test_each_answer_of_a_batch_gets_its_own_calls_context() -> None:
+    calls = [{"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {
+        "name": "get_products", "arguments": {"context": {"correlation_id": f"b-{i}"}}}}
+        for i in (1, 2)]  # fmt: skip
+
+    # A batch reaches one route answering each message, each from a value holding "a".
+    async def batch_route(request: Request) -> Response:
+        answers = []
+        for call in await request.json():
+            payload = {"products": [{"product_id": "p1"}], "context": {"correlation_id": "a"}}
+            result = {"content": [], "structuredContent": payload, "isError": False}
+            answers.append({"jsonrpc": "2.0", "id": call["id"], "result": result})
+        collector = request.scope["state"]["adcp_stale_cache"]
+        collector.trace.served_context = True  # as when the cache served a value holding one
+        return JSONResponse(answers)
+
+    wrapped = StaleAdvisoryMiddleware(Starlette(routes=[Route("/rpc", batch_route,
+                                                              methods=["POST"])]))  # fmt: skip
+    response = await _post(
+        wrapped, json.dumps(calls).encode(), {"content-type": "application/json"}, "/rpc"
+    )
+    contexts = [m["result"]["structuredContent"]["context"] for m in response.json()]
+    assert contexts == [{"correlation_id": "b-1"}, {"correlation_id": "b-2"}]
+
+
+async def test_an_a2a_call_in_a_text_part_is_read_for_its_context() -> None:
+    from adcp_stale_cache.codecs.jsonrpc import parse_calls
+
+    text = json.dumps({"skill": "get_products", "parameters": {"context": {"correlation_id": "t"}}})
+    message = {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": text}]}
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                       "params": {"message": message}}).encode()  # fmt: skip
+    [call] = parse_calls(body)
+    assert (call.surface, call.context) == ("get_products", {"correlation_id": "t"})
+    two = {**message, "parts": [{"text": text}, {"data": json.loads(text)}]}  # ambiguous
+    [ambiguous] = parse_calls(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                                          "params": {"message": two}}).encode())  # fmt: skip
+    assert ambiguous.surface is None  # as the adcp SDK server reads it: no invocation
+
+
+async def test_a_value_kept_as_text_is_checked_for_its_context() -> None:
+    cache = UpstreamCache(MemoryStore(), surfaces=Surfaces.of(PRODUCTS))
+
+    async def route(request: Request) -> Response:
+        asked = await request.json()
+
+        async def sub_agent() -> str:  # the sub-agent's answer, kept as the text it was
+            return json.dumps({"products": [{"product_id": "p1"}], "context": asked.get("context")})
+
+        return Response(await cache.fetch(SUB_AGENT, "text", sub_agent),
+                        media_type="application/json")  # fmt: skip
+
+    app = StaleAdvisoryMiddleware(Starlette(routes=[Route("/api/get_products", route,
+                                                          methods=["POST"])]),
+                                  surfaces=cache.surfaces)  # fmt: skip
+    for buyer in ("buyer-a", "buyer-b"):
+        body = json.dumps({"context": {"correlation_id": buyer}}).encode()
+        answer = (await _post(app, body, {"content-type": "application/json"})).json()
+        assert answer["context"] == {"correlation_id": buyer}
+
+
+async def test_a_null_context_is_no_context_and_unchanged_answers_keep_their_headers() -> None:
+    _, middleware, _ = seller(echo=False)
+    await ask(middleware, "rest", {"correlation_id": "buyer-a"})
+    body = json.dumps({"brief": "b", "context": None}).encode()
+    answer = (await _post(middleware, body, {"content-type": "application/json"})).json()
+    assert "context" not in answer
+
+    async def route(request: Request) -> Response:
+        await request.body()
+        request.scope["state"]["adcp_stale_cache"].trace.served_context = True
+        return Response(b'{"products": [], "context": {"correlation_id": "c"}}',
+                        headers={"age": "42", "cache-status": "edge; hit"},
+                        media_type="application/json")  # fmt: skip
+
+    app = StaleAdvisoryMiddleware(Starlette(routes=[Route("/api/get_products", route,
+                                                          methods=["POST"])]))  # fmt: skip
+    body = json.dumps({"context": {"correlation_id": "c"}}).encode()
+    response = await _post(app, body, {"content-type": "application/json"})
+    assert response.headers["age"] == "42" and response.headers["cache-status"] == "edge; hit"
+    assert response.content == b'{"products": [], "context": {"correlation_id": "c"}}'
+
+
+async def test_a_foreign_context_that_cannot_be_mended_is_said_loudly(caplog: Any) -> None:
+    async def route(request: Request) -> Response:
+        await request.body()
+        request.scope["state"]["adcp_stale_cache"].trace.served_context = True
+        return Response(
+            b'{"cpm": NaN, "context": {"correlation_id": "a"}}', media_type="application/json"
+        )
+
+    app = StaleAdvisoryMiddleware(Starlette(routes=[Route("/api/get_products", route,
+                                                          methods=["POST"])]))  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="adcp_stale_cache.middleware"):
+        body = json.dumps({"context": {"correlation_id": "b"}}).encode()
+        await _post(app, body, {"content-type": "application/json"})
+    assert any("answer_context_not_mended" in r.getMessage() for r in caplog.records)
+
+
+# Second hostile pass: JSON-RPC read as servers read it, any answer label, joined flights.
+
+
+def rpc_seller(answer_payload: dict[str, Any], *, media_type: str = "application/json") -> Any:
+    """A route answering every JSON-RPC message of a request (a batch too) with
+    ``answer_payload`` as an MCP tool result, after the cache served a value with a context."""
+
+    async def route(request: Request) -> Response:
+        body = await request.body()
+        messages = json.loads(body.decode("utf-8-sig"))
+        single = not isinstance(messages, list)
+        answers = []
+        for message in [messages] if single else messages:
+            result = {"content": [], "structuredContent": dict(answer_payload), "isError": False}
+            if message.get("method") == "ping":
+                result = {}
+            answers.append({"jsonrpc": "2.0", "id": message["id"], "result": result})
+        request.scope["state"]["adcp_stale_cache"].trace.served_context = True
+        out = answers[0] if single else answers
+        text = json.dumps(out)  # (ids past 64 bits kept exactly, as a Python server does)
+        return Response(text, media_type=media_type)
+
+    return StaleAdvisoryMiddleware(Starlette(routes=[Route("/rpc", route, methods=["POST"])]))
+
+
+LEAKED = {"products": [{"product_id": "p1"}], "context": {"correlation_id": "buyer-a-secret"}}
+
+
+def call(id_: Any, correlation: str = "buyer-b") -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": id_, "method": "tools/call", "params": {
+        "name": "get_products", "arguments": {"context": {"correlation_id": correlation}}}}  # fmt: skip
+
+
+def structured(response: httpx.Response) -> list[Any]:
+    answers = response.json()
+    answers = answers if isinstance(answers, list) else [answers]
+    return [a["result"].get("structuredContent", {}).get("context") for a in answers]
+
+
+@pytest.mark.parametrize("batch", [
+    [{"jsonrpc": "2.0", "id": 7, "method": "ping"}, call(7)],  # a reused id, first a ping
+    [{"jsonrpc": "2.0", "id": True, "method": "ping"}, call(1)],  # true is not 1
+])  # fmt: skip
+async def test_a_reused_id_hides_no_answer(batch: list[dict[str, Any]]) -> None:
+    response = await _post(rpc_seller(LEAKED), json.dumps(batch).encode(),
+                           {"content-type": "application/json"}, "/rpc")  # fmt: skip
+    contexts = [c for c in structured(response) if c is not None]
+    assert {"correlation_id": "buyer-a-secret"} not in contexts
+
+
+@pytest.mark.parametrize("body", [
+    json.dumps(call(1)).replace('"jsonrpc"', '"json\\u0072pc"').encode(),  # escaped key
+    b"\xef\xbb\xbf" + json.dumps(call(1)).encode(),  # a UTF-8 BOM
+    json.dumps(call(18446744073709551617)).encode(),  # an id past 64 bits
+])  # fmt: skip
+async def test_json_rpc_read_as_a_server_reads_it(body: bytes) -> None:
+    response = await _post(rpc_seller(LEAKED), body, {"content-type": "application/json"}, "/rpc")
+    assert structured(response) == [{"correlation_id": "buyer-b"}]
+
+
+@pytest.mark.parametrize("media_type", ["text/plain", "text/json", "application/octet-stream"])
+async def test_an_answer_labelled_otherwise_is_read_as_json_when_in_doubt(media_type: str) -> None:
+    async def route(request: Request) -> Response:
+        await request.body()
+        request.scope["state"]["adcp_stale_cache"].trace.served_context = True
+        return Response(json.dumps(LEAKED), media_type=media_type)
+
+    app = StaleAdvisoryMiddleware(Starlette(routes=[Route("/api/get_products", route,
+                                                          methods=["POST"])]))  # fmt: skip
+    body = json.dumps({"context": {"correlation_id": "buyer-b"}}).encode()
+    answer = (await _post(app, body, {"content-type": "application/json"})).json()
+    assert answer["context"] == {"correlation_id": "buyer-b"}
+
+
+async def test_a_joined_flight_not_stored_is_searched_for_a_context_anywhere() -> None:
+    cache = UpstreamCache(MemoryStore(), surfaces=Surfaces.of(PRODUCTS))
+    release = asyncio.Event()
+
+    async def route(request: Request) -> Response:
+        asked = await request.json()
+
+        async def sub_agent() -> dict[str, Any]:
+            await release.wait()
+            return {"result": {"products": [], "context": asked.get("context")}}  # nested
+
+        value = await cache.fetch(SUB_AGENT, "k", sub_agent, cacheable=lambda v: False)
+        return JSONResponse({"products": [], "context": value["result"]["context"]})
+
+    app = StaleAdvisoryMiddleware(Starlette(routes=[Route("/api/get_products", route,
+                                                          methods=["POST"])]),
+                                  surfaces=cache.surfaces)  # fmt: skip
+
+    async def as_(buyer: str) -> Any:
+        body = json.dumps({"context": {"correlation_id": buyer}}).encode()
+        return (await _post(app, body, {"content-type": "application/json"})).json()
+
+    first = asyncio.ensure_future(as_("buyer-a"))
+    await asyncio.sleep(0.05)
+    second = asyncio.ensure_future(as_("buyer-b"))  # joins buyer a's flight
+    await asyncio.sleep(0.05)
+    release.set()
+    assert (await first)["context"] == {"correlation_id": "buyer-a"}
+    assert (await second)["context"] == {"correlation_id": "buyer-b"}
+
+
+async def test_a_context_served_after_the_answer_started_is_said(caplog: Any) -> None:
+    from starlette.responses import StreamingResponse
+
+    async def route(request: Request) -> Response:
+        await request.body()
+        collector = request.scope["state"]["adcp_stale_cache"]
+
+        async def parts() -> Any:
+            yield b'{"products": [], '
+            collector.trace.served_context = True  # the cache served it mid-stream
+            yield b'"context": {"correlation_id": "buyer-a"}}'
+
+        return StreamingResponse(parts(), media_type="application/json")
+
+    app = StaleAdvisoryMiddleware(Starlette(routes=[Route("/api/get_products", route,
+                                                          methods=["POST"])]))  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="adcp_stale_cache.middleware"):
+        await _post(app, b'{"context": {"correlation_id": "buyer-b"}}', {})
+    assert any("answer_context_unchecked" in r.getMessage() for r in caplog.records)
+
+
+def null_context_seller(
+    clock: FakeClock,
+) -> tuple[StaleAdvisoryMiddleware, UpstreamCache, dict[str, bool]]:
+    """A FastAPI-style seller whose response model writes every unset field as null
+    (``"context": null``, ``"errors": null``), over a cached upstream answer holding a
+    ``context`` (so the middleware checks the answer's)."""
+    cache = UpstreamCache(MemoryStore(), surfaces=Surfaces.of(PRODUCTS), clock=clock)
+    upstream = {"up": True}
+
+    async def inventory() -> dict[str, Any]:
+        if not upstream["up"]:
+            raise ConnectionRefusedError(111, "refused")
+        return {"products": [{"product_id": "p1"}], "context": None}
+
+    async def route(request: Request) -> Response:
+        await request.body()
+        cached = await cache.fetch(SUB_AGENT, "products", inventory)
+        return JSONResponse({"products": cached["products"], "context": None, "errors": None})
+
+    app = Starlette(routes=[Route("/api/get_products", route, methods=["POST"])])
+    return StaleAdvisoryMiddleware(app, surfaces=cache.surfaces), cache, upstream
+
+
+@pytest.mark.parametrize("request_context", [None, {"correlation_id": "c"}], ids=["none", "own"])
+async def test_a_null_context_answer_is_never_foreign(
+    request_context: Any, caplog: Any, clock: FakeClock
+) -> None:
+    middleware, _, upstream = null_context_seller(clock)
+    body = json.dumps({"brief": "b", "context": request_context}).encode()
+    headers = {"content-type": "application/json"}
+    with caplog.at_level(logging.WARNING, logger="adcp_stale_cache"):
+        await _post(middleware, body, headers)  # stored
+        fresh = await _post(middleware, body, headers)  # served from the store
+        upstream["up"] = False
+        clock.advance(61)
+        stale = await _post(middleware, body, headers)
+    assert fresh.content == b'{"products":[{"product_id":"p1"}],"context":null,"errors":null}'
+    answer = stale.json()
+    assert "context" in answer and answer["context"] is None  # rewritten, null kept
+    assert [e["code"] for e in answer["errors"]] == ["STALE_RESPONSE"]
+    assert middleware.contexts_replaced == 0
+    assert not [r for r in caplog.records if "answer_context" in r.getMessage()]

@@ -1,0 +1,261 @@
+"""CachingTransport with respx: upstream faults at the unit level."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+import respx
+
+from adcp_stale_cache import (
+    CachingTransport,
+    MemoryStore,
+    SurfacePolicy,
+    Surfaces,
+    Upstream,
+    UpstreamCache,
+    UpstreamUnavailable,
+    collect_advisories,
+)
+
+from ..conftest import FakeClock
+
+PRODUCTS = SurfacePolicy(
+    name="get_products", field="products", freshness_target_seconds=5, max_stale_seconds=60
+)
+INVENTORY = Upstream(name="inventory-service")
+URL = "http://inventory.internal:9000/products"
+GOOD = {"products": [{"product_id": "p1"}]}
+
+
+@pytest.fixture
+def client(clock: FakeClock) -> httpx.AsyncClient:
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock)
+    transport = CachingTransport(cache, INVENTORY, surface="get_products")
+    return httpx.AsyncClient(transport=transport)
+
+
+async def warm(client: httpx.AsyncClient, route: respx.Route, clock: FakeClock) -> None:
+    route.mock(return_value=httpx.Response(200, json=GOOD))
+    assert (await client.get(URL)).json() == GOOD
+    clock.advance(6)
+
+
+FAULTS: list[tuple[Any, str]] = [
+    (httpx.ConnectError("[Errno 111] Connection refused"), "CONNECTION_REFUSED"),
+    (httpx.ConnectTimeout("timed out"), "TIMEOUT"),
+    (httpx.ReadTimeout("timed out"), "TIMEOUT"),
+    (httpx.RemoteProtocolError("peer closed connection"), "CONNECTION_RESET"),
+    (httpx.ConnectError("[Errno -2] Name or service not known"), "DNS_FAILURE"),
+    (httpx.ConnectError("[SSL: CERTIFICATE_VERIFY_FAILED]"), "TLS_ERROR"),
+    (httpx.Response(500), "UPSTREAM_HTTP_500"),
+    (httpx.Response(502), "UPSTREAM_HTTP_502"),
+    (httpx.Response(503, headers={"Retry-After": "30"}), "UPSTREAM_HTTP_503"),
+    (httpx.Response(504), "UPSTREAM_HTTP_504"),
+    (httpx.Response(429, headers={"Retry-After": "7"}), "UPSTREAM_HTTP_429"),
+    (
+        httpx.Response(200, text="<html>oops", headers={"content-type": "application/json"}),
+        "INVALID_PAYLOAD",
+    ),
+    (
+        httpx.Response(200, json={"adcp_error": {"code": "SERVICE_UNAVAILABLE", "message": "x"}}),
+        "SERVICE_UNAVAILABLE",
+    ),
+]
+
+
+@pytest.mark.parametrize(("fault", "code"), FAULTS)
+@respx.mock
+async def test_outage_serves_stale(
+    fault: Any, code: str, client: httpx.AsyncClient, clock: FakeClock, assert_valid_advisory: Any
+) -> None:
+    route = respx.get(URL)
+    await warm(client, route, clock)
+    if isinstance(fault, Exception):
+        route.mock(side_effect=fault)
+    else:
+        route.mock(return_value=fault)
+    with collect_advisories() as advisories:
+        response = await client.get(URL)
+    assert response.status_code == 200
+    assert response.json() == GOOD
+    [error] = advisories.errors()
+    assert_valid_advisory(error)
+    assert error["details"]["original_error"]["code"] == code
+    assert error["details"]["upstream"] == {"name": "inventory-service"}
+    assert error["details"]["cache_age_seconds"] == 6
+    assert "inventory.internal" not in str(error)
+
+
+@pytest.mark.parametrize(("fault", "code"), FAULTS[:3] + FAULTS[6:8])
+@respx.mock
+async def test_outage_without_entry_raises(
+    fault: Any, code: str, client: httpx.AsyncClient
+) -> None:
+    route = respx.get(URL)
+    if isinstance(fault, Exception):
+        route.mock(side_effect=fault)
+    else:
+        route.mock(return_value=fault)
+    with collect_advisories() as advisories, pytest.raises(UpstreamUnavailable) as raised:
+        await client.get(URL)
+    assert raised.value.failure.code == code
+    assert not advisories
+
+
+@respx.mock
+async def test_fresh_hit_makes_no_call(client: httpx.AsyncClient, clock: FakeClock) -> None:
+    route = respx.get(URL).mock(return_value=httpx.Response(200, json=GOOD))
+    await client.get(URL)
+    clock.advance(4.9)
+    response = await client.get(URL)
+    assert response.json() == GOOD
+    assert route.call_count == 1
+
+
+@respx.mock
+async def test_4xx_passes_through_and_is_never_cached(
+    client: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    route = respx.get(URL)
+    await warm(client, route, clock)
+    route.mock(return_value=httpx.Response(404, json={"errors": [{"code": "NOT_FOUND"}]}))
+    with collect_advisories() as advisories:
+        response = await client.get(URL)
+    assert response.status_code == 404
+    assert not advisories
+    # The 404 did not replace the good entry.
+    route.mock(side_effect=httpx.ConnectError("refused"))
+    with collect_advisories() as advisories:
+        assert (await client.get(URL)).json() == GOOD
+    assert len(advisories) == 1
+
+
+@respx.mock
+async def test_no_store_answers_are_not_cached(client: httpx.AsyncClient, clock: FakeClock) -> None:
+    route = respx.get(URL).mock(
+        return_value=httpx.Response(200, json=GOOD, headers={"cache-control": "no-store"})
+    )
+    await client.get(URL)
+    await client.get(URL)
+    assert route.call_count == 2
+    route.mock(side_effect=httpx.ConnectError("refused"))
+    with pytest.raises(UpstreamUnavailable):
+        await client.get(URL)
+
+
+@respx.mock
+async def test_key_varies_with_credentials_method_and_body(
+    client: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    route = respx.route(url=URL).mock(
+        side_effect=lambda request: httpx.Response(
+            200,
+            json={"who": request.headers.get("authorization"), "body": request.content.decode()},
+        )
+    )
+    alice = (
+        await client.post(URL, headers={"Authorization": "Bearer alice"}, json={"q": 1})
+    ).json()
+    bob = (await client.post(URL, headers={"Authorization": "Bearer bob"}, json={"q": 1})).json()
+    other_body = (
+        await client.post(URL, headers={"Authorization": "Bearer alice"}, json={"q": 2})
+    ).json()
+    assert alice["who"] == "Bearer alice" and bob["who"] == "Bearer bob"
+    assert other_body["body"] == '{"q":2}'
+    assert route.call_count == 3
+    # Stale serves keep each principal on its own entry.
+    clock.advance(6)
+    route.mock(side_effect=httpx.ConnectError("refused"))
+    again = (await client.post(URL, headers={"Authorization": "Bearer bob"}, json={"q": 1})).json()
+    assert again["who"] == "Bearer bob"
+
+
+@respx.mock
+async def test_store_keeps_no_credential_in_clear(clock: FakeClock) -> None:
+    store = MemoryStore(clock=clock)
+    cache = UpstreamCache(store, surfaces=Surfaces.of(PRODUCTS), clock=clock)
+    client = httpx.AsyncClient(transport=CachingTransport(cache, INVENTORY, surface="get_products"))
+    respx.get(URL).mock(return_value=httpx.Response(200, json=GOOD))
+    await client.get(URL, headers={"Authorization": "Bearer s3cret-token"})
+    keys = list(store._data.keys())
+    assert keys and all("s3cret" not in k and "inventory.internal" not in k for k in keys)
+
+
+@respx.mock
+async def test_gzip_upstream_answer_is_cached_decoded(
+    client: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    import gzip
+
+    import orjson
+
+    respx.get(URL).mock(
+        return_value=httpx.Response(
+            200,
+            content=gzip.compress(orjson.dumps(GOOD)),
+            headers={"content-encoding": "gzip", "content-type": "application/json"},
+        )
+    )
+    assert (await client.get(URL)).json() == GOOD
+    clock.advance(6)
+    respx.get(URL).mock(side_effect=httpx.ConnectError("refused"))
+    with collect_advisories():
+        stale = await client.get(URL)
+    assert stale.json() == GOOD
+    assert "content-encoding" not in stale.headers
+
+
+@respx.mock
+async def test_unlisted_methods_bypass_the_cache(client: httpx.AsyncClient) -> None:
+    route = respx.delete(URL).mock(return_value=httpx.Response(204))
+    await client.delete(URL)
+    await client.delete(URL)
+    assert route.call_count == 2
+
+
+async def test_repeated_credential_headers_all_vary_the_key() -> None:
+    from adcp_stale_cache.integrations.httpx_transport import CachingTransport as Transport
+
+    transport = Transport(UpstreamCache(), Upstream(name="u"))
+    one = httpx.Request("GET", "http://u/x", headers=[("Authorization", "Bearer a")])
+    two = httpx.Request(
+        "GET", "http://u/x", headers=[("authorization", "Bearer a"), ("AUTHORIZATION", "b")]
+    )
+    assert transport._varying(one)[0] == "Bearer a"
+    assert transport._varying(two)[0] == "Bearer a\nb"  # kept apart from one "Bearer a, b"
+    assert transport._varying(two)[1:] == ["", "", "", ""]
+
+
+def test_a_stored_response_is_not_read_back_to_check_it() -> None:
+    """The response codec's writes load back by construction (status, header strings, body
+    bytes): storing one decodes nothing, where a codec without that promise is read back once
+    per store (a 304 revalidation decoded its 100 KB answer three times, now twice)."""
+    from adcp_stale_cache.core.values import encode
+    from adcp_stale_cache.integrations.httpx_transport import RESPONSES
+
+    class Counting(type(RESPONSES)):  # type: ignore[misc]
+        loads_calls = 0
+
+        def loads(self, data: bytes) -> httpx.Response:
+            Counting.loads_calls += 1
+            return super().loads(data)
+
+    response = httpx.Response(200, json={"products": []}, headers={"etag": '"v1"'})
+    codec = Counting()
+    assert encode(codec, response, Upstream(name="u")) == RESPONSES.dumps(response)
+    assert Counting.loads_calls == 0
+    codec.round_trips = False  # without the promise: read back once
+    encode(codec, response, Upstream(name="u"))
+    assert Counting.loads_calls == 1
+
+
+def test_a_codecs_optional_capabilities_are_protocols() -> None:
+    from adcp_stale_cache.core.values import JSON, ContentReading, RoundTripping, content_of
+    from adcp_stale_cache.integrations.httpx_transport import RESPONSES
+
+    assert isinstance(RESPONSES, RoundTripping) and isinstance(RESPONSES, ContentReading)
+    assert not isinstance(JSON, RoundTripping) and not isinstance(JSON, ContentReading)
+    data = RESPONSES.dumps(httpx.Response(200, content=b"x", headers={"date": "today"}))
+    assert content_of(RESPONSES, data) == b"200\nx" and content_of(JSON, b"[1]") == b"[1]"

@@ -1,0 +1,70 @@
+"""The benchmark suite runs (quick mode) and writes every figure. No timing is asserted here:
+speed is judged by the ratios the suite prints (docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("cashews", reason="the bench extra is needed")
+pytest.importorskip("hishel", reason="the bench extra is needed")
+
+ROOT = Path(__file__).resolve().parents[2]
+FIGURES = [
+    "passthrough_ratio", "passthrough_ratio_uvicorn", "inject_ratio_1k", "inject_ratio_100k", "inject_ratio_1m",
+    "transport_hit_vs_floor", "hishel_vs_transport_hit", "wrapper_hit_us", "cashews_vs_wrapper_hit",
+    "outage_vs_hit_p50", "stampede_upstream_calls", "memory_per_entry_ratio",
+    "file_hit_vs_memory_hit", "hishel_vs_file_hit", "restart_to_first_stale_ms",
+]  # fmt: skip
+
+
+def test_quick_bench_prints_the_table_and_writes_the_json(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    run = subprocess.run([sys.executable, "-m", "bench", "--quick", "--curves", "--json", str(out)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    for name in FIGURES:
+        assert name in figures and figures[name] > 0, name
+        assert name in run.stdout
+    assert figures["stampede_upstream_calls"] == 1  # single-flight: 1,000 callers, one call
+    curves = figures["curves"]  # how cost grows with size (quick: 1,000 and 10,000 entries)
+    for n in (1000, 10000):
+        assert curves[f"hit_us.memory.{n}"] > 0 and curves[f"memory_bytes_per_entry.{n}"] > 100
+        assert f"hit_us.memory.{n}" in run.stdout
+    stores = ["memory", "file", *(["redis"] if shutil.which("redis-server") else [])]
+    for store in stores:
+        for n in (1000, 10000):
+            assert store == "memory" or curves[f"hit_us.{store}.{n}"] > 0, (store, n)
+        # Purges by tag (quick: of 10,000 entries), and the 1% count in a cache 10x smaller.
+        for point in ("0.01", "0.1", "100_of_1000", "100_of_10000"):
+            assert curves[f"purge_tag_ms.{store}.{point}"] > 0, (store, point)
+        assert curves[f"purge_tag_growth.{store}"] > 0
+        assert f"purge_tag_ms.{store}.0.01" in run.stdout
+
+
+def test_curve_entries_own_their_bytes_and_labels_as_fetched_entries_do() -> None:
+    """The bytes-per-entry curve fills a store with copies of a model entry: each must own
+    what a fetched entry owns (a fetch builds its labels anew), else the curve leaves out
+    what every real entry costs besides its value."""
+    import asyncio
+
+    from bench import curves
+
+    async def copies() -> tuple[object, list[object]]:
+        cache, _ = await curves.filled(1)
+        model = await curves.models(cache, tagged=False)
+        made = [entry for _, entry in curves.entries(cache, 2, model, iter(range(2)))]
+        return model[()], made
+
+    model, made = asyncio.run(copies())
+    for entry in made:
+        assert entry.labels == model.labels and entry.data == model.data  # type: ignore[attr-defined]
+        assert entry.data is not model.data  # type: ignore[attr-defined]
+        assert entry.labels is not model.labels  # type: ignore[attr-defined]
+        assert not any(a is b for a, b in zip(entry.labels, model.labels, strict=True))  # type: ignore[attr-defined]
