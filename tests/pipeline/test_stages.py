@@ -967,3 +967,17 @@ def test_the_request_state_is_split_by_owner() -> None:
             for target in node.targets if isinstance(node, ast.Assign) else ():
                 if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Attribute):
                     assert target.value.attr != "context", f"{path.name} writes a context"
+
+
+#: The package's folders as tests/ names them: a tests/adcp package would hide the adcp SDK.
+TESTS_OF = {"adcp": "protocol"}
+#: Test folders beyond the package's: whole stacks end to end, and the project itself.
+BEYOND_THE_PACKAGE = {"e2e", "project"}
+
+
+def test_the_tests_mirror_the_layers() -> None:
+    tests = Path(__file__).resolve().parents[1]
+    package = {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").exists()}
+    folders = {path.name for path in tests.iterdir() if (path / "__init__.py").exists()}
+    assert sorted(tests.glob("test_*.py")) == []  # each test module lives in its layer's folder
+    assert folders == {TESTS_OF.get(name, name) for name in package} | BEYOND_THE_PACKAGE
