@@ -19,7 +19,7 @@ FIGURES = [
     "passthrough_ratio", "passthrough_ratio_uvicorn", "inject_ratio_1k", "inject_ratio_100k", "inject_ratio_1m",
     "transport_hit_vs_floor", "hishel_vs_transport_hit", "wrapper_hit_us", "cashews_vs_wrapper_hit",
     "outage_vs_hit_p50", "stampede_upstream_calls", "memory_per_entry_ratio",
-    "file_hit_vs_memory_hit", "hishel_vs_file_hit", "restart_to_first_stale_ms",
+    "file_hit_vs_memory_hit", "thread_hop_vs_memory_hit", "hishel_vs_file_hit", "restart_to_first_stale_ms",
 ]  # fmt: skip
 
 
