@@ -24,7 +24,7 @@ from .flight import Answer, Flights, RefreshMemory, RememberedRefresh
 from .lookup import MAX_CLOCK_SKEW_SECONDS, Hit, Lookups
 from .metrics import CacheMetrics, Fanout
 from .serving import Serving
-from .settings import HOW_TO_GIVE, Settings
+from .settings import HOW_TO_GIVE, STAGES, Settings
 from .shared_breakers import SharedBreakers
 from .tracing import with_tracing
 
@@ -48,7 +48,7 @@ class UpstreamCache:
 
     def __setattr__(self, name: str, value: object) -> None:
         # The stages copied every setting when built: an assignment would reach none.
-        if name in _FIXED:
+        if name in _FIXED or (name in STAGES and name in self.__dict__):
             how = HOW_TO_GIVE.get(name, "pass it when building the cache")
             raise AttributeError(f"UpstreamCache.{name} is fixed: {how}")
         object.__setattr__(self, name, value)
@@ -270,7 +270,7 @@ class UpstreamCache:
 
 
 # Every keyword the cache is built with (the stages copied them), and the old names of some.
-_FIXED = {*inspect.signature(UpstreamCache.__init__).parameters, *HOW_TO_GIVE} - {"self"}
+_FIXED = {*inspect.signature(UpstreamCache.__init__).parameters, *HOW_TO_GIVE} - {"self", *STAGES}
 
 
 def _test_mode(cache: UpstreamCache, outages: OutageInjector | None) -> OutageInjector:

@@ -14,6 +14,8 @@ from .call_loop import CallLoop
 from .metrics import Fanout
 from .shared_breakers import SharedBreakers
 
+#: The hub's stages: each built once from the settings, never replaced.
+STAGES = ("lookups", "breakers", "flights", "serving", "lanes")
 #: How to give a setting when assigning it raises, if not as the argument of its name (old
 #: names included).
 HOW_TO_GIVE = {
@@ -21,6 +23,7 @@ HOW_TO_GIVE = {
     "outages": "build the cache with test_mode=True (or outages=): only then does fetch ask it",
     "breaker_policy": "pass breaker= when building the cache",
     "refreshers": "call remember_refreshes(memory)",
+    **dict.fromkeys(STAGES, "a stage, built once from the settings"),
 }
 
 

@@ -485,6 +485,13 @@ def test_a_setting_assigned_after_construction_fails_loudly(clock: FakeClock, na
         setattr(cache, name, None)
 
 
+@pytest.mark.parametrize("name", ["lookups", "breakers", "flights", "serving", "lanes"])
+def test_a_stage_is_never_replaced_after_construction(clock: FakeClock, name: str) -> None:
+    cache = hub(clock, PRODUCTS)
+    with pytest.raises(AttributeError, match="is fixed: a stage, built once from the settings"):
+        setattr(cache, name, None)
+
+
 def test_the_old_names_are_gone_and_their_settings_read_where_they_live(
     clock: FakeClock,
 ) -> None:
