@@ -58,8 +58,8 @@ class AdvisoryMiddleware(Middleware):
         partition: Callable[[Scope], str | None] | None = caller_partition,
         partition_from_call: Callable[[ToolCall], str | None] | None = None,
     ) -> None:
-        if surfaces is not None and cache is not None:
-            raise TypeError("pass surfaces= or cache= (whose surfaces are used), not both")
+        if cache is not None and surfaces is not None and surfaces is not cache.surfaces:
+            raise ValueError("surfaces= is not cache.surfaces: pass cache= alone, it gives them")
         if partition_from_call is not None and partition is not caller_partition:
             raise ValueError("pass partition= or partition_from_call=, not both")
         super().__init__()

@@ -37,7 +37,7 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 
-from adcp_stale_cache import StaleAdvisoryMiddleware, SurfacePolicy, Surfaces
+from adcp_stale_cache import StaleAdvisoryMiddleware, SurfacePolicy, Surfaces, UpstreamCache
 from adcp_stale_cache.demo.processes import free_port
 from adcp_stale_cache.integrations.fastmcp import AdvisoryMiddleware
 from adcp_stale_cache.ops.metrics import CacheMetrics
@@ -207,9 +207,12 @@ def test_http_app_without_any_middleware_counts_the_advisory_lost(
     assert not [r for r in caplog.records if r.message.startswith("stale_serve")]
 
 
-def test_surfaces_are_given_once() -> None:
-    with pytest.raises(TypeError, match="not both"):
-        AdvisoryMiddleware(surfaces=SURFACES, cache=object())  # type: ignore[arg-type]
+def test_surfaces_given_twice_must_be_the_cache_s() -> None:
+    # The same rule as StaleAdvisoryMiddleware's: one error for one mistake on every transport.
+    cache = UpstreamCache(surfaces=SURFACES)
+    assert AdvisoryMiddleware(surfaces=SURFACES, cache=cache).surfaces is SURFACES
+    with pytest.raises(ValueError, match="pass cache= alone"):
+        AdvisoryMiddleware(surfaces=Surfaces.of(*SURFACES.policies), cache=cache)
 
 
 # Issue 31, "first use is quiet and clear": a surface named by tool alone whose name no tool
