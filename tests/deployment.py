@@ -60,6 +60,18 @@ class Deployment:
         for app in self.apps:
             app.stop()
 
+    def warm(self, *tools: str, attempts: int = 10) -> None:
+        """Ask each tool until it answers healthy: an upstream's first call (a cold client
+        and session in every process) can take longer than the seller's short timeouts
+        while the machine is busy, which is not what the tests are about."""
+        for tool in tools:
+            for _ in range(attempts):
+                response, _ = self.post(tool, json={})
+                if response.status_code == 200 and "errors" not in response.json():
+                    break
+            else:
+                raise AssertionError(f"{tool} never answered healthy: {response.text[:500]}")
+
     def post(self, tool: str, **kwargs: Any) -> tuple[httpx.Response, float]:
         """POST /api/<tool>; the response and how long it took."""
         started = time.monotonic()

@@ -45,6 +45,7 @@ def stale(body: dict[str, Any]) -> list[dict[str, Any]]:
 def test_killed_and_frozen_agents_served_stale_within_the_timeout(
     deployment: Deployment, assert_valid_advisory: Any
 ) -> None:
+    deployment.warm("list_creative_formats")
     warm, _ = deployment.post("list_creative_formats", json={})
     assert warm.status_code == 200 and not stale(warm.json())
     all_formats = warm.json()["formats"]
@@ -77,7 +78,9 @@ def test_killed_and_frozen_agents_served_stale_within_the_timeout(
 
 
 def test_no_advisory_when_healthy_fresh_or_refreshed(deployment: Deployment) -> None:
-    for _ in range(2):  # a miss, then a fresh hit
+    deployment.warm("list_creative_formats", "get_products")
+    time.sleep(1.2)  # past target: the first round refreshes
+    for _ in range(2):  # a refresh, then a fresh hit
         for tool in ("list_creative_formats", "get_products"):
             response, _ = deployment.post(tool, json={})
             assert response.status_code == 200
