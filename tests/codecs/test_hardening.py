@@ -453,7 +453,7 @@ async def test_unreadable_stored_entries_are_refreshed_not_served(corrupt: str) 
     cache = UpstreamCache(store, surfaces=Surfaces.of(POLICY))
     up = Inventory()
     await cache.fetch(INVENTORY, "k", up, surface=POLICY)
-    [store_key] = list(store._data.keys())
+    [store_key] = [key for key, _ in await store.scan()]
     await store.set(store_key, bad, 3600)
     assert await cache.fetch(INVENTORY, "k", up, surface=POLICY) == {"products": [2]}
     assert up.calls == 2  # refreshed from the upstream, not served from the bad value
@@ -464,7 +464,7 @@ async def test_a_value_the_codec_cannot_read_is_no_entry(clock: FakeClock) -> No
     cache = UpstreamCache(store, surfaces=Surfaces.of(POLICY), clock=clock)
     up = Inventory()
     await cache.fetch(INVENTORY, "k", up, surface=POLICY)
-    [key] = list(store._data.keys())
+    [key] = [key for key, _ in await store.scan()]
     await store.set(key, Entry(b'{"products": [', clock()), 3600)  # truncated JSON
     assert await cache.fetch(INVENTORY, "k", up, surface=POLICY) == {"products": [2]}
     await store.set(key, Entry(b'{"products": [', clock() - 20), 3600)

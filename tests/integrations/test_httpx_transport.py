@@ -179,7 +179,7 @@ async def test_store_keeps_no_credential_in_clear(clock: FakeClock) -> None:
     client = httpx.AsyncClient(transport=CachingTransport(cache, INVENTORY, surface="get_products"))
     respx.get(URL).mock(return_value=httpx.Response(200, json=GOOD))
     await client.get(URL, headers={"Authorization": "Bearer s3cret-token"})
-    keys = list(store._data.keys())
+    keys = [key for key, _ in await store.scan()]
     assert keys and all("s3cret" not in k and "inventory.internal" not in k for k in keys)
 
 

@@ -43,14 +43,7 @@ KEYS = [f"k{i}" for i in range(8)]
 
 def memory_pairs(store: MemoryStore) -> set[tuple[str, str]]:
     """The (label, key) pairs of every item the memory store holds, expired or not."""
-    from cachetools import Cache
-
-    data = store._data
-    return {
-        (label, key)
-        for key in list(Cache.__iter__(data))
-        for label in Cache.__getitem__(data, key)[0].labels
-    }
+    return {(label, key) for key, (entry, _) in store._items.items() for label in entry.labels}
 
 
 def scanned(match: Callable[[str, Entry], bool]) -> Callable[[str, Entry], bool]:
@@ -110,14 +103,14 @@ async def _memory_twins(ops: list[tuple[Any, ...]]) -> None:
         if selection is not None and not op[3]:  # a hard purge leaves nothing it selected
             assert not [e for k, e in await indexed.scan() if selection(k, e)]
         assert sorted(await indexed.scan(), key=str) == sorted(await scanning.scan(), key=str)
-        assert indexed._data.index.pairs() == memory_pairs(indexed)
+        assert indexed._index.pairs() == memory_pairs(indexed)
         assert await indexed.generation() == await scanning.generation()
 
 
 async def test_memory_index_follows_overwrite_eviction_expiry_and_delete() -> None:
     clock = FakeClock()
     store = MemoryStore(max_entries=2, clock=clock)
-    index = store._data.index
+    index = store._index
     await store.set("a", Entry(b"1", clock(), ("tag=x",)), 10)
     await store.set("a", Entry(b"2", clock(), ("tag=y",)), 10)  # overwrite: new labels
     assert index.pairs() == {("tag=y", "a")}
@@ -175,8 +168,8 @@ async def test_memory_index_does_not_grow_with_churn() -> None:
     gc.collect()
     grown = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
-    assert len(store._data.index) == 1001  # 1,000 tags of the entries held, and the upstream
-    assert len(store._data.index.pairs()) == 2000
+    assert len(store._index) == 1001  # 1,000 tags of the entries held, and the upstream
+    assert len(store._index.pairs()) == 2000
     assert grown < 50_000, grown  # 20,000 more entries went through: nothing piled up
 
 
