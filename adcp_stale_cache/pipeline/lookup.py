@@ -25,6 +25,10 @@ logger = logging.getLogger("adcp_stale_cache")
 #: The plan for a fresh entry that cannot be read: a miss.
 _UNREADABLE = Refresh(fallback=None)
 
+#: The longest text key, and how many keys, ``store_key`` remembers.
+_MAX_REMEMBERED = 1024
+_MAX_REMEMBERED_KEYS = 4096
+
 #: How far in the future (another host's clock running ahead) a stored time may be.
 MAX_CLOCK_SKEW_SECONDS = 300.0
 
@@ -138,6 +142,7 @@ class Lookups:
         named = self.surfaces.policies
         self._named = {policy.name: PolicyFields.of(policy, True) for policy in named}
         self._default = PolicyFields.of(self.surfaces.default, False)
+        self._keys: dict[tuple[str | None, ...], str] = {}  # see store_key
         self._warned_default = False
         self._warned_unread = False
 
@@ -235,12 +240,31 @@ class Lookups:
 
     def store_key(self, upstream: Upstream, key: object, partition: str | None = None) -> str:
         """The store key of ``key`` for ``upstream``, the caller partition and its credentials."""
+        # Most fetches: a short text key, no credentials. Their keys are remembered by what
+        # they are made of (text and None only: 1 == True would mix two keys), not by the
+        # Upstream object, which a copy or model_copy(update=...) would carry along.
+        memo = None
+        if (
+            type(key) is str
+            and (partition is None or type(partition) is str)
+            and upstream.credentials is None
+            and len(key) <= _MAX_REMEMBERED
+        ):
+            memo = (upstream.name, upstream.url, upstream.url_digest, partition, key)
+            known = self._keys.get(memo)
+            if known is not None:
+                return known
         parts: tuple[object, ...] = (upstream.url, partition, key)
         if upstream.url_digest is not None:  # what the public URL leaves out tells it apart
             parts = (*parts, ("url", upstream.url_digest))
         if upstream.credentials is not None:
             parts = (*parts, ("credentials", upstream.credentials.get_secret_value()))
-        return cache_key(self.keyspace, upstream.name, parts)
+        store_key = cache_key(self.keyspace, upstream.name, parts)
+        if memo is not None:
+            if len(self._keys) >= _MAX_REMEMBERED_KEYS:  # bounded: forget them all at once
+                self._keys.clear()
+            self._keys[memo] = store_key
+        return store_key
 
     def policy(
         self, surface: str | SurfacePolicy | None, collector: AdvisoryCollector | None
