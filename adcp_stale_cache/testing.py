@@ -167,7 +167,8 @@ class ComplianceFetch:
         if outage is None:
             answer: T = await self.pipeline(upstream, key, call, **options)
             return answer
-        found = await lookups.look_up(upstream, key, surface, options.get("tags", ()), codec)
+        # No codec: the entry as held, fresh or not (the outage serves it aged).
+        found = await lookups.look_up(upstream, key, surface, options.get("tags", ()), None)
         return await self.injected(found, outage, call, codec)
 
     async def injected(

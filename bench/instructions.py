@@ -182,7 +182,7 @@ async def _parts() -> dict[str, Any]:
         plan(entry, now, POLICY)
 
     async def lookup_record() -> None:
-        Hit(upstream, "k", POLICY, True, None, key, (), None, found.entry, found.step, False, value)
+        Hit(found.surface, upstream, key, None, found.entry, value)
 
     async def shared_decode() -> None:
         decode(codec, entry, upstream)  # type: ignore[arg-type]

@@ -27,9 +27,10 @@ class Freshness(Protocol):
     def max_freshness_seconds(self) -> int | None: ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Fresh:
-    """Serve ``entry`` as it is; the upstream is not called."""
+    """Serve ``entry`` as it is; the upstream is not called. Not frozen: every hit builds one,
+    and a frozen dataclass sets its field through ``object.__setattr__``."""
 
     entry: Entry
 
@@ -116,6 +117,11 @@ def plan(entry: Entry | None, now: float, policy: Freshness) -> Fresh | Refresh:
     """Before the upstream call: a fresh hit, or a refresh with its stale fallback."""
     if entry is None:
         return Refresh(fallback=None)
+    # The common case first, as is_fresh decides it (a negative or NaN age goes the long way).
+    if entry.terms is None and not entry.revalidate:
+        age = now - entry.stored_at
+        if 0.0 <= age < policy.freshness_target_seconds:
+            return Fresh(entry)
     if is_fresh(entry, now, policy):
         return Fresh(entry)
     if not is_servable(entry, now, policy):  # kept for its validators only

@@ -103,13 +103,18 @@ def decode(codec: Codec[T], entry: Entry, upstream: Upstream) -> T:
     try:
         return codec.loads(entry.data)
     except Exception as exc:
-        logger.warning(
-            "unreadable_entry upstream=%s codec=%s error=%s",
-            upstream.name,
-            type(codec).__name__,
-            type(exc).__name__,
-        )
+        unreadable(codec, upstream, exc)
         raise Unreadable from exc
+
+
+def unreadable(codec: Codec[Any], upstream: Upstream, exc: Exception) -> None:
+    """Log an entry ``codec`` could not read (``exc``): the type only, a message may quote it."""
+    logger.warning(
+        "unreadable_entry upstream=%s codec=%s error=%s",
+        upstream.name,
+        type(codec).__name__,
+        type(exc).__name__,
+    )
 
 
 def encode(codec: Codec[T], value: T, upstream: Upstream) -> bytes | None:

@@ -342,13 +342,17 @@ def current_collector() -> AdvisoryCollector | None:
     """The collector of the request being handled, if any (under an ``mcp`` 1.x session,
     whose calls share one context, the SDK's request context names each call's request)."""
     found = _flight.get()  # an empty collector is falsy: compare with None
-    if found is None:
+    if found is None and _MCP_V1_SERVER in _modules:  # only if the app imported it
         found = _from_mcp_v1_request()
     return found if found is not None else _current.get()
 
 
+_MCP_V1_SERVER = "mcp.server.lowlevel.server"
+_modules = sys.modules  # (a dict lookup of a name, cheaper than sys.modules.get per fetch)
+
+
 def _from_mcp_v1_request() -> AdvisoryCollector | None:
-    server = sys.modules.get("mcp.server.lowlevel.server")  # only if the app imported it
+    server = _modules.get(_MCP_V1_SERVER)
     request_ctx = getattr(server, "request_ctx", None)
     if request_ctx is None:
         return None

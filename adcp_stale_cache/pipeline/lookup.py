@@ -8,14 +8,14 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from ..core.decision import Fresh, Refresh, plan
 from ..core.entry import Entry
 from ..core.keys import cache_key
 from ..core.labels import entry_labels
 from ..core.policy import SurfacePolicy, Upstream
-from ..core.values import Codec, Unreadable, decode
+from ..core.values import Codec, unreadable
 from .collector import UNREAD, AdvisoryCollector, current_collector
 from .settings import Settings
 
@@ -24,6 +24,10 @@ logger = logging.getLogger("adcp_stale_cache")
 
 #: The plan for a fresh entry that cannot be read: a miss.
 _UNREADABLE = Refresh(fallback=None)
+
+#: The longest text key, and how many keys, ``store_key`` remembers.
+_MAX_REMEMBERED = 1024
+_MAX_REMEMBERED_KEYS = 4096
 
 #: How far in the future (another host's clock running ahead) a stored time may be.
 MAX_CLOCK_SKEW_SECONDS = 300.0
@@ -84,12 +88,44 @@ class Lookup:
 
 
 @dataclass(slots=True)
-class Hit(Lookup, Generic[T]):
-    """A fresh hit: the look-up, with the entry's ``value`` decoded."""
+class Hit(Generic[T]):
+    """A fresh hit: what serving it needs, with the entry's ``value`` decoded. Smaller than a
+    :class:`Lookup`: every fresh fetch builds one, and serving it reads only these."""
 
+    surface: PolicyFields
+    upstream: Upstream
+    store_key: str
+    collector: AdvisoryCollector | None  # the current request's
     entry: Entry
-    step: Fresh
     value: T
+
+    @property
+    def policy(self) -> SurfacePolicy:
+        """The policy it was looked up under."""
+        return self.surface.policy
+
+    @property
+    def step(self) -> Fresh:
+        """The plan it followed: serve the entry as it is."""
+        return Fresh(self.entry)
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyFields:
+    """What a look-up reads of a policy, read once per surface rather than on every fetch."""
+
+    policy: SurfacePolicy
+    name: str
+    shared: bool  # entries shared across callers
+    varies_by_version: bool
+
+    @classmethod
+    def of(cls, policy: SurfacePolicy, identified: bool) -> PolicyFields:
+        """The fields of ``policy``; ``identified`` False for the default policy of a request
+        that named no surface."""
+        # Only a surface known by name may share entries: a misrouted request keys per caller.
+        shared = policy.shared_across_callers and identified
+        return cls(policy, policy.name, shared, policy.varies_by_version)
 
 
 class Lookups:
@@ -103,9 +139,14 @@ class Lookups:
         self.store, self.surfaces = settings.store, settings.surfaces
         self.clock, self.keyspace = settings.clock, settings.keyspace
         self.key_of = key_of or self.store_key
+        named = self.surfaces.policies
+        self._named = {policy.name: PolicyFields.of(policy, True) for policy in named}
+        self._default = PolicyFields.of(self.surfaces.default, False)
+        self._keys: dict[tuple[str | None, ...], str] = {}  # see store_key
         self._warned_default = False
         self._warned_unread = False
 
+    @overload
     async def look_up(
         self,
         upstream: Upstream,
@@ -113,42 +154,63 @@ class Lookups:
         surface: str | SurfacePolicy | None,
         tags: Iterable[str],
         codec: Codec[T],
+    ) -> Hit[T] | Lookup: ...
+
+    @overload
+    async def look_up(
+        self,
+        upstream: Upstream,
+        key: object,
+        surface: str | SurfacePolicy | None,
+        tags: Iterable[str],
+        codec: None,
+    ) -> Lookup: ...
+
+    async def look_up(
+        self,
+        upstream: Upstream,
+        key: object,
+        surface: str | SurfacePolicy | None,
+        tags: Iterable[str],
+        codec: Codec[T] | None,
     ) -> Hit[T] | Lookup:
-        """This fetch looked up: a :class:`Hit` when the entry is fresh and ``codec`` reads it."""
+        """This fetch looked up: a :class:`Hit` when the entry is fresh and ``codec`` reads it
+        (``codec`` None: never a hit, the entry as held, fresh or not)."""
         collector = current_collector()
-        policy, identified = self.policy(surface, collector)
-        # Only a surface known by name may share entries: a misrouted request keys per caller.
-        shared = policy.shared_across_callers and identified
+        fields = self._named.get(surface) if type(surface) is str else None
+        if fields is None:
+            fields = self.fields(surface, collector)
+        policy = fields.policy
+        shared = fields.shared
         partition = None if shared or collector is None else collector.context.partition
         private = False
-        if policy.varies_by_version:  # an answer shaped for one release is not another's
+        if fields.varies_by_version:  # an answer shaped for one release is not another's
             release = self.release_of(collector)
             private = release is UNREAD
             key = ("adcp_version", f"unread-{uuid.uuid4()}" if private else release, key)
         store_key = self.key_of(upstream, key, partition)
-        entry = await self.read(store_key)
-        step = plan(entry, self.clock(), policy)
-        tags = tags if isinstance(tags, tuple) else tuple(tags)  # as of the call, not later
-        if isinstance(step, Fresh):
+        # read(), inlined: a hit awaits one coroutine less and reads the clock once.
+        try:
+            entry = await self.store.get(store_key)
+        except Exception:
+            logger.exception("store_error op=get")
+            entry = None
+        now = self.clock()
+        if entry is not None and (
+            entry.tombstone or not (entry.stored_at <= now + MAX_CLOCK_SKEW_SECONDS)
+        ):
+            entry = _unusable(entry)
+        step = plan(entry, now, policy)
+        if codec is not None and isinstance(step, Fresh):
+            held = step.entry
             try:
-                value = decode(codec, step.entry, upstream)
-            except Unreadable:  # a miss: refreshed and overwritten
+                value = codec.loads(held.data)  # decode(), inlined
+            except Exception as exc:  # a miss: refreshed and overwritten
+                unreadable(codec, upstream, exc)
                 step = _UNREADABLE
             else:
-                return Hit(
-                    upstream,
-                    key,
-                    policy,
-                    shared,
-                    partition,
-                    store_key,
-                    tags,
-                    collector,
-                    step.entry,
-                    step,
-                    private,
-                    value,
-                )
+                return Hit(fields, upstream, store_key, collector, held, value)
+        tags = tags if isinstance(tags, tuple) else tuple(tags)  # as of the call, not later
         return Lookup(
             upstream,
             key,
@@ -178,12 +240,31 @@ class Lookups:
 
     def store_key(self, upstream: Upstream, key: object, partition: str | None = None) -> str:
         """The store key of ``key`` for ``upstream``, the caller partition and its credentials."""
+        # Most fetches: a short text key, no credentials. Their keys are remembered by what
+        # they are made of (text and None only: 1 == True would mix two keys), not by the
+        # Upstream object, which a copy or model_copy(update=...) would carry along.
+        memo = None
+        if (
+            type(key) is str
+            and (partition is None or type(partition) is str)
+            and upstream.credentials is None
+            and len(key) <= _MAX_REMEMBERED
+        ):
+            memo = (upstream.name, upstream.url, upstream.url_digest, partition, key)
+            known = self._keys.get(memo)
+            if known is not None:
+                return known
         parts: tuple[object, ...] = (upstream.url, partition, key)
         if upstream.url_digest is not None:  # what the public URL leaves out tells it apart
             parts = (*parts, ("url", upstream.url_digest))
         if upstream.credentials is not None:
             parts = (*parts, ("credentials", upstream.credentials.get_secret_value()))
-        return cache_key(self.keyspace, upstream.name, parts)
+        store_key = cache_key(self.keyspace, upstream.name, parts)
+        if memo is not None:
+            if len(self._keys) >= _MAX_REMEMBERED_KEYS:  # bounded: forget them all at once
+                self._keys.clear()
+            self._keys[memo] = store_key
+        return store_key
 
     def policy(
         self, surface: str | SurfacePolicy | None, collector: AdvisoryCollector | None
@@ -207,6 +288,18 @@ class Lookups:
             )
         return self.surfaces.default, False
 
+    def fields(
+        self, surface: str | SurfacePolicy | None, collector: AdvisoryCollector | None
+    ) -> PolicyFields:
+        """The fields of this call's policy (a registered one's are read once)."""
+        policy, identified = self.policy(surface, collector)
+        if not identified:
+            return self._default
+        known = self._named.get(policy.name)
+        if known is not None and known.policy is policy:
+            return known
+        return PolicyFields.of(policy, True)
+
     async def read(self, store_key: str) -> Entry | None:
         """The usable entry under ``store_key``; None when there is none or the store fails
         (a broken store is "no cache", never a failure)."""
@@ -215,10 +308,16 @@ class Lookups:
         except Exception:
             logger.exception("store_error op=get")
             return None
-        if entry is not None and entry.tombstone:  # hard-purged
-            return None
-        # A stored time that is NaN, infinite or far ahead would look fresh forever.
-        if entry is not None and not (entry.stored_at <= self.clock() + MAX_CLOCK_SKEW_SECONDS):
-            logger.warning("unreadable_entry reason=stored_at %r", entry.stored_at)
-            return None
+        if entry is not None and (
+            entry.tombstone or not (entry.stored_at <= self.clock() + MAX_CLOCK_SKEW_SECONDS)
+        ):
+            return _unusable(entry)
         return entry
+
+
+def _unusable(entry: Entry) -> Entry | None:
+    """No entry (None) for a hard-purged one, or one whose stored time is NaN, infinite or far
+    ahead (it would look fresh forever); the latter logged."""
+    if not entry.tombstone:
+        logger.warning("unreadable_entry reason=stored_at %r", entry.stored_at)
+    return None

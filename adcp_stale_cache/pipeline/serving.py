@@ -56,12 +56,12 @@ class Serving:
         self.clock, self.metrics = settings.clock, settings.metrics
         self.strict_advisories = settings.strict_advisories
 
-    def hit(self, found: Hit[Any], codec: Codec[T]) -> T:
+    def hit(self, found: Hit[T], codec: Codec[T]) -> T:
         """A fresh hit's value, counted and told to the request."""
-        self.metrics.hit(found.policy.name, found.upstream.name)
-        _composed(found, found.entry, codec, fresh=True)
-        value: T = found.value
-        return value
+        self.metrics.hit(found.surface.name, found.upstream.name)
+        if found.collector is not None:  # (as _composed checks: most hits stop here)
+            _composed(found, found.entry, codec, fresh=True)
+        return found.value
 
     def behind(self, found: Lookup, failure: Failure | None, codec: Codec[T]) -> T:
         """The entry held, served while its refresh flies behind it (or raises ``Unreadable``)."""
@@ -223,13 +223,13 @@ def _names_context(value: Any) -> bool:
     return isinstance(value, (Mapping, str)) and "context" in value
 
 
-def _part(found: Lookup, entry: Entry, codec: Codec[Any], *, fresh: bool) -> Composed:
+def _part(found: Lookup | Hit[Any], entry: Entry, codec: Codec[Any], *, fresh: bool) -> Composed:
     """``entry`` as a part of a conditional answer."""
     until = fresh_until(entry, found.policy) if fresh else -math.inf
     return Composed(content_of(codec, entry.data), found.store_key, entry.stored_at, until)
 
 
-def _composed(found: Lookup, entry: Entry, codec: Codec[Any], *, fresh: bool) -> None:
+def _composed(found: Lookup | Hit[Any], entry: Entry, codec: Codec[Any], *, fresh: bool) -> None:
     """Trace an entry served to the request: a part of a conditional answer, its labels, and
     whether it holds a ``context`` (another request's must not reach this answer)."""
     collector = found.collector
