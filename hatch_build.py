@@ -18,8 +18,9 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 #: integrations/httpx_transport.py: a compiled class refuses interpreted subclasses);
 #: core/keys.py (compiled recursion raises no RecursionError: a key nested 50,000 deep
 #: crashes the process instead of being refused); what mypyc rejects (pipeline/collector.py:
-#: an exception subclassing RuntimeError; pipeline/lookup.py: ``Hit`` narrows its fields;
-#: codecs/json.py: a list subclass) or crashes on (pipeline/cache.py).
+#: an exception subclassing RuntimeError; codecs/json.py: a list subclass) or crashes on
+#: (pipeline/cache.py); pipeline/lookup.py is not tried since ``Hit`` stopped narrowing
+#: ``Lookup`` (mypyc rejected that).
 COMPILED = (
     "adcp_stale_cache/asgi/middleware.py",
     "adcp_stale_cache/asgi/peek.py",
