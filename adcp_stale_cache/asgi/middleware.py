@@ -36,6 +36,13 @@ if sys.version_info < (3, 11):  # anyio raises the backport's groups there
 logger = logging.getLogger("adcp_stale_cache.middleware")
 
 
+def surfaces_given(cache: UpstreamCache | None, surfaces: Surfaces | None) -> Surfaces:
+    """The surfaces a middleware serves: the cache's, given once (or ``surfaces`` alone)."""
+    if cache is not None and surfaces is not None and surfaces is not cache.surfaces:
+        raise ValueError("surfaces= is not cache.surfaces: pass cache= alone, it gives them")
+    return cache.surfaces if cache is not None else surfaces or Surfaces()
+
+
 class StaleAdvisoryMiddleware:
     """Attach each request's ``STALE_RESPONSE`` advisories to its response payload.
 
@@ -52,13 +59,12 @@ class StaleAdvisoryMiddleware:
         stale_headers: bool = True,
         max_peek_bytes: int = MAX_PEEK_BYTES,
     ) -> None:
+        given = surfaces_given(cache, surfaces)
         if partition_from_call is not None and partition is not caller_partition:
             raise ValueError("pass partition= or partition_from_call=, not both")
-        if cache is not None and surfaces is not None and surfaces is not cache.surfaces:
-            raise ValueError("surfaces= is not cache.surfaces: pass cache= alone, it gives them")
         self.app = app
         self.max_peek_bytes = max_peek_bytes
-        self.surfaces = cache.surfaces if cache is not None else surfaces or Surfaces()
+        self.surfaces = given
         self.partition = partition
         self.partition_from_call = partition_from_call
         self._partitioned = partition is not None or partition_from_call is not None

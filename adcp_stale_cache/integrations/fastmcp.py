@@ -15,6 +15,7 @@ from fastmcp.server.dependencies import get_http_request
 from mcp.types import TextContent
 from starlette.types import Scope
 
+from ..asgi.middleware import surfaces_given
 from ..asgi.peek import ToolCall
 from ..asgi.tool_names import report_untooled, tool_names
 from ..codecs import Untouched
@@ -58,12 +59,11 @@ class AdvisoryMiddleware(Middleware):
         partition: Callable[[Scope], str | None] | None = caller_partition,
         partition_from_call: Callable[[ToolCall], str | None] | None = None,
     ) -> None:
-        if cache is not None and surfaces is not None and surfaces is not cache.surfaces:
-            raise ValueError("surfaces= is not cache.surfaces: pass cache= alone, it gives them")
+        given = surfaces_given(cache, surfaces)
         if partition_from_call is not None and partition is not caller_partition:
             raise ValueError("pass partition= or partition_from_call=, not both")
         super().__init__()
-        self.surfaces = cache.surfaces if cache is not None else surfaces or Surfaces()
+        self.surfaces = given
         self.partition, self.partition_from_call = partition, partition_from_call
         #: Answers whose ``context`` was another request's (a cached value's), mended.
         self.contexts_replaced = 0
