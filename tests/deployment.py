@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 
 from adcp_stale_cache.demo.processes import App, free_port
+from adcp_stale_cache.demo.story import warm
 
 from .servers import START_SECONDS
 
@@ -60,17 +61,13 @@ class Deployment:
         for app in self.apps:
             app.stop()
 
-    def warm(self, *tools: str, attempts: int = 10) -> None:
-        """Ask each tool until it answers healthy: an upstream's first call (a cold client
-        and session in every process) can take longer than the seller's short timeouts
-        while the machine is busy, which is not what the tests are about."""
-        for tool in tools:
-            for _ in range(attempts):
-                response, _ = self.post(tool, json={})
-                if response.status_code == 200 and "errors" not in response.json():
-                    break
-            else:
-                raise AssertionError(f"{tool} never answered healthy: {response.text[:500]}")
+    def warm(self, *tools: str) -> None:
+        """Ask each tool until it answers healthy: an upstream's first call can outlast the
+        seller's short timeouts while the machine is busy, which is not what tests are about."""
+        with httpx.Client(base_url=self.url, timeout=10) as buyer:
+            unhealthy = warm(buyer, tools)
+        if unhealthy is not None:
+            raise AssertionError(f"a tool never answered healthy: {unhealthy.text[:500]}")
 
     def post(self, tool: str, **kwargs: Any) -> tuple[httpx.Response, float]:
         """POST /api/<tool>; the response and how long it took."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import httpx
@@ -42,7 +43,7 @@ def run_demo() -> int:
         for app in apps:
             app.wait()
         with httpx.Client(base_url=seller.url, timeout=10) as buyer:
-            _warm(buyer)
+            warm(buyer, ("list_creative_formats", "get_products"))  # the story starts warm
             _chapter("1. Every upstream healthy")
             ok &= _ask(buyer, "list_creative_formats", expect_stale=[])
             ok &= _ask(buyer, "get_products", expect_stale=[])
@@ -75,14 +76,18 @@ def run_demo() -> int:
     return 0 if ok else 1
 
 
-def _warm(buyer: httpx.Client) -> None:
-    # Each process's first upstream call (a cold client and session) can outlast the
-    # seller's 1 s timeout on a busy machine: the story starts once every upstream answered.
-    for tool in ("list_creative_formats", "get_products"):
-        for _ in range(10):
+def warm(buyer: httpx.Client, tools: Iterable[str], attempts: int = 10) -> httpx.Response | None:
+    """Ask each tool until it answers healthy (HTTP 200, no ``errors``); the last answer of a
+    tool that never did, else None. Each process's first upstream call (a cold client and
+    session) can outlast the seller's 1 s timeout on a busy machine."""
+    for tool in tools:
+        for _ in range(attempts):
             response = buyer.post(f"/api/{tool}", json={})
-            if response.status_code == 200 and not response.json().get("errors"):
+            if response.status_code == 200 and "errors" not in response.json():
                 break
+        else:
+            return response
+    return None
 
 
 def _ask(buyer: httpx.Client, tool: str, *, expect_stale: list[str]) -> bool:
