@@ -125,6 +125,8 @@ def encode(codec: Codec[T], value: T, upstream: Upstream) -> bytes | None:
     except Exception as exc:
         _not_cacheable(codec, upstream, "refused", exc)
         return None
+    if not isinstance(data, bytes):  # a buffer the codec may reuse: kept as it is now
+        data = bytes(data)
     if isinstance(codec, RoundTripping) and codec.round_trips:
         return data
     try:

@@ -23,8 +23,9 @@ _LOCKED_READS = not getattr(sys, "_is_gil_enabled", lambda: True)()
 class MemoryStore:
     """In-memory store, bounded by entry count and by total bytes; safe to share between threads.
 
-    ``clock`` must be the clock the cache stamps entries with. ``entries`` and ``bytes`` count
-    an expired entry until the next write removes it; reads never serve it."""
+    ``clock`` must be the clock the cache stamps entries with, and never go back. ``entries``
+    and ``bytes`` count an expired entry until the next write removes it; reads never serve
+    it."""
 
     def __init__(
         self,
@@ -33,7 +34,7 @@ class MemoryStore:
         max_bytes: int = 64 * 1024 * 1024,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if max_entries < 1 or max_bytes < 1:
+        if not (max_entries >= 1 and max_bytes >= 1):  # NaN too
             raise ValueError("max_entries and max_bytes must be positive")
         self.max_entries = max_entries
         self.max_bytes = max_bytes
@@ -75,12 +76,15 @@ class MemoryStore:
             # Too large to keep, or expired already: never serve the older value either.
             if entry.size > self.max_bytes or not now < expires_at:
                 return
+            # Room made before it goes in: a lock-free read may move any held entry behind
+            # the newest, which must not be the one evicted.
+            size = entry.size
+            while len(self._items) >= self.max_entries or self._bytes + size > self.max_bytes:
+                self._forget(*self._items.popitem(last=False))
             self._items[key] = (entry, expires_at)
-            self._bytes += entry.size
+            self._bytes += size
             self._index.add(key, entry.labels)
             heapq.heappush(self._expiries, (expires_at, key))
-            while len(self._items) > self.max_entries or self._bytes > self.max_bytes:
-                self._forget(*self._items.popitem(last=False))
 
     async def set_unless_purged(
         self, key: str, entry: Entry, ttl_seconds: float, count: object
@@ -130,7 +134,8 @@ class MemoryStore:
         if store_key is None:
             keys = self._index.candidates(labels)
         else:  # the entry, and those built from it (see Selection)
-            keys = [store_key, *(self._index.candidates([built]) if built is not None else ())]
+            from_it = self._index.candidates([built]) if built is not None else ()
+            keys = list(dict.fromkeys([store_key, *from_it]))  # it may be built from itself
         held = ((key, self._items.get(key)) for key in keys)
         return [(key, item) for key, item in held if item is not None]
 

@@ -270,7 +270,8 @@ class RedisStore:
         labels, store_key, label = selected_by(match) or ([], None, None)
         if store_key is not None:  # the entry, and those built from it (see Selection)
             built = await client.smembers(self._label(label)) if label is not None else ()
-            yield [store_key, *sorted(member.decode() for member in built)]
+            from_it = sorted(member.decode() for member in built)
+            yield list(dict.fromkeys([store_key, *from_it]))  # it may be built from itself
             return
         if labels and self.cluster:  # the sets live in several slots: intersect here
             sets = [set(await client.smembers(self._label(label))) for label in labels]

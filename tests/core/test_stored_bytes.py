@@ -67,3 +67,23 @@ def test_a_memory_store_filled_by_fetch_holds_about_its_entries_sizes() -> None:
     # The entry, its key, labels and the store's bookkeeping: well under 2 KB besides its
     # 173 bytes (it was over 4 KB with orjson's buffer behind every value).
     assert per_entry < size + 2_000, (per_entry, size)
+
+
+def test_a_codec_reusing_its_buffer_never_changes_what_is_stored() -> None:
+    """A codec may answer a bytearray it writes into again: what is stored is a copy, or the
+    entry (and its store's byte count) would change under the store."""
+
+    class Reusing:
+        buffer = bytearray()
+
+        def dumps(self, value: Any) -> bytes:
+            self.buffer[:] = repr(value).encode()
+            return self.buffer  # type: ignore[return-value]
+
+        def loads(self, data: bytes) -> Any:
+            return data.decode()
+
+    codec = Reusing()
+    data = encode(codec, "first", UPSTREAM)
+    encode(codec, "a longer second value", UPSTREAM)
+    assert data == b"'first'" and type(data) is bytes

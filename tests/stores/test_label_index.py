@@ -25,6 +25,7 @@ from unittest import mock
 import pytest
 
 from adcp_stale_cache.core.entry import Entry
+from adcp_stale_cache.core.labels import built_from
 from adcp_stale_cache.ops.control import Selection
 from adcp_stale_cache.stores import MemoryStore
 from adcp_stale_cache.stores import sqlite as sqlite_store
@@ -37,8 +38,10 @@ hypothesis = pytest.importorskip("hypothesis", reason="hypothesis (dev extra) is
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-LABELS = ["upstream=a", "upstream=b", "surface=s", "tag=x", "tag=y", "partition=p"]
 KEYS = [f"k{i}" for i in range(8)]
+# With from= labels: an entry may be built from another, or from itself.
+LABELS = ["upstream=a", "upstream=b", "surface=s", "tag=x", "tag=y", "partition=p",
+          built_from("k0"), built_from("k1")]  # fmt: skip
 
 
 def memory_pairs(store: MemoryStore) -> set[tuple[str, str]]:
@@ -320,3 +323,23 @@ async def test_file_purge_by_tag_reads_only_the_tagged_entries(tmp_path: Path) -
         file_index_is_exact(tmp_path / "cache.db")
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("soft", [False, True])
+async def test_a_key_purge_selects_an_entry_built_from_itself_once(
+    tmp_path: Path, soft: bool
+) -> None:
+    """A flight that read its own key's entry labels it built from itself: a purge of that
+    key lists it twice (the key, and what is built from it) and must count and drop it once
+    (a hard purge raised KeyError, before counting, in the memory store)."""
+    file = SqliteStore(tmp_path / "cache.db")
+    try:
+        for store in (MemoryStore(), file):
+            await store.set("K", Entry(b"v", 0.0, (built_from("K"),)), 60)
+            before = await store.generation()
+            assert await store.purge(Selection(frozenset(), store_key="K"), soft=soft) == 1
+            assert await store.generation() != before
+            held = await store.get("K")
+            assert (held is not None and held.revalidate) if soft else not held or held.tombstone
+    finally:
+        file.close()

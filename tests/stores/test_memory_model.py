@@ -144,3 +144,36 @@ def test_reads_without_the_lock_beside_writers_never_fail_or_break_the_bounds() 
     assert not errors, errors
     assert store.entries <= 50 and store.bytes <= 50 * 100
     assert store.bytes == sum(e.size for _, e in asyncio.run(store.scan()))
+
+
+class _ReadingLabels(tuple[str, ...]):
+    """Labels that, whenever the store reads them mid-write, let another thread read every
+    other key without the lock (what a thread switch at that moment does)."""
+
+    read: Any = None
+
+    def __iter__(self) -> Any:
+        if type(self).read is not None:
+            type(self).read()
+        return super().__iter__()
+
+
+def test_a_read_racing_a_write_never_evicts_the_entry_written() -> None:
+    """A lock-free read moves its entry behind the newest: were the newest in the dict before
+    the write made room, it was the one evicted, and a set that returned was lost."""
+    store = MemoryStore(max_entries=2)
+    for key in ("a", "b"):
+        asyncio.run(store.set(key, Entry(b"v", 0.0), 60))
+
+    def read_the_others() -> None:
+        thread = threading.Thread(target=lambda: [asyncio.run(store.get(k)) for k in "ab"])
+        thread.start()
+        thread.join(timeout=10)
+
+    _ReadingLabels.read = read_the_others
+    try:
+        asyncio.run(store.set("c", Entry(b"v", 0.0, _ReadingLabels(("tag=t",))), 60))
+    finally:
+        _ReadingLabels.read = None
+    assert asyncio.run(store.get("c")) is not None
+    assert store.entries == 2

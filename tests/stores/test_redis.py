@@ -13,6 +13,8 @@ import pytest
 
 from adcp_stale_cache import SurfacePolicy, Surfaces, Upstream, UpstreamCache, collect_advisories
 from adcp_stale_cache.core.entry import Entry
+from adcp_stale_cache.core.labels import built_from
+from adcp_stale_cache.ops.control import Selection
 from adcp_stale_cache.pipeline.breaker import BreakerPolicy
 from adcp_stale_cache.stores import MemoryStore, TieredStore
 from adcp_stale_cache.stores.redis import RedisStore, decode, encode
@@ -523,3 +525,13 @@ def test_every_client_retries_once_at_once() -> None:
         client = client_from_url(url, socket_timeout=0.25)
         retry = getattr(client, "retry", None) or client.connection_pool.connection_kwargs["retry"]
         assert retry.get_retries() == 1 and isinstance(retry._backoff, NoBackoff), url
+
+
+async def test_a_key_purge_counts_an_entry_built_from_itself_once(store: RedisStore) -> None:
+    """The entry is listed twice (the key, and what is built from it): marked and counted
+    once, the second time too (it was counted again when already marked)."""
+    await store.set("K", Entry(b"v", time.time(), (built_from("K"),)), 60)
+    selection = Selection(frozenset(), store_key="K")
+    assert await store.purge(selection, soft=True) == 1
+    assert await store.purge(selection, soft=True) == 1
+    assert await store.purge(selection, soft=False) == 1

@@ -62,6 +62,9 @@ async def test_oversized_entry_is_not_kept_and_drops_the_older_one(clock: FakeCl
 def test_bounds_must_be_positive() -> None:
     with pytest.raises(ValueError, match="positive"):
         MemoryStore(max_entries=0)
+    for bound in ("max_entries", "max_bytes"):  # NaN compares false: it would bound nothing
+        with pytest.raises(ValueError, match="positive"):
+            MemoryStore(**{bound: float("nan")})  # type: ignore[arg-type]
 
 
 async def test_a_purge_from_another_thread_between_a_flights_check_and_its_write_wins() -> None:
