@@ -23,7 +23,28 @@ logger = logging.getLogger("adcp_stale_cache")
 
 def content_of(codec: Codec[Any], data: bytes) -> bytes:
     """What answers' tokens hash of a stored value: the codec's content of it, else all."""
-    return codec.content(data) if isinstance(codec, ContentReading) else data
+    reading = capabilities(codec)[1]
+    return reading.content(data) if reading is not None else data
+
+
+# A protocol check reads every member of the protocol, too slow for each value: each codec
+# object is checked once (held, so its id is not reused; few codecs exist, the bound is a guard).
+_known: dict[int, tuple[object, RoundTripping | None, ContentReading | None]] = {}
+
+
+def capabilities(codec: object) -> tuple[RoundTripping | None, ContentReading | None]:
+    """``codec`` as a :class:`RoundTripping` and as a :class:`ContentReading` (None: not)."""
+    known = _known.get(id(codec))
+    if known is None or known[0] is not codec:
+        if len(_known) >= 256:
+            _known.clear()
+        known = (
+            codec,
+            codec if isinstance(codec, RoundTripping) else None,
+            codec if isinstance(codec, ContentReading) else None,
+        )
+        _known[id(codec)] = known
+    return known[1], known[2]
 
 
 class JsonCodec(Generic[T]):
@@ -127,7 +148,8 @@ def encode(codec: Codec[T], value: T, upstream: Upstream) -> bytes | None:
         return None
     if not isinstance(data, bytes):  # a buffer the codec may reuse: kept as it is now
         data = bytes(data)
-    if isinstance(codec, RoundTripping) and codec.round_trips:
+    promising = capabilities(codec)[0]
+    if promising is not None and promising.round_trips:
         return data
     try:
         codec.loads(data)
