@@ -176,29 +176,35 @@ def _is_json(response: httpx.Response) -> bool:
 
 
 def _conditional(request: httpx.Request, held: httpx.Response) -> httpx.Request:
-    headers = {}
-    if "etag" in held.headers:
-        headers["If-None-Match"] = held.headers["etag"]
-    if "last-modified" in held.headers:
-        headers["If-Modified-Since"] = held.headers["last-modified"]
-    if not headers or not held.is_success:
+    validators = [
+        (_ASKS[name.lower()], value)
+        for name, value in held.headers.raw
+        if name.lower() in _ASKS  # a repeated one is sent as the held answer repeated it
+    ]
+    if not validators or not held.is_success:
         return request
+    sent = {name.lower() for name, _ in validators}  # in place of the caller's own
+    headers = [(name, value) for name, value in request.headers.raw if name.lower() not in sent]
+    # Built on the request's own stream (read already) as httpx copies one for a redirect.
     conditional = httpx.Request(
         request.method,
         request.url,
-        headers=request.headers,
-        content=request.content,
+        headers=headers + validators,
+        stream=request.stream,
         extensions=request.extensions,
     )
-    conditional.headers.update(headers)
+    conditional.read()
     return conditional
 
+
+# The validators of a held answer, and the request headers that send them back.
+_ASKS = {b"etag": b"if-none-match", b"last-modified": b"if-modified-since"}
 
 # Marks an answer that must not replace the entry held for its key.
 _KEEP_HELD = "adcp_stale_cache.keep_held"
 
 # Never taken from a 304 into the stored answer (RFC 9111 3.2): they describe its transfer.
-_NOT_UPDATED = _TRANSFER_HEADERS | {"content-type"}
+_NOT_UPDATED = {name.encode() for name in _TRANSFER_HEADERS | {"content-type"}}
 
 
 def _validates(not_modified: httpx.Response, held: httpx.Response) -> bool:
@@ -213,9 +219,9 @@ def _validates(not_modified: httpx.Response, held: httpx.Response) -> bool:
 
 def _refreshed(held: httpx.Response, not_modified: httpx.Response) -> httpx.Response:
     """The held answer, its headers updated in place by the 304 that validated it."""
-    updates = [(k, v) for k, v in not_modified.headers.multi_items() if k not in _NOT_UPDATED]
-    replaced = {name for name, _ in updates}
-    kept = [(k, v) for k, v in held.headers.multi_items() if k not in replaced]
+    updates = [(k, v) for k, v in not_modified.headers.raw if k.lower() not in _NOT_UPDATED]
+    replaced = {name.lower() for name, _ in updates}
+    kept = [(k, v) for k, v in held.headers.raw if k.lower() not in replaced]
     held.headers = httpx.Headers(kept + updates)
     return held
 

@@ -584,3 +584,31 @@ def test_numbers_too_long_for_any_conversion_are_capped_never_raised(digits: int
     assert said.age == said.max_age == said.stale_if_error == MAX_STATED_SECONDS
     assert retry_after_of({"retry-after": huge}) == MAX_STATED_SECONDS
     assert parse({"age": "0" * 20 + "7"}).age == 7
+
+
+async def test_a_post_revalidates_with_its_own_body_and_one_validator(clock: FakeClock) -> None:
+    """The conditional request is the caller's, body and headers, with the held answer's
+    validators in place of any the caller sent (never both)."""
+    url = "http://inventory.internal:9000/search"
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.headers.get("if-none-match") == '"v1"':
+            return httpx.Response(304, headers={"ETag": '"v1"'})
+        return httpx.Response(200, json=GOOD, headers={"ETag": '"v1"'})
+
+    client = client_for(clock, honor=False)
+    body = b'{"brief": "display in Ohio"}'
+    headers = {"If-None-Match": '"mine"', "X-Trace": "t-1", "Content-Type": "application/json"}
+    with respx.mock() as router:
+        router.post(url).mock(side_effect=answer)
+        assert (await client.post(url, content=body, headers=headers)).json() == GOOD
+        clock.advance(61)
+        again = await client.post(url, content=body, headers=headers)
+    assert again.status_code == 200 and again.json() == GOOD
+    conditional = seen[-1]
+    assert len(seen) == 2 and conditional.content == body
+    assert conditional.headers.get_list("if-none-match") == ['"v1"']
+    assert conditional.headers["x-trace"] == "t-1"
+    assert conditional.headers["content-length"] == str(len(body))
