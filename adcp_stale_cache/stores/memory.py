@@ -72,13 +72,12 @@ class MemoryStore:
             old = self._items.pop(key, None)
             if old is not None:
                 self._forget(key, old)
-            expires_at = now + ttl_seconds
+            expires_at, size = now + ttl_seconds, entry.size
             # Too large to keep, or expired already: never serve the older value either.
-            if entry.size > self.max_bytes or not now < expires_at:
+            if size > self.max_bytes or not now < expires_at:
                 return
             # Room made before it goes in: a lock-free read may move any held entry behind
             # the newest, which must not be the one evicted.
-            size = entry.size
             while len(self._items) >= self.max_entries or self._bytes + size > self.max_bytes:
                 self._forget(*self._items.popitem(last=False))
             self._items[key] = (entry, expires_at)
