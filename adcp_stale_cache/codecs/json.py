@@ -242,20 +242,24 @@ def inject_json(
 ) -> bytes:
     """The JSON body with ``errors`` appended to its payload's ``errors[]``
     (``rpc_is_envelope``: a ``jsonrpc`` body is left untouched)."""
-    payload = loads(body)  # the splice keeps every byte: no exact parse needed
+    try:  # the splice keeps every byte, so only a compared context needs an exact reading
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        payload = loads(body)
     if rpc_is_envelope and present(payload, "jsonrpc"):
         raise Untouched("a JSON-RPC message, not a payload: its call was not read", "call_unread")
-    foreign = isinstance(errors, Delivery) and foreign_context(payload, errors.context)
+    context = errors.context if isinstance(errors, Delivery) else KEEP
+    if context is not KEEP and present(payload, "context") and has_long_number(body):
+        payload = loads(body)
+    foreign = foreign_context(payload, context)
     if not errors and not foreign:
         return body  # nothing to deliver: every byte as it came
     if errors:
         _check(payload)
     if "errors" not in payload and not foreign:  # absent (not null): splice every byte
-        head = body.rstrip()
-        separator = b"," if payload else b""
-        return (
-            head[:-1] + separator + b'"errors":' + orjson.dumps(errors) + b"}" + body[len(head) :]
-        )
+        end = len(body.rstrip()) - 1  # the closing brace
+        separator = b',"errors":' if payload else b'"errors":'
+        return b"".join((body[:end], separator, orjson.dumps(errors), body[end:]))
     try:
         payload = parse(body)  # re-encoded: exact, so that long numbers survive
     except Untouched as exc:

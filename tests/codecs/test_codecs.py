@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from adcp_stale_cache.codecs import RpcCall, RpcEventStream, Untouched, inject_body, parse_calls
+from adcp_stale_cache.codecs.json import Delivery, inject_json
 from adcp_stale_cache.codecs.mcp import inject_tool_result
 from adcp_stale_cache.codecs.sse import EventSplitter, event_data, rewrite_data
 
@@ -174,6 +175,18 @@ def test_mcp_sse_keeps_integers_too_long_for_orjson() -> None:
     content = out[0]["result"]["structuredContent"]
     assert content["n"] == 123456789012345678901234567890  # exact, not a float
     assert content["errors"] == [ADVISORY]
+
+
+@pytest.mark.parametrize("answered", [2**70, 2**70 + 1])
+def test_a_json_answer_compares_its_context_with_long_integers_exact(answered: int) -> None:
+    """The splice reads the body with orjson, which makes 2**70 + 1 the float 2**70: the
+    context it compares is read again exactly, or another buyer's context would stay."""
+    body = b'{"products": [], "context": {"n": %d}}' % answered
+    out = json.loads(inject_json(body, Delivery([ADVISORY], {"n": 2**70})))
+    assert out["context"] == {"n": 2**70} and out["errors"] == [ADVISORY]
+    assert type(out["context"]["n"]) is int
+    if answered == 2**70:  # its own context: spliced, every byte kept
+        assert inject_json(body, Delivery([ADVISORY], {"n": 2**70})).startswith(body[:-1])
 
 
 def test_sse_without_advisories_is_byte_identical() -> None:
