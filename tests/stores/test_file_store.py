@@ -127,7 +127,7 @@ async def test_garbage_and_truncated_files_are_replaced(tmp_path: Path, caplog: 
             whole.close()
             content = remove_wal(path)[: path.stat().st_size // 2]
         path.write_bytes(content)
-        store = SqliteStore(path)
+        store = SqliteStore(path, busy_timeout_seconds=5)  # replaces the file: see below
         entry = Entry(b"{}", time.time())
         await store.get("k")  # never raises, whatever the file holds
         await store.set("k", entry, 60)
