@@ -101,6 +101,10 @@ class SqliteStore:
     slow_read_seconds = 0.002
     #: How long reads then go through the thread.
     slow_read_pause_seconds = 1.0
+    #: How often reads on the loop check that the path is still the file they opened: the
+    #: check is a stat, most of a hit's cost on some machines, and only another process's
+    #: delete or swap changes it (this process's own writes notice it at once).
+    replaced_file_check_seconds = 0.5
 
     def __init__(
         self,
@@ -131,6 +135,7 @@ class SqliteStore:
         # connection's snapshot, which can predate this caller's own write (a miss).
         self._reader_lock = threading.Lock()
         self._inode: int | None = None
+        self._same_file_until = 0.0  # perf_counter: reads on the loop skip the check till then
         # One thread owns the connection: a store shared by threads and loops serialises itself.
         self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sqlite-store")
 
@@ -152,7 +157,7 @@ class SqliteStore:
             reader is not None
             and started >= self._thread_reads_until
             and self.available
-            and self._inode == _inode(self.path)
+            and (started < self._same_file_until or self._still_the_file(started))
         ):
             try:
                 with self._reader_lock:  # held for one indexed read: never a lock wait
@@ -179,6 +184,13 @@ class SqliteStore:
             bool(flags & _TOMBSTONE),
             terms,
         )
+
+    def _still_the_file(self, now: float) -> bool:
+        """Whether the path is still the file the reader opened, checked now."""
+        if self._inode != _inode(self.path):
+            return False  # deleted or swapped: the thread reads, and reopens
+        self._same_file_until = now + self.replaced_file_check_seconds
+        return True
 
     def _timed_on_loop(self, seconds: float, now: float) -> None:
         """Weigh a read's time on the loop into an average, each capped at twice the bound: a
