@@ -175,7 +175,7 @@ class JsonResponder:
         except Untouched as exc:
             if errors:
                 answer.dropped(exc)
-            elif isinstance(exc, Unmendable):
+            if isinstance(exc, Unmendable):
                 logger.warning("answer_context_not_mended reason=%s", exc)
         if errors.replaced:
             answer.replaced()  # one answer (its payload and any mirror of it)

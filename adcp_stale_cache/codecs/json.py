@@ -250,21 +250,24 @@ def inject_json(
         raise Untouched("a JSON-RPC message, not a payload: its call was not read", "call_unread")
     context = errors.context if isinstance(errors, Delivery) else KEEP
     if context is not KEEP and present(payload, "context") and has_long_number(body):
-        payload = loads(body)
+        try:
+            payload = loads(body)
+        except Untouched as exc:  # deeper than an exact reading goes: not comparable
+            raise Unmendable(f"a context that cannot be compared: {exc}", exc.reason) from exc
     foreign = foreign_context(payload, context)
     if not errors and not foreign:
         return body  # nothing to deliver: every byte as it came
-    if errors:
-        _check(payload)
-    if "errors" not in payload and not foreign:  # absent (not null): splice every byte
-        end = len(body.rstrip()) - 1  # the closing brace
-        separator = b',"errors":' if payload else b'"errors":'
-        return b"".join((body[:end], separator, orjson.dumps(errors), body[end:]))
     try:
+        if errors:
+            _check(payload)
+        if "errors" not in payload and not foreign:  # absent (not null): splice every byte
+            end = len(body.rstrip()) - 1  # the closing brace
+            separator = b',"errors":' if payload else b'"errors":'
+            return b"".join((body[:end], separator, dumps(errors), body[end:]))
         payload = parse(body)  # re-encoded: exact, so that long numbers survive
+        inject_payload(payload, errors)
+        return dumps(payload)
     except Untouched as exc:
-        if foreign and not errors:  # only a context to mend, and it cannot be: said loudly
-            raise Unmendable(f"another request's context, but {exc}") from exc
+        if foreign:  # the answer goes as it came, holding another's context: said loudly
+            raise Unmendable(f"another request's context, but {exc}", exc.reason) from exc
         raise
-    inject_payload(payload, errors)
-    return dumps(payload)

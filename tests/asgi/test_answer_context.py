@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from adcp_stale_cache import StaleAdvisoryMiddleware, SurfacePolicy, Surfaces, Upstream
+from adcp_stale_cache.core.advisory import stale_response
 from adcp_stale_cache.pipeline.cache import UpstreamCache
 from adcp_stale_cache.stores import MemoryStore
 
@@ -286,19 +287,40 @@ async def test_a_null_context_is_no_context_and_unchanged_answers_keep_their_hea
     assert response.content == b'{"products": [], "context": {"correlation_id": "c"}}'
 
 
-async def test_a_foreign_context_that_cannot_be_mended_is_said_loudly(caplog: Any) -> None:
+DEEP = b"[" * 600 + b"]" * 600  # past what the stdlib re-encodes (orjson reads it)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b'{"cpm": NaN, "context": {"correlation_id": "a"}}',
+        # Found by a review (session 44): these went out silently, no WARNING.
+        b'{"x": ' + DEEP + b', "context": {"correlation_id": "a"}}',  # re-encoding fails
+        b'{"n": 123456789012345678901, "x": ' + DEEP + b', "context": {"correlation_id": "a"}}',
+    ],
+    ids=["nan", "deep", "deep-long-number"],
+)
+@pytest.mark.parametrize("stale", [False, True], ids=["context-only", "with-advisory"])
+async def test_a_foreign_context_that_cannot_be_mended_is_said_loudly(
+    caplog: Any, answer: bytes, stale: bool
+) -> None:
     async def route(request: Request) -> Response:
         await request.body()
-        request.scope["state"]["adcp_stale_cache"].trace.served_context = True
-        return Response(
-            b'{"cpm": NaN, "context": {"correlation_id": "a"}}', media_type="application/json"
-        )
+        collector = request.scope["state"]["adcp_stale_cache"]
+        collector.trace.served_context = True
+        if stale:
+            policy = SurfacePolicy(name="get_products", field="products")
+            collector.record(
+                "inventory", stale_response(Upstream(name="inventory"), policy, 12, None)
+            )
+        return Response(answer, media_type="application/json")
 
     app = StaleAdvisoryMiddleware(Starlette(routes=[Route("/api/get_products", route,
                                                           methods=["POST"])]))  # fmt: skip
     with caplog.at_level(logging.WARNING, logger="adcp_stale_cache.middleware"):
         body = json.dumps({"context": {"correlation_id": "b"}}).encode()
-        await _post(app, body, {"content-type": "application/json"})
+        response = await _post(app, body, {"content-type": "application/json"})
+    assert response.content == answer  # as it came: no re-encoding could keep it exact
     assert any("answer_context_not_mended" in r.getMessage() for r in caplog.records)
 
 

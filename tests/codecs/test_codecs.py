@@ -189,6 +189,11 @@ def test_a_json_answer_compares_its_context_with_long_integers_exact(answered: i
         assert inject_json(body, Delivery([ADVISORY], {"n": 2**70})).startswith(body[:-1])
 
 
+def test_a_spliced_advisory_holding_a_long_integer_is_written_exactly() -> None:
+    out = inject_json(b'{"products": []}', [{"code": "X", "details": {"n": 2**70}}])
+    assert json.loads(out)["errors"][0]["details"]["n"] == 2**70  # orjson alone raised
+
+
 def test_sse_without_advisories_is_byte_identical() -> None:
     call = RpcCall("mcp", 7, "get_products")
     events = [b": ping\r\n\r\n", sse(mcp_result(structuredContent=dict(PAYLOAD)), crlf=True)]
