@@ -257,6 +257,7 @@ def inject_json(
     foreign = foreign_context(payload, context)
     if not errors and not foreign:
         return body  # nothing to deliver: every byte as it came
+    replaced = errors.replaced if isinstance(errors, Delivery) else 0
     try:
         if errors:
             _check(payload)
@@ -268,6 +269,8 @@ def inject_json(
         inject_payload(payload, errors)
         return dumps(payload)
     except Untouched as exc:
+        if isinstance(errors, Delivery):
+            errors.replaced = replaced  # nothing written, so nothing mended
         if foreign:  # the answer goes as it came, holding another's context: said loudly
             raise Unmendable(f"another request's context, but {exc}", exc.reason) from exc
         raise

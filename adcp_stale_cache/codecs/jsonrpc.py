@@ -6,7 +6,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .json import KEEP, UNKNOWN, Delivery, Untouched, context_of, dumps, loads, parse, present
+from .json import (
+    KEEP,
+    UNKNOWN,
+    Delivery,
+    Unmendable,
+    Untouched,
+    context_of,
+    dumps,
+    loads,
+    parse,
+    present,
+)
 
 MCP_TOOL_CALL = "tools/call"
 _BOM = b"\xef\xbb\xbf"
@@ -109,7 +120,7 @@ def inject_body(body: bytes, calls: list[RpcCall], errors: list[dict[str, Any]])
     if len(calls) != 1:
         assert isinstance(errors, Delivery)  # (the only kind let through above)
         return _own_contexts(body, calls, errors)
-    data = parse(body)
+    data, replaced = _parsed(body, errors), errors.replaced if isinstance(errors, Delivery) else 0
     messages = data if isinstance(data, list) else [data]
     answers = [m for m in messages if same_id(m, calls[0])]
     if not answers:
@@ -129,12 +140,12 @@ def inject_body(body: bytes, calls: list[RpcCall], errors: list[dict[str, Any]])
         raise refused
     if not errors and not (isinstance(errors, Delivery) and errors.replaced):
         return body  # nothing delivered: every byte as it came
-    return dumps(data)
+    return _written(data, errors, replaced)
 
 
 def _own_contexts(body: bytes, calls: list[RpcCall], delivery: Delivery) -> bytes:
     """A batch's answers, each with its own call's ``context`` (nothing else touched)."""
-    data = parse(body)
+    data, replaced = _parsed(body, delivery), delivery.replaced
     messages = data if isinstance(data, list) else [data]
     for message in messages:
         matching = [call for call in calls if same_id(message, call)]
@@ -148,4 +159,26 @@ def _own_contexts(body: bytes, calls: list[RpcCall], delivery: Delivery) -> byte
         except Untouched:
             continue  # an error reply, a failed task: no payload of the kind to mend
         delivery.replaced += own.replaced
-    return dumps(data) if delivery.replaced else body
+    return _written(data, delivery, replaced) if delivery.replaced > replaced else body
+
+
+def _parsed(body: bytes, errors: list[dict[str, Any]]) -> Any:
+    """``body`` read exactly; :class:`Unmendable` when it cannot be and a context is in doubt."""
+    try:
+        return parse(body)
+    except Untouched as exc:
+        if isinstance(errors, Delivery) and errors.context is not KEEP:
+            raise Unmendable(f"an answer whose context is in doubt, but {exc}", exc.reason) from exc
+        raise
+
+
+def _written(data: Any, errors: list[dict[str, Any]], replaced: int) -> bytes:
+    """``data`` re-encoded; :class:`Unmendable` (nothing counted mended) when a context was
+    mended in it and it cannot be."""
+    try:
+        return dumps(data)
+    except Untouched as exc:
+        if isinstance(errors, Delivery) and errors.replaced > replaced:
+            errors.replaced = replaced  # nothing written, so nothing mended
+            raise Unmendable(f"another request's context, but {exc}", exc.reason) from exc
+        raise

@@ -322,6 +322,7 @@ async def test_a_foreign_context_that_cannot_be_mended_is_said_loudly(
         response = await _post(app, body, {"content-type": "application/json"})
     assert response.content == answer  # as it came: no re-encoding could keep it exact
     assert any("answer_context_not_mended" in r.getMessage() for r in caplog.records)
+    assert app.contexts_replaced == 0  # none was
 
 
 # Second hostile pass: JSON-RPC read as servers read it, any answer label, joined flights.
@@ -361,6 +362,21 @@ def structured(response: httpx.Response) -> list[Any]:
     answers = response.json()
     answers = answers if isinstance(answers, list) else [answers]
     return [a["result"].get("structuredContent", {}).get("context") for a in answers]
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["one-call", "batch"])
+async def test_an_rpc_answer_in_doubt_that_cannot_be_rewritten_is_said_loudly(
+    caplog: Any, batch: bool
+) -> None:
+    """Found by a review (session 44): an MCP answer holding another buyer's context and a
+    NaN (no re-encoding keeps it exact) went out with no WARNING."""
+    app = rpc_seller({**LEAKED, "cpm": float("nan")})
+    request = [call(1), call(2, "buyer-c")] if batch else call(1)
+    with caplog.at_level(logging.WARNING, logger="adcp_stale_cache.middleware"):
+        response = await _post(app, json.dumps(request).encode(), {}, path="/rpc")
+    assert b"buyer-a-secret" in response.content  # as it came: it cannot be mended
+    assert any("answer_context_not_mended" in r.getMessage() for r in caplog.records)
+    assert app.contexts_replaced == 0  # none was
 
 
 @pytest.mark.parametrize("batch", [
