@@ -203,7 +203,7 @@ class EventStreamResponder:
         self.answer = answer
         self.deliveries: list[Delivery] = []  # what was handed over, context mends counted
         self.stream = RpcEventStream(
-            answer.request.calls[0], self._delivery, answer.dropped, answer.collector.delivered
+            answer.request.calls[0], self._delivery, self._untouched, answer.collector.delivered
         )
 
     async def send(self, message: Message) -> None:
@@ -229,6 +229,11 @@ class EventStreamResponder:
         found = self.answer.delivery()
         self.deliveries.append(found)
         return found
+
+    def _untouched(self, why: Untouched) -> None:
+        self.answer.dropped(why)  # (no advisory pending: nothing counted)
+        if isinstance(why, Unmendable):
+            logger.warning("answer_context_not_mended reason=%s", why)
 
 
 _NO_ANSWER = Untouched("the app sent no answer to write them into", "no_answer")

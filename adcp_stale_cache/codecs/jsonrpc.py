@@ -120,7 +120,10 @@ def inject_body(body: bytes, calls: list[RpcCall], errors: list[dict[str, Any]])
     if len(calls) != 1:
         assert isinstance(errors, Delivery)  # (the only kind let through above)
         return _own_contexts(body, calls, errors)
-    data, replaced = _parsed(body, errors), errors.replaced if isinstance(errors, Delivery) else 0
+    data, replaced = (
+        read_answer(body, errors),
+        errors.replaced if isinstance(errors, Delivery) else 0,
+    )
     messages = data if isinstance(data, list) else [data]
     answers = [m for m in messages if same_id(m, calls[0])]
     if not answers:
@@ -140,12 +143,12 @@ def inject_body(body: bytes, calls: list[RpcCall], errors: list[dict[str, Any]])
         raise refused
     if not errors and not (isinstance(errors, Delivery) and errors.replaced):
         return body  # nothing delivered: every byte as it came
-    return _written(data, errors, replaced)
+    return write_answer(data, errors, replaced)
 
 
 def _own_contexts(body: bytes, calls: list[RpcCall], delivery: Delivery) -> bytes:
     """A batch's answers, each with its own call's ``context`` (nothing else touched)."""
-    data, replaced = _parsed(body, delivery), delivery.replaced
+    data, replaced = read_answer(body, delivery), delivery.replaced
     messages = data if isinstance(data, list) else [data]
     for message in messages:
         matching = [call for call in calls if same_id(message, call)]
@@ -159,11 +162,12 @@ def _own_contexts(body: bytes, calls: list[RpcCall], delivery: Delivery) -> byte
         except Untouched:
             continue  # an error reply, a failed task: no payload of the kind to mend
         delivery.replaced += own.replaced
-    return _written(data, delivery, replaced) if delivery.replaced > replaced else body
+    return write_answer(data, delivery, replaced) if delivery.replaced > replaced else body
 
 
-def _parsed(body: bytes, errors: list[dict[str, Any]]) -> Any:
-    """``body`` read exactly; :class:`Unmendable` when it cannot be and a context is in doubt."""
+def read_answer(body: bytes, errors: list[dict[str, Any]]) -> Any:
+    """An answer's ``body`` read exactly to rewrite it; :class:`Unmendable` when it cannot be
+    and a context is in doubt."""
     try:
         return parse(body)
     except Untouched as exc:
@@ -172,9 +176,9 @@ def _parsed(body: bytes, errors: list[dict[str, Any]]) -> Any:
         raise
 
 
-def _written(data: Any, errors: list[dict[str, Any]], replaced: int) -> bytes:
-    """``data`` re-encoded; :class:`Unmendable` (nothing counted mended) when a context was
-    mended in it and it cannot be."""
+def write_answer(data: Any, errors: list[dict[str, Any]], replaced: int) -> bytes:
+    """A rewritten answer re-encoded; :class:`Unmendable` (nothing counted mended) when a
+    context was mended in it (``errors.replaced`` past ``replaced``) and it cannot be."""
     try:
         return dumps(data)
     except Untouched as exc:

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 from . import a2a
-from .json import KEEP, Delivery, Untouched, dumps, parse, present, read
-from .jsonrpc import RpcCall, inject_response
+from .json import KEEP, Delivery, Unmendable, Untouched, present, read
+from .jsonrpc import RpcCall, inject_response, read_answer, write_answer
 from .sse import EventSplitter, event_data, rewrite_data
 
 Errors = Callable[[], list[dict[str, Any]]]
@@ -81,44 +81,56 @@ class RpcEventStream:
         errors = self.errors()
         if not _delivers(errors):
             return event
-        try:
-            if not exact:
-                message = parse(data)  # the fast parse may have rounded: parse exactly
+
+        def inject(message: Any) -> None:
             inject_response(message, self.call, errors)
-        except Untouched as exc:
-            if errors:
-                self.on_untouched(exc)
-            return event
-        if errors:
-            self.on_written()
-        elif not _replaced(errors):
-            return event  # its context was its own: every byte as it came
-        return rewrite_data(event, lambda _: dumps(message))
+
+        written = self._written(errors, data, message if exact else None, inject)
+        return event if written is None else rewrite_data(event, lambda _: written)
 
     def _release(self, *, inject: bool) -> bytes:
         held, self._held, self._held_size = self._held, [], 0
         if not held or not inject:
             return b"".join(held)
+        errors = self.errors()
 
-        def add(data: bytes) -> bytes | None:
-            errors = self.errors()
-            try:
-                message = parse(data)
-                found = a2a.kind_of(message.get("result"))
-                assert found is not None
-                a2a.inject_parts(found[1].get("artifact", {}).get("parts"), errors)
-            except Untouched as exc:
-                if errors:
-                    self.on_untouched(exc)
-                return None
-            if errors:
-                self.on_written()
-            elif not _replaced(errors):
-                return None  # its context was its own: every byte as it came
-            return dumps(message)
+        def inject_artifact(message: Any) -> None:
+            found = a2a.kind_of(message.get("result"))
+            assert found is not None
+            a2a.inject_parts(found[1].get("artifact", {}).get("parts"), errors)
 
-        held[0] = rewrite_data(held[0], add)
+        held[0] = rewrite_data(
+            held[0], lambda data: self._written(errors, data, None, inject_artifact)
+        )
         return b"".join(held)
+
+    def _written(
+        self,
+        errors: list[dict[str, Any]],
+        data: bytes,
+        message: Any,
+        inject: Callable[[Any], None],
+    ) -> bytes | None:
+        """``data``'s message (``message``: read exactly already) with ``errors`` and its own
+        context written in; None to send it as it came, and ``on_untouched`` hears why when
+        advisories, or a context in doubt, could not be written."""
+        mended = errors.replaced if isinstance(errors, Delivery) else 0
+        try:
+            if message is None:
+                message = read_answer(data, errors)  # the fast read may have rounded
+            inject(message)
+            if not errors and not _replaced(errors):
+                return None  # its context was its own: every byte as it came
+            written = write_answer(message, errors, mended)
+        except Untouched as exc:
+            if isinstance(errors, Delivery):
+                errors.replaced = mended  # nothing written, so nothing mended
+            if errors or isinstance(exc, Unmendable):
+                self.on_untouched(exc)
+            return None
+        if errors:
+            self.on_written()
+        return written
 
 
 _MAX_HELD_BYTES = 1024 * 1024

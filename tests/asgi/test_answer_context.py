@@ -379,6 +379,26 @@ async def test_an_rpc_answer_in_doubt_that_cannot_be_rewritten_is_said_loudly(
     assert app.contexts_replaced == 0  # none was
 
 
+async def test_a_streamed_answer_in_doubt_that_cannot_be_rewritten_is_said_loudly(
+    caplog: Any,
+) -> None:
+    """The same over an event stream: codecs/stream.py told only advisories' failures."""
+
+    async def route(request: Request) -> Response:
+        message = json.loads(await request.body())
+        request.scope["state"]["adcp_stale_cache"].trace.served_context = True
+        result = {"content": [], "structuredContent": {**LEAKED, "cpm": float("nan")}}
+        data = json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result})
+        return Response(f"event: message\ndata: {data}\n\n", media_type="text/event-stream")
+
+    app = StaleAdvisoryMiddleware(Starlette(routes=[Route("/rpc", route, methods=["POST"])]))
+    with caplog.at_level(logging.WARNING, logger="adcp_stale_cache.middleware"):
+        response = await _post(app, json.dumps(call(1)).encode(), {}, path="/rpc")
+    assert b"buyer-a-secret" in response.content  # as it came: it cannot be mended
+    assert any("answer_context_not_mended" in r.getMessage() for r in caplog.records)
+    assert app.contexts_replaced == 0
+
+
 @pytest.mark.parametrize("batch", [
     [{"jsonrpc": "2.0", "id": 7, "method": "ping"}, call(7)],  # a reused id, first a ping
     [{"jsonrpc": "2.0", "id": True, "method": "ping"}, call(1)],  # true is not 1

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from adcp_stale_cache.codecs import RpcCall, RpcEventStream, Untouched, inject_body, parse_calls
-from adcp_stale_cache.codecs.json import Delivery, inject_json
+from adcp_stale_cache.codecs.json import Delivery, Unmendable, inject_json
 from adcp_stale_cache.codecs.mcp import inject_tool_result
 from adcp_stale_cache.codecs.sse import EventSplitter, event_data, rewrite_data
 
@@ -253,3 +253,29 @@ def test_a2a_stream_failed_task_untouched(v1: bool, state: str) -> None:
     events = a2a_events(state, v1)
     out = run_stream(RpcCall("a2a", 1, "get_products"), events, [ADVISORY])
     assert "errors" not in json.dumps(out)
+
+
+DEEP = b"[" * 600 + b"]" * 600  # orjson reads it; no re-encoding writes it
+
+
+@pytest.mark.parametrize("protocol", ["mcp", "a2a"])
+@pytest.mark.parametrize("in_doubt", [False, True], ids=["advisory", "advisory-and-context"])
+def test_a_streamed_answer_too_deep_to_rewrite_passes_as_it_came(
+    protocol: str, in_doubt: bool
+) -> None:
+    """Found looking for the pattern of session 44's review: re-encoding such an answer
+    raised out of the stream, which cut it mid-answer."""
+    if protocol == "mcp":
+        call = RpcCall("mcp", 7, "get_products")
+        events = [sse(mcp_result(content=[], structuredContent=PAYLOAD, isError=False))]
+    else:
+        call, events = RpcCall("a2a", 1, "get_products"), a2a_events("completed", False)
+    events = [e.replace(b'"products": [', b'"x": ' + DEEP + b', "products": [') for e in events]
+    errors = Delivery([ADVISORY], {"correlation_id": "another"}) if in_doubt else [ADVISORY]
+    heard: list[Untouched] = []
+    stream = RpcEventStream(call, lambda: errors, heard.append)
+    raw = b"".join(events)
+    assert stream.feed(raw) + stream.close() == raw
+    assert len(heard) == 1 and isinstance(heard[0], Unmendable) is in_doubt
+    if isinstance(errors, Delivery):
+        assert errors.replaced == 0  # none was written
