@@ -49,15 +49,20 @@ def kind_of(result: Any) -> tuple[str, dict[str, Any]] | None:
 def is_completed(status_holder: dict[str, Any]) -> bool:
     """True when a task or status-update event says the task completed."""
     status = status_holder.get("status")
-    return isinstance(status, dict) and status.get("state") in _COMPLETED
+    return isinstance(status, dict) and _state(status) in _COMPLETED
 
 
 def is_terminal(status_holder: dict[str, Any]) -> bool:
     """True when a task or status-update event ends the task (or pauses it for input)."""
     status = status_holder.get("status")
     return bool(status_holder.get("final")) or (
-        isinstance(status, dict) and status.get("state") in _TERMINAL
+        isinstance(status, dict) and _state(status) in _TERMINAL
     )
+
+
+def _state(status: dict[str, Any]) -> str | None:
+    state = status.get("state")
+    return state if isinstance(state, str) else None  # (a list or an object: no state)
 
 
 def inject_result(result: Any, errors: list[dict[str, Any]]) -> None:

@@ -120,10 +120,8 @@ def inject_body(body: bytes, calls: list[RpcCall], errors: list[dict[str, Any]])
     if len(calls) != 1:
         assert isinstance(errors, Delivery)  # (the only kind let through above)
         return _own_contexts(body, calls, errors)
-    data, replaced = (
-        read_answer(body, errors),
-        errors.replaced if isinstance(errors, Delivery) else 0,
-    )
+    data = parse(body)
+    replaced = errors.replaced if isinstance(errors, Delivery) else 0
     messages = data if isinstance(data, list) else [data]
     answers = [m for m in messages if same_id(m, calls[0])]
     if not answers:
@@ -140,6 +138,8 @@ def inject_body(body: bytes, calls: list[RpcCall], errors: list[dict[str, Any]])
         if errors:
             break  # advisories go to one answer
     if not delivered and refused is not None:
+        if isinstance(errors, Delivery):
+            errors.replaced = replaced  # nothing written, so nothing mended
         raise refused
     if not errors and not (isinstance(errors, Delivery) and errors.replaced):
         return body  # nothing delivered: every byte as it came
@@ -148,7 +148,7 @@ def inject_body(body: bytes, calls: list[RpcCall], errors: list[dict[str, Any]])
 
 def _own_contexts(body: bytes, calls: list[RpcCall], delivery: Delivery) -> bytes:
     """A batch's answers, each with its own call's ``context`` (nothing else touched)."""
-    data, replaced = read_answer(body, delivery), delivery.replaced
+    data, replaced = parse(body), delivery.replaced
     messages = data if isinstance(data, list) else [data]
     for message in messages:
         matching = [call for call in calls if same_id(message, call)]
@@ -163,17 +163,6 @@ def _own_contexts(body: bytes, calls: list[RpcCall], delivery: Delivery) -> byte
             continue  # an error reply, a failed task: no payload of the kind to mend
         delivery.replaced += own.replaced
     return write_answer(data, delivery, replaced) if delivery.replaced > replaced else body
-
-
-def read_answer(body: bytes, errors: list[dict[str, Any]]) -> Any:
-    """An answer's ``body`` read exactly to rewrite it; :class:`Unmendable` when it cannot be
-    and a context is in doubt."""
-    try:
-        return parse(body)
-    except Untouched as exc:
-        if isinstance(errors, Delivery) and errors.context is not KEEP:
-            raise Unmendable(f"an answer whose context is in doubt, but {exc}", exc.reason) from exc
-        raise
 
 
 def write_answer(data: Any, errors: list[dict[str, Any]], replaced: int) -> bytes:

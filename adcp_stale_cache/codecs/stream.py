@@ -10,8 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 from . import a2a
-from .json import KEEP, Delivery, Unmendable, Untouched, present, read
-from .jsonrpc import RpcCall, inject_response, read_answer, write_answer
+from .json import KEEP, Delivery, Unmendable, Untouched, parse, present, read
+from .jsonrpc import RpcCall, inject_response, write_answer
 from .sse import EventSplitter, event_data, rewrite_data
 
 Errors = Callable[[], list[dict[str, Any]]]
@@ -117,7 +117,7 @@ class RpcEventStream:
         mended = errors.replaced if isinstance(errors, Delivery) else 0
         try:
             if message is None:
-                message = read_answer(data, errors)  # the fast read may have rounded
+                message = parse(data)  # the fast read may have rounded: read exactly
             inject(message)
             if not errors and not _replaced(errors):
                 return None  # its context was its own: every byte as it came
@@ -161,5 +161,8 @@ def _replaced(errors: list[dict[str, Any]]) -> bool:
 
 
 def _has_data_part(artifact_event: dict[str, Any]) -> bool:
-    parts = (artifact_event.get("artifact") or {}).get("parts")
-    return any(isinstance(p, dict) and isinstance(p.get("data"), dict) for p in parts or [])
+    artifact = artifact_event.get("artifact")
+    parts = artifact.get("parts") if isinstance(artifact, dict) else None
+    return isinstance(parts, list) and any(
+        isinstance(p, dict) and isinstance(p.get("data"), dict) for p in parts
+    )

@@ -350,6 +350,13 @@ def rpc_seller(answer_payload: dict[str, Any], *, media_type: str = "application
     return StaleAdvisoryMiddleware(Starlette(routes=[Route("/rpc", route, methods=["POST"])]))
 
 
+def nested(levels: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
 LEAKED = {"products": [{"product_id": "p1"}], "context": {"correlation_id": "buyer-a-secret"}}
 
 
@@ -368,9 +375,9 @@ def structured(response: httpx.Response) -> list[Any]:
 async def test_an_rpc_answer_in_doubt_that_cannot_be_rewritten_is_said_loudly(
     caplog: Any, batch: bool
 ) -> None:
-    """Found by a review (session 44): an MCP answer holding another buyer's context and a
-    NaN (no re-encoding keeps it exact) went out with no WARNING."""
-    app = rpc_seller({**LEAKED, "cpm": float("nan")})
+    """Found by a review (session 44): an MCP answer holding another buyer's context, nested
+    past what re-encodes, went out with no WARNING (and counted as mended)."""
+    app = rpc_seller({**LEAKED, "x": nested(600)})
     request = [call(1), call(2, "buyer-c")] if batch else call(1)
     with caplog.at_level(logging.WARNING, logger="adcp_stale_cache.middleware"):
         response = await _post(app, json.dumps(request).encode(), {}, path="/rpc")
@@ -387,7 +394,7 @@ async def test_a_streamed_answer_in_doubt_that_cannot_be_rewritten_is_said_loudl
     async def route(request: Request) -> Response:
         message = json.loads(await request.body())
         request.scope["state"]["adcp_stale_cache"].trace.served_context = True
-        result = {"content": [], "structuredContent": {**LEAKED, "cpm": float("nan")}}
+        result = {"content": [], "structuredContent": {**LEAKED, "x": nested(600)}}
         data = json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result})
         return Response(f"event: message\ndata: {data}\n\n", media_type="text/event-stream")
 

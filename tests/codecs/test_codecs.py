@@ -279,3 +279,15 @@ def test_a_streamed_answer_too_deep_to_rewrite_passes_as_it_came(
     assert len(heard) == 1 and isinstance(heard[0], Unmendable) is in_doubt
     if isinstance(errors, Delivery):
         assert errors.replaced == 0  # none was written
+
+
+@pytest.mark.parametrize("state", [[], {}, 5])
+def test_an_a2a_status_that_is_not_a_word_passes(state: Any) -> None:
+    """Found by a review (session 44): a list or object as a task's state raised TypeError
+    out of the stream (every A2A stream, advisory or not)."""
+    call = RpcCall("a2a", 1, "get_products")
+    status = {"statusUpdate": {"taskId": "t", "status": {"state": state}}}
+    artifact = {"artifactUpdate": {"taskId": "t", "artifact": "x"}}
+    events = [sse({"jsonrpc": "2.0", "id": 1, "result": r}) for r in (artifact, status)]
+    stream = RpcEventStream(call, lambda: [ADVISORY], lambda why: None)
+    assert stream.feed(b"".join(events)) + stream.close() == b"".join(events)
