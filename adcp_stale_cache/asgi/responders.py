@@ -231,7 +231,7 @@ class EventStreamResponder:
         return found
 
     def _untouched(self, why: Untouched) -> None:
-        self.answer.dropped(why)  # (no advisory pending: nothing counted)
+        self.answer.dropped(why)  # advisories pending counted lost (none: nothing to count)
         if isinstance(why, Unmendable):
             logger.warning("answer_context_not_mended reason=%s", why)
 

@@ -148,7 +148,8 @@ def inject_body(body: bytes, calls: list[RpcCall], errors: list[dict[str, Any]])
 
 def _own_contexts(body: bytes, calls: list[RpcCall], delivery: Delivery) -> bytes:
     """A batch's answers, each with its own call's ``context`` (nothing else touched)."""
-    data, replaced = parse(body), delivery.replaced
+    data = parse(body)
+    replaced = delivery.replaced
     messages = data if isinstance(data, list) else [data]
     for message in messages:
         matching = [call for call in calls if same_id(message, call)]
