@@ -42,8 +42,10 @@ def kind_of(result: Any) -> tuple[str, dict[str, Any]] | None:
         "status-update": "status",
         "artifact-update": "artifact",
     }
-    legacy_kind = legacy.get(str(result.get("kind")))
-    return (legacy_kind, result) if legacy_kind else None
+    legacy_kind = result.get("kind")
+    if isinstance(legacy_kind, str) and legacy_kind in legacy:
+        return legacy[legacy_kind], result
+    return None
 
 
 def is_completed(status_holder: dict[str, Any]) -> bool:

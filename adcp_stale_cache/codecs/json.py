@@ -93,7 +93,35 @@ def foreign_context(payload: Any, context: Any) -> bool:
     """Whether ``payload`` carries a non-null ``context`` other than the request's."""
     if context is KEEP or not present(payload, "context"):
         return False
-    return context in (NO_CONTEXT, UNKNOWN) or payload["context"] != context
+    return context in (NO_CONTEXT, UNKNOWN) or not same_json(payload["context"], context)
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """Whether two parsed JSON values are the same JSON: ``true`` is not ``1`` (``1`` is
+    ``1.0``), and values nested however deep are compared without recursion."""
+    pairs = [(a, b)]
+    while pairs:
+        x, y = pairs.pop()
+        if isinstance(x, dict):
+            if not isinstance(y, dict) or x.keys() != y.keys():
+                return False
+            pairs.extend((value, y[key]) for key, value in x.items())
+        elif isinstance(x, list):
+            if not isinstance(y, list) or len(x) != len(y):
+                return False
+            pairs.extend(zip(x, y, strict=True))
+        elif isinstance(x, bool) or isinstance(y, bool):
+            if x is not y:
+                return False
+        elif isinstance(x, _NUMBER) and isinstance(y, _NUMBER):
+            if x != y:
+                return False
+        elif type(x) is not type(y) or x != y:
+            return False
+    return True
+
+
+_NUMBER = (int, float)
 
 
 def present(obj: Any, key: str) -> bool:

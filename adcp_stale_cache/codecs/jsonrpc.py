@@ -17,6 +17,7 @@ from .json import (
     loads,
     parse,
     present,
+    same_json,
 )
 
 MCP_TOOL_CALL = "tools/call"
@@ -82,9 +83,12 @@ def a2a_call(message: Any) -> tuple[str | None, Any]:
                 data = loads(part["text"])
             except Untouched:
                 continue
-        if isinstance(data, dict) and data.get("skill"):
+        if not isinstance(data, dict):
+            continue
+        skill = data.get("skill")
+        if skill and not isinstance(skill, (list, dict)):  # (no skill is named by a list)
             parameters = data.get("parameters")
-            found.append((str(data["skill"]), parameters if isinstance(parameters, dict) else {}))
+            found.append((str(skill), parameters if isinstance(parameters, dict) else {}))
     return found[0] if len(found) == 1 else (None, None)
 
 
@@ -93,7 +97,7 @@ def same_id(message: Any, call: RpcCall) -> bool:
     if not isinstance(message, dict) or "id" not in message:
         return False
     found = message["id"]
-    return type(found) is type(call.id) and found == call.id
+    return type(found) is type(call.id) and same_json(found, call.id)
 
 
 def inject_response(message: Any, call: RpcCall, errors: list[dict[str, Any]]) -> None:

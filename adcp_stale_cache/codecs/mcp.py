@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .json import Untouched, dumps_text, inject_payload, loads, parse
+from .json import Untouched, dumps_text, inject_payload, loads, parse, same_json
 
 
 def inject_tool_result(result: Any, errors: list[dict[str, Any]]) -> None:
@@ -40,7 +40,7 @@ def _payload_texts(result: dict[str, Any], structured: Any) -> list[tuple[dict[s
             payload = loads(text)
         except Untouched:
             continue
-        if structured is None or _without_nulls(payload) == _without_nulls(structured):
+        if structured is None or same_json(_without_nulls(payload), _without_nulls(structured)):
             # Parsed again exactly, since it is rewritten.
             found.append((block, parse(text)))
     if structured is None and len(found) > 1:

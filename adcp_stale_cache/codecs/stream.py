@@ -11,7 +11,7 @@ from typing import Any
 
 from . import a2a
 from .json import KEEP, Delivery, Unmendable, Untouched, parse, present, read
-from .jsonrpc import RpcCall, inject_response, write_answer
+from .jsonrpc import RpcCall, inject_response, same_id, write_answer
 from .sse import EventSplitter, event_data, rewrite_data
 
 Errors = Callable[[], list[dict[str, Any]]]
@@ -146,7 +146,7 @@ def _answer(event: bytes, call: RpcCall) -> tuple[dict[str, Any], bytes, bool] |
         message, exact = read(data)
     except Untouched:
         return None
-    if isinstance(message, dict) and message.get("id") == call.id:
+    if same_id(message, call):
         return message, data, exact
     return None
 

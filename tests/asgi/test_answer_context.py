@@ -535,3 +535,48 @@ async def test_a_null_context_answer_is_never_foreign(
     assert [e["code"] for e in answer["errors"]] == ["STALE_RESPONSE"]
     assert middleware.contexts_replaced == 0
     assert not [r for r in caplog.records if "answer_context" in r.getMessage()]
+
+
+def deep_json(levels: int) -> bytes:
+    return b"[" * levels + b"]" * levels
+
+
+DEEP_ANSWERS = {  # what the app answers: each holds a value nested past Python's stack
+    "context": b'{"products": [], "context": %s}',
+    "rpc-id": b'{"jsonrpc": "2.0", "id": %s, "result": {"structuredContent": {}}}',
+    "rpc-context": b'{"jsonrpc": "2.0", "id": 1, "result": {"structuredContent": {"context": %s}}}',
+    "a2a-kind": b'{"jsonrpc": "2.0", "id": 1, "result": {"kind": %s}}',
+    "a2a-skill": b'{"jsonrpc": "2.0", "id": 1, "result": {}}',
+}
+DEEP_REQUESTS = {  # and what the buyer asked
+    "context": b'{"context": %s}',
+    "rpc-id": b'{"jsonrpc": "2.0", "id": %s, "method": "tools/call", "params": {"name": "n"}}',
+    "rpc-context": b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", '
+    b'"params": {"name": "n", "arguments": {"context": %s}}}',
+    "a2a-kind": b'{"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": '
+    b'{"parts": [{"data": {"skill": "s", "parameters": {"context": {}}}}]}}, "x": %s}',
+    "a2a-skill": b'{"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": '
+    b'{"parts": [{"data": {"skill": %s}}]}}}',
+}
+
+
+@pytest.mark.parametrize("where", list(DEEP_ANSWERS))
+async def test_a_value_nested_past_the_stack_is_read_not_a_500(where: str) -> None:
+    """Found by a review (session 44): a context nested about 1,000 deep, echoed by the app,
+    made the comparison recurse past Python's limit: a 500. JSON-RPC ids, A2A kinds and
+    skills too (found looking for the same pattern)."""
+    deep = deep_json(1015)  # orjson reads 1,024 levels; Python's == and str() recursed at 1,000
+
+    async def route(request: Request) -> Response:
+        await request.body()
+        request.scope["state"]["adcp_stale_cache"].trace.served_context = True
+        return Response(DEEP_ANSWERS[where].replace(b"%s", deep), media_type="application/json")
+
+    app = StaleAdvisoryMiddleware(Starlette(routes=[
+        Route("/api/get_products", route, methods=["POST"]),
+        Route("/rpc", route, methods=["POST"])]))  # fmt: skip
+    path = "/api/get_products" if where == "context" else "/rpc"
+    json_ = {"content-type": "application/json"}
+    response = await _post(app, DEEP_REQUESTS[where].replace(b"%s", deep), json_, path=path)
+    assert response.status_code == 200
+    assert response.content == DEEP_ANSWERS[where].replace(b"%s", deep)  # nothing to mend

@@ -189,6 +189,30 @@ def test_a_json_answer_compares_its_context_with_long_integers_exact(answered: i
         assert inject_json(body, Delivery([ADVISORY], {"n": 2**70})).startswith(body[:-1])
 
 
+@pytest.mark.parametrize(
+    ("answered", "asked", "foreign"),
+    [
+        (b'{"x": 1}', {"x": True}, True),  # found by a review (session 44): Python's == said
+        (b'{"x": [1, 0]}', {"x": [True, False]}, True),  # true is 1, so these stayed
+        (b'{"x": "true"}', {"x": True}, True),
+        (b'{"y": true}', {"x": True}, True),
+        (b'{"x": true}', {"x": True}, False),
+        (b'{"x": 1.0}', {"x": 1}, False),  # one number type in JSON: 1 and 1.0 are the same
+        (b'{"x": -0.0}', {"x": 0}, False),  # as a JavaScript buyer compares them (-0 === 0)
+    ],
+)
+def test_a_context_is_compared_as_json_types_and_all(
+    answered: bytes, asked: Any, foreign: bool
+) -> None:
+    body = b'{"products": [], "context": ' + answered + b"}"
+    errors = Delivery([], asked)
+    out = inject_json(body, errors)
+    if foreign:  # another request's context: it is mended
+        assert json.loads(out)["context"] == asked and errors.replaced == 1
+    else:
+        assert out == body and errors.replaced == 0
+
+
 def test_a_spliced_advisory_holding_a_long_integer_is_written_exactly() -> None:
     out = inject_json(b'{"products": []}', [{"code": "X", "details": {"n": 2**70}}])
     assert json.loads(out)["errors"][0]["details"]["n"] == 2**70  # orjson alone raised
