@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +32,10 @@ class NotJson(Untouched, ValueError):
     """A body not read as JSON (not UTF-8, not JSON, nested too deep); a ``ValueError`` too."""
 
     reason = "not_json"
+
+
+class TooDeep(NotJson):
+    """A JSON body nested deeper than it can be read: whatever it holds cannot be compared."""
 
 
 TOO_DEEP = "nested too deep to read or re-encode"
@@ -159,6 +164,46 @@ def _check(payload: Any) -> None:
         raise Untouched("payload 'errors' is not a list")
 
 
+def mends(errors: list[dict[str, Any]]) -> int:
+    """How many contexts ``errors`` has mended so far (none for a plain list)."""
+    return errors.replaced if isinstance(errors, Delivery) else 0
+
+
+def unwritten(
+    exc: Untouched, errors: list[dict[str, Any]], mended: int, foreign: Callable[[], bool]
+) -> Untouched:
+    """What to raise when an answer cannot be written: nothing counts as mended since
+    ``mended``, and :class:`Unmendable` if a context was mended in it or ``foreign()``
+    finds another's in it."""
+    loud = mends(errors) > mended
+    if isinstance(errors, Delivery):
+        errors.replaced = mended  # nothing written, so nothing mended
+    if isinstance(exc, Unmendable) or not (loud or foreign()):
+        return exc
+    return Unmendable(f"another request's context, but {exc}", exc.reason)
+
+
+def holds_foreign(body: bytes, context: Any, mend: Callable[[Any, Delivery], None]) -> bool:
+    """Whether ``body``, read leniently, holds a context other than ``context`` where ``mend``
+    (an inject function) would replace one; a body too deep to read is in doubt, so yes."""
+    if context is KEEP:
+        return False
+    try:
+        value = loads(body)
+    except TooDeep:
+        return True
+    except Untouched:
+        return False
+    probe = Delivery([], context)
+    try:
+        mend(value, probe)
+    except Unmendable:
+        return True
+    except Untouched:
+        return False
+    return probe.replaced > 0
+
+
 def loads(body: bytes | str) -> Any:
     """Parse untrusted JSON to read it (long integers exact); :class:`NotJson` if it is not."""
     if not has_long_number(body.encode() if isinstance(body, str) else body):
@@ -201,11 +246,11 @@ def _stdlib(body: bytes | str, parse_float: Any) -> Any:
             parse_constant=_no_constant if exact else None,
         )
     except RecursionError:  # orjson stops at 1,024 levels; the stdlib at the stack's depth
-        raise NotJson(f"body is {TOO_DEEP}") from None
+        raise TooDeep(f"body is {TOO_DEEP}") from None
     except ValueError as exc:
         raise NotJson("body is not valid JSON") from exc
     if _deeper_than_the_stdlib_goes(value, text):
-        raise NotJson(f"body is {TOO_DEEP}")
+        raise TooDeep(f"body is {TOO_DEEP}")
     return value
 
 
@@ -270,35 +315,57 @@ def inject_json(
 ) -> bytes:
     """The JSON body with ``errors`` appended to its payload's ``errors[]``
     (``rpc_is_envelope``: a ``jsonrpc`` body is left untouched)."""
+    context = errors.context if isinstance(errors, Delivery) else KEEP
     try:  # the splice keeps every byte, so only a compared context needs an exact reading
         payload = orjson.loads(body)
     except orjson.JSONDecodeError:
-        payload = loads(body)
+        payload = _read_to_compare(body, context)
     if rpc_is_envelope and present(payload, "jsonrpc"):
         raise Untouched("a JSON-RPC message, not a payload: its call was not read", "call_unread")
-    context = errors.context if isinstance(errors, Delivery) else KEEP
-    if context is not KEEP and present(payload, "context") and has_long_number(body):
-        try:
-            payload = loads(body)
-        except Untouched as exc:  # deeper than an exact reading goes: not comparable
-            raise Unmendable(f"a context that cannot be compared: {exc}", exc.reason) from exc
+    compared = context is not KEEP and present(payload, "context")
+    if compared and has_long_number(body):
+        payload = _read_to_compare(body, context)
     foreign = foreign_context(payload, context)
-    if not errors and not foreign:
+    # A context named twice is read as its last, which a client may not: rewritten once.
+    twice = compared and not foreign and _named_twice(body, "context")
+    if not errors and not foreign and not twice:
         return body  # nothing to deliver: every byte as it came
-    replaced = errors.replaced if isinstance(errors, Delivery) else 0
+    mended = mends(errors)
     try:
         if errors:
             _check(payload)
-        if "errors" not in payload and not foreign:  # absent (not null): splice every byte
+        if "errors" not in payload and not foreign and not twice:  # absent, not null: splice
             end = len(body.rstrip()) - 1  # the closing brace
             separator = b',"errors":' if payload else b'"errors":'
             return b"".join((body[:end], separator, dumps(errors), body[end:]))
         payload = parse(body)  # re-encoded: exact, so that long numbers survive
         inject_payload(payload, errors)
+        if twice and isinstance(errors, Delivery):
+            errors.replaced += 1  # the other one is gone
         return dumps(payload)
     except Untouched as exc:
-        if isinstance(errors, Delivery):
-            errors.replaced = replaced  # nothing written, so nothing mended
-        if foreign:  # the answer goes as it came, holding another's context: said loudly
-            raise Unmendable(f"another request's context, but {exc}", exc.reason) from exc
-        raise
+        raise unwritten(exc, errors, mended, lambda: foreign or twice) from exc
+
+
+def _read_to_compare(body: bytes, context: Any) -> Any:
+    try:
+        return loads(body)
+    except TooDeep as exc:  # deeper than a reading goes: a context in it cannot be compared
+        if context is KEEP:
+            raise
+        raise Unmendable(f"a context that cannot be compared: {exc}", exc.reason) from exc
+
+
+def _named_twice(body: bytes, key: str) -> bool:
+    """Whether the object ``body`` may name ``key`` twice at its top (escaped forms too)."""
+    quoted = f'"{key}"'.encode()
+    if body.count(quoted) < 2 and not (b"\\u" in body and _ESCAPED_LETTER.search(body)):
+        return False
+    try:
+        pairs = json.loads(body, object_pairs_hook=list)
+    except (ValueError, RecursionError):
+        return True  # not read to the end: rewritten (or said) rather than trusted
+    return isinstance(pairs, list) and sum(name == key for name, _ in pairs) > 1
+
+
+_ESCAPED_LETTER = re.compile(rb"\\u00(?:[46][0-9a-fA-F]|[57][0-9aA])")  # \u0041 for "A"...

@@ -14,10 +14,13 @@ from .json import (
     Untouched,
     context_of,
     dumps,
+    holds_foreign,
     loads,
+    mends,
     parse,
     present,
     same_json,
+    unwritten,
 )
 
 MCP_TOOL_CALL = "tools/call"
@@ -121,41 +124,57 @@ def inject_body(body: bytes, calls: list[RpcCall], errors: list[dict[str, Any]])
         raise Untouched(
             f"{len(calls)} tool calls in one request: advisories cannot be attributed", "batch"
         )
-    if len(calls) != 1:
-        assert isinstance(errors, Delivery)  # (the only kind let through above)
-        return _own_contexts(body, calls, errors)
-    data = parse(body)
-    replaced = errors.replaced if isinstance(errors, Delivery) else 0
-    messages = data if isinstance(data, list) else [data]
-    answers = [m for m in messages if same_id(m, calls[0])]
+
+    def deliver(data: Any, errors: list[dict[str, Any]]) -> None:
+        if len(calls) == 1:
+            _deliver(data, calls[0], errors)
+        else:
+            assert isinstance(errors, Delivery)  # (the only kind let through above)
+            _own_contexts(data, calls, errors)
+
+    mended = mends(errors)
+    try:
+        data = parse(body)
+        deliver(data, errors)
+        if not errors and mends(errors) == mended:
+            return body  # nothing delivered: every byte as it came
+        return dumps(data)
+    except Untouched as exc:
+        context = errors.context if isinstance(errors, Delivery) else KEEP
+        raise unwritten(exc, errors, mended, lambda: holds_foreign(body, context, deliver)) from exc
+
+
+def _deliver(data: Any, call: RpcCall, errors: list[dict[str, Any]]) -> None:
+    """``errors`` into the first answer to ``call`` that takes them; every answer under its
+    id (a reused id hides none) gets the call's context."""
+    answers = [m for m in (data if isinstance(data, list) else [data]) if same_id(m, call)]
     if not answers:
         raise Untouched("not the answer to the tool call", "unanswered")
     refused: Untouched | None = None
-    delivered = False
-    for answer in answers:  # every message with the call's id: a reused id hides none
+    owed = errors
+    for answer in answers:
         try:
-            inject_response(answer, calls[0], errors)
+            inject_response(answer, call, owed)
+        except Unmendable:
+            raise
         except Untouched as exc:
             refused = exc
             continue
-        delivered = True
-        if errors:
-            break  # advisories go to one answer
-    if not delivered and refused is not None:
-        if isinstance(errors, Delivery):
-            errors.replaced = replaced  # nothing written, so nothing mended
+        if owed is not errors:
+            continue
+        if not isinstance(errors, Delivery) or errors.context is KEEP:
+            return  # advisories go to one answer, and no context is mended
+        owed = Delivery([], errors.context)
+    if owed is errors:
+        assert refused is not None
         raise refused
-    if not errors and not (isinstance(errors, Delivery) and errors.replaced):
-        return body  # nothing delivered: every byte as it came
-    return write_answer(data, errors, replaced)
+    assert isinstance(errors, Delivery) and isinstance(owed, Delivery)
+    errors.replaced += owed.replaced
 
 
-def _own_contexts(body: bytes, calls: list[RpcCall], delivery: Delivery) -> bytes:
+def _own_contexts(data: Any, calls: list[RpcCall], delivery: Delivery) -> None:
     """A batch's answers, each with its own call's ``context`` (nothing else touched)."""
-    data = parse(body)
-    replaced = delivery.replaced
-    messages = data if isinstance(data, list) else [data]
-    for message in messages:
+    for message in data if isinstance(data, list) else [data]:
         matching = [call for call in calls if same_id(message, call)]
         if not matching:
             continue
@@ -164,19 +183,8 @@ def _own_contexts(body: bytes, calls: list[RpcCall], delivery: Delivery) -> byte
         own = Delivery([], call.context if len(matching) == 1 else UNKNOWN)
         try:
             inject_response(message, call, own)
+        except Unmendable:
+            raise
         except Untouched:
             continue  # an error reply, a failed task: no payload of the kind to mend
         delivery.replaced += own.replaced
-    return write_answer(data, delivery, replaced) if delivery.replaced > replaced else body
-
-
-def write_answer(data: Any, errors: list[dict[str, Any]], replaced: int) -> bytes:
-    """A rewritten answer re-encoded; :class:`Unmendable` (nothing counted mended) when a
-    context was mended in it (``errors.replaced`` past ``replaced``) and it cannot be."""
-    try:
-        return dumps(data)
-    except Untouched as exc:
-        if isinstance(errors, Delivery) and errors.replaced > replaced:
-            errors.replaced = replaced  # nothing written, so nothing mended
-            raise Unmendable(f"another request's context, but {exc}", exc.reason) from exc
-        raise

@@ -4,7 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from .json import Untouched, dumps_text, inject_payload, loads, parse, same_json
+from .json import (
+    KEEP,
+    Delivery,
+    Untouched,
+    dumps_text,
+    foreign_context,
+    inject_payload,
+    loads,
+    mends,
+    parse,
+    same_json,
+    unwritten,
+)
 
 
 def inject_tool_result(result: Any, errors: list[dict[str, Any]]) -> None:
@@ -16,18 +28,28 @@ def inject_tool_result(result: Any, errors: list[dict[str, Any]]) -> None:
         raise Untouched("tool result has isError: true", "is_error")
     structured = result.get("structuredContent")
     mirrors = _payload_texts(result, structured)
-    if isinstance(structured, dict):
-        inject_payload(structured, errors)
-    elif not mirrors:
-        raise Untouched("tool result holds no JSON payload", "not_json")
-    for block, payload in mirrors:
-        inject_payload(payload, errors)
-        pretty = "\n" in block["text"]
-        block["text"] = dumps_text(payload, indent=2 if pretty else None, ensure_ascii=False)
+    mended = mends(errors)
+    try:
+        if structured is None and len(mirrors) > 1:
+            raise Untouched("several JSON text blocks and no structuredContent: which is it?")
+        if isinstance(structured, dict):
+            inject_payload(structured, errors)
+        elif not mirrors:
+            raise Untouched("tool result holds no JSON payload", "not_json")
+        for block, _ in mirrors:
+            payload = parse(block["text"])  # exactly, since it is rewritten
+            inject_payload(payload, errors)
+            pretty = "\n" in block["text"]
+            block["text"] = dumps_text(payload, indent=2 if pretty else None, ensure_ascii=False)
+    except Untouched as exc:
+        context = errors.context if isinstance(errors, Delivery) else KEEP
+        payloads = [structured, *(payload for _, payload in mirrors)]
+        foreign = any(foreign_context(payload, context) for payload in payloads)
+        raise unwritten(exc, errors, mended, lambda: foreign) from exc
 
 
 def _payload_texts(result: dict[str, Any], structured: Any) -> list[tuple[dict[str, Any], Any]]:
-    """The text blocks that are the payload as JSON."""
+    """The text blocks that are the payload as JSON, each with its payload read leniently."""
     content = result.get("content")
     found = []
     for block in content if isinstance(content, list) else []:
@@ -41,10 +63,7 @@ def _payload_texts(result: dict[str, Any], structured: Any) -> list[tuple[dict[s
         except Untouched:
             continue
         if structured is None or same_json(_without_nulls(payload), _without_nulls(structured)):
-            # Parsed again exactly, since it is rewritten.
-            found.append((block, parse(text)))
-    if structured is None and len(found) > 1:
-        raise Untouched("several JSON text blocks and no structuredContent: which is the payload?")
+            found.append((block, payload))
     return found
 
 

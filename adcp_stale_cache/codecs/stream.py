@@ -10,8 +10,20 @@ from collections.abc import Callable
 from typing import Any
 
 from . import a2a
-from .json import KEEP, Delivery, Unmendable, Untouched, parse, present, read
-from .jsonrpc import RpcCall, inject_response, same_id, write_answer
+from .json import (
+    KEEP,
+    Delivery,
+    Unmendable,
+    Untouched,
+    dumps,
+    holds_foreign,
+    mends,
+    parse,
+    present,
+    read,
+    unwritten,
+)
+from .jsonrpc import RpcCall, inject_response, same_id
 from .sse import EventSplitter, event_data, rewrite_data
 
 Errors = Callable[[], list[dict[str, Any]]]
@@ -82,7 +94,7 @@ class RpcEventStream:
         if not _delivers(errors):
             return event
 
-        def inject(message: Any) -> None:
+        def inject(message: Any, errors: list[dict[str, Any]]) -> None:
             inject_response(message, self.call, errors)
 
         written = self._written(errors, data, message if exact else None, inject)
@@ -93,14 +105,8 @@ class RpcEventStream:
         if not held or not inject:
             return b"".join(held)
         errors = self.errors()
-
-        def inject_artifact(message: Any) -> None:
-            found = a2a.kind_of(message.get("result"))
-            assert found is not None
-            a2a.inject_parts(found[1].get("artifact", {}).get("parts"), errors)
-
         held[0] = rewrite_data(
-            held[0], lambda data: self._written(errors, data, None, inject_artifact)
+            held[0], lambda data: self._written(errors, data, None, _inject_artifact)
         )
         return b"".join(held)
 
@@ -109,28 +115,36 @@ class RpcEventStream:
         errors: list[dict[str, Any]],
         data: bytes,
         message: Any,
-        inject: Callable[[Any], None],
+        inject: Callable[[Any, list[dict[str, Any]]], None],
     ) -> bytes | None:
         """``data``'s message (``message``: read exactly already) with ``errors`` and its own
         context written in; None to send it as it came, and ``on_untouched`` hears why when
         advisories, or a context in doubt, could not be written."""
-        mended = errors.replaced if isinstance(errors, Delivery) else 0
+        mended = mends(errors)
         try:
             if message is None:
                 message = parse(data)  # the fast read may have rounded: read exactly
-            inject(message)
-            if not errors and not _replaced(errors):
+            inject(message, errors)
+            if not errors and mends(errors) == mended:
                 return None  # its context was its own: every byte as it came
-            written = write_answer(message, errors, mended)
+            written = dumps(message)
         except Untouched as exc:
-            if isinstance(errors, Delivery):
-                errors.replaced = mended  # nothing written, so nothing mended
-            if errors or isinstance(exc, Unmendable):
-                self.on_untouched(exc)
+            context = errors.context if isinstance(errors, Delivery) else KEEP
+            why = unwritten(exc, errors, mended, lambda: holds_foreign(data, context, inject))
+            if errors or isinstance(why, Unmendable):
+                self.on_untouched(why)
             return None
         if errors:
             self.on_written()
         return written
+
+
+def _inject_artifact(message: Any, errors: list[dict[str, Any]]) -> None:
+    found = a2a.kind_of(message.get("result") if isinstance(message, dict) else None)
+    if found is None or found[0] != "artifact":
+        raise Untouched("not an A2A artifact event")
+    artifact = found[1].get("artifact")
+    a2a.inject_parts(artifact.get("parts") if isinstance(artifact, dict) else None, errors)
 
 
 _MAX_HELD_BYTES = 1024 * 1024
@@ -154,10 +168,6 @@ def _answer(event: bytes, call: RpcCall) -> tuple[dict[str, Any], bytes, bool] |
 def _delivers(errors: list[dict[str, Any]]) -> bool:
     """Whether an answer may be rewritten: advisories to add, or a context in doubt."""
     return bool(errors) or (isinstance(errors, Delivery) and errors.context is not KEEP)
-
-
-def _replaced(errors: list[dict[str, Any]]) -> bool:
-    return isinstance(errors, Delivery) and errors.replaced > 0
 
 
 def _has_data_part(artifact_event: dict[str, Any]) -> bool:

@@ -297,8 +297,10 @@ DEEP = b"[" * 600 + b"]" * 600  # past what the stdlib re-encodes (orjson reads 
         # Found by a review (session 44): these went out silently, no WARNING.
         b'{"x": ' + DEEP + b', "context": {"correlation_id": "a"}}',  # re-encoding fails
         b'{"n": 123456789012345678901, "x": ' + DEEP + b', "context": {"correlation_id": "a"}}',
+        # Found by a review (session 44): nested past any reading, it went unsaid.
+        b'{"x": ' + b"[" * 1030 + b"]" * 1030 + b', "context": {"correlation_id": "b"}}',
     ],
-    ids=["nan", "deep", "deep-long-number"],
+    ids=["nan", "deep", "deep-long-number", "too-deep-to-read"],
 )
 @pytest.mark.parametrize("stale", [False, True], ids=["context-only", "with-advisory"])
 async def test_a_foreign_context_that_cannot_be_mended_is_said_loudly(
@@ -580,3 +582,114 @@ async def test_a_value_nested_past_the_stack_is_read_not_a_500(where: str) -> No
     response = await _post(app, DEEP_REQUESTS[where].replace(b"%s", deep), json_, path=path)
     assert response.status_code == 200
     assert response.content == DEEP_ANSWERS[where].replace(b"%s", deep)  # nothing to mend
+
+
+def mcp_answer(result: dict[str, Any], *, events: bool = False, batch: bool = False) -> Any:
+    """A route answering each tools/call of a request with ``result`` (a JSON text, so that
+    what the stdlib writes goes out as written), after the cache served a context."""
+
+    async def route(request: Request) -> Response:
+        body = json.loads(await request.body())
+        request.scope["state"]["adcp_stale_cache"].trace.served_context = True
+        answers = [f'{{"jsonrpc": "2.0", "id": {m["id"]}, "result": {result}}}'
+                   for m in (body if batch else [body])]  # fmt: skip
+        if events:
+            return Response(f"event: message\ndata: {answers[0]}\n\n",
+                            media_type="text/event-stream")  # fmt: skip
+        text = f"[{', '.join(answers)}]" if batch else answers[0]
+        return Response(text, media_type="application/json")
+
+    return StaleAdvisoryMiddleware(Starlette(routes=[Route("/rpc", route, methods=["POST"])]))
+
+
+SECRET = '{"correlation_id": "buyer-a-secret"}'
+OWN = '{"correlation_id": "buyer-b"}'
+MIRROR_RESULTS = {  # each: an MCP result holding %s as its payload's context
+    # Found by a review (session 44): a mirror no re-encoding keeps exact, then none at all.
+    "mirror-long-float": '{"structuredContent": {"cpm": 1.5, "context": %s}, "content": [{"type": '
+    '"text", "text": "{\\"cpm\\": 1.50000000000000000001, \\"context\\": %s}"}]}',
+    "two-text-blocks": '{"content": [{"type": "text", "text": "{\\"context\\": %s}"}, '
+    '{"type": "text", "text": "{\\"products\\": [], \\"context\\": %s}"}]}',
+    # Found looking for the same pattern: a NaN on JSON-RPC (the plain-JSON one was said).
+    "nan": '{"structuredContent": {"cpm": NaN, "context": %s}}',
+    "too-deep-to-read": '{"structuredContent": {"x": '
+    + "[" * 1030
+    + "]" * 1030
+    + ', "context": %s}}',
+}
+
+
+def escaped(context: str, result: str) -> str:
+    """``result`` holding ``context`` (escaped where it sits in a JSON text)."""
+    inner = context.replace('"', '\\"')
+    return result.replace('\\"context\\": %s', f'\\"context\\": {inner}').replace("%s", context)
+
+
+# (Not yet: an event nested past any reading is not compared, so it goes unsaid.)
+SHAPES_AND_HOWS = [(shape, how) for shape in MIRROR_RESULTS for how in ("one-call", "batch",
+                   "events") if (shape, how) != ("too-deep-to-read", "events")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("shape", "how"), SHAPES_AND_HOWS)
+@pytest.mark.parametrize("whose", ["another", "own"])
+async def test_an_mcp_answer_that_cannot_be_mended_is_said_loudly(
+    caplog: Any, shape: str, how: str, whose: str
+) -> None:
+    """Each answer goes as it came (nothing could be rewritten exactly); when it holds another
+    buyer's context, ``answer_context_not_mended`` says so, and only then (an answer too deep
+    to read cannot be compared: said whoever's it is)."""
+    result = escaped(SECRET if whose == "another" else OWN, MIRROR_RESULTS[shape])
+    app = mcp_answer(result, events=how == "events", batch=how == "batch")
+    request = [call(1), call(2)] if how == "batch" else call(1)
+    with caplog.at_level(logging.WARNING, logger="adcp_stale_cache.middleware"):
+        response = await _post(app, json.dumps(request).encode(), {}, path="/rpc")
+    said = [r for r in caplog.records if "answer_context_not_mended" in r.getMessage()]
+    assert response.status_code == 200 and app.contexts_replaced == 0
+    assert (b"buyer-a-secret" in response.content) == (whose == "another")  # as it came
+    assert bool(said) == (whose == "another" or shape == "too-deep-to-read")
+
+
+@pytest.mark.parametrize("twice", [
+    b'"context": {"correlation_id": "a"}, "context": {"correlation_id": "b"}',
+    b'"context": {"correlation_id": "a"}, "con\\u0074ext": {"correlation_id": "b"}',
+], ids=["plain", "escaped"])  # fmt: skip
+async def test_a_context_named_twice_goes_out_once_its_own(twice: bytes) -> None:
+    """Found by a review (session 44): the last of two ``context`` members, the request's own,
+    is what orjson reads, so the answer went as it came; a client keeping the first read
+    another buyer's."""
+
+    async def route(request: Request) -> Response:
+        await request.body()
+        request.scope["state"]["adcp_stale_cache"].trace.served_context = True
+        return Response(b'{"products": [], ' + twice + b"}", media_type="application/json")
+
+    app = StaleAdvisoryMiddleware(Starlette(routes=[Route("/api/get_products", route,
+                                                          methods=["POST"])]))  # fmt: skip
+    body = json.dumps({"context": {"correlation_id": "b"}}).encode()
+    response = await _post(app, body, {"content-type": "application/json"})
+    pairs = json.loads(response.content, object_pairs_hook=list)
+    assert [value for key, value in pairs if key == "context"] == [[("correlation_id", "b")]]
+    assert response.headers["content-length"] == str(len(response.content))
+    assert app.contexts_replaced == 1
+
+
+async def test_every_answer_under_a_reused_id_gets_its_context_advisory_or_not() -> None:
+    """Found by a review (session 44): with an advisory to deliver, the second answer under
+    the call's id kept another buyer's context."""
+
+    async def route(request: Request) -> Response:
+        message = json.loads(await request.body())
+        collector = request.scope["state"]["adcp_stale_cache"]
+        collector.trace.served_context = True
+        policy = SurfacePolicy(name="get_products", field="products")
+        collector.record("inventory", stale_response(Upstream(name="inventory"), policy, 12, None))
+        result = {"content": [], "structuredContent": LEAKED, "isError": False}
+        answer = {"jsonrpc": "2.0", "id": message["id"], "result": result}
+        return JSONResponse([answer, answer])
+
+    app = StaleAdvisoryMiddleware(Starlette(routes=[Route("/rpc", route, methods=["POST"])]))
+    response = await _post(app, json.dumps(call(1)).encode(), {}, path="/rpc")
+    assert structured(response) == [{"correlation_id": "buyer-b"}] * 2
+    codes = [[e["code"] for e in a["result"]["structuredContent"].get("errors", [])]
+             for a in response.json()]  # fmt: skip
+    assert codes == [["STALE_RESPONSE"], []]  # the advisory goes to one answer
