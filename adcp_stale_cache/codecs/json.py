@@ -206,7 +206,7 @@ def holds_foreign(body: bytes, context: Any, mend: Callable[[Any, Delivery], Non
 
 def loads(body: bytes | str) -> Any:
     """Parse untrusted JSON to read it (long integers exact); :class:`NotJson` if it is not."""
-    if not has_long_number(body.encode() if isinstance(body, str) else body):
+    if not has_long_number(_utf8(body)):
         try:
             return orjson.loads(body)
         except orjson.JSONDecodeError:
@@ -220,17 +220,22 @@ def read(body: bytes | str) -> tuple[Any, bool]:
         value = orjson.loads(body)
     except orjson.JSONDecodeError:
         return _stdlib(body, None), False
-    return value, not has_long_number(body.encode() if isinstance(body, str) else body)
+    return value, not has_long_number(_utf8(body))
 
 
 def parse(body: bytes | str) -> Any:
     """Parse JSON to re-encode it: exact, or :class:`Untouched` when no re-encoding could be."""
-    if not has_long_number(body.encode() if isinstance(body, str) else body):
+    if not has_long_number(_utf8(body)):
         try:
             return orjson.loads(body)
         except orjson.JSONDecodeError:
             pass
     return _stdlib(body, _exact_float)
+
+
+def _utf8(body: bytes | str) -> bytes:
+    # A JSON text read from a JSON string may hold a lone surrogate ("\ud800"): kept as is.
+    return body.encode("utf-8", "surrogatepass") if isinstance(body, str) else body
 
 
 def _stdlib(body: bytes | str, parse_float: Any) -> Any:
@@ -327,7 +332,8 @@ def inject_json(
         payload = _read_to_compare(body, context)
     foreign = foreign_context(payload, context)
     # A context named twice is read as its last, which a client may not: rewritten once.
-    twice = compared and not foreign and _named_twice(body, "context")
+    named = context is not KEEP and isinstance(payload, dict) and "context" in payload
+    twice = named and not foreign and _named_twice(body, "context")
     if not errors and not foreign and not twice:
         return body  # nothing to deliver: every byte as it came
     mended = mends(errors)

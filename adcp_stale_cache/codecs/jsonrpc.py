@@ -145,31 +145,32 @@ def inject_body(body: bytes, calls: list[RpcCall], errors: list[dict[str, Any]])
 
 
 def _deliver(data: Any, call: RpcCall, errors: list[dict[str, Any]]) -> None:
-    """``errors`` into the first answer to ``call`` that takes them; every answer under its
-    id (a reused id hides none) gets the call's context."""
+    """``errors`` into the first answer to ``call`` that takes them; every other answer under
+    its id (a reused id hides none) gets the call's context."""
     answers = [m for m in (data if isinstance(data, list) else [data]) if same_id(m, call)]
-    if not answers:
-        raise Untouched("not the answer to the tool call", "unanswered")
-    refused: Untouched | None = None
-    owed = errors
-    for answer in answers:
+    refused = Untouched("not the answer to the tool call", "unanswered")
+    for taker in answers:
         try:
-            inject_response(answer, call, owed)
+            inject_response(taker, call, errors)
+            break
         except Unmendable:
             raise
         except Untouched as exc:
             refused = exc
-            continue
-        if owed is not errors:
-            continue
-        if not isinstance(errors, Delivery) or errors.context is KEEP:
-            return  # advisories go to one answer, and no context is mended
-        owed = Delivery([], errors.context)
-    if owed is errors:
-        assert refused is not None
+    else:
         raise refused
-    assert isinstance(errors, Delivery) and isinstance(owed, Delivery)
-    errors.replaced += owed.replaced
+    if not isinstance(errors, Delivery) or errors.context is KEEP:
+        return
+    rest = Delivery([], errors.context)
+    for answer in answers:
+        if answer is not taker:
+            try:
+                inject_response(answer, call, rest)
+            except Unmendable:
+                raise
+            except Untouched:
+                continue  # an error reply, a task not completed: no payload of the kind
+    errors.replaced += rest.replaced
 
 
 def _own_contexts(data: Any, calls: list[RpcCall], delivery: Delivery) -> None:

@@ -32,15 +32,18 @@ def inject_tool_result(result: Any, errors: list[dict[str, Any]]) -> None:
     try:
         if structured is None and len(mirrors) > 1:
             raise Untouched("several JSON text blocks and no structuredContent: which is it?")
-        if isinstance(structured, dict):
-            inject_payload(structured, errors)
-        elif not mirrors:
+        if not isinstance(structured, dict) and not mirrors:
             raise Untouched("tool result holds no JSON payload", "not_json")
+        texts = []  # the mirrors written first: a mirror that cannot be leaves all untouched
         for block, _ in mirrors:
             payload = parse(block["text"])  # exactly, since it is rewritten
             inject_payload(payload, errors)
             pretty = "\n" in block["text"]
-            block["text"] = dumps_text(payload, indent=2 if pretty else None, ensure_ascii=False)
+            texts.append(dumps_text(payload, indent=2 if pretty else None, ensure_ascii=False))
+        if isinstance(structured, dict):
+            inject_payload(structured, errors)
+        for (block, _), text in zip(mirrors, texts, strict=True):
+            block["text"] = text
     except Untouched as exc:
         context = errors.context if isinstance(errors, Delivery) else KEEP
         payloads = [structured, *(payload for _, payload in mirrors)]

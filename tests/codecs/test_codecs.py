@@ -315,3 +315,72 @@ def test_an_a2a_status_that_is_not_a_word_passes(state: Any) -> None:
     events = [sse({"jsonrpc": "2.0", "id": 1, "result": r}) for r in (artifact, status)]
     stream = RpcEventStream(call, lambda: [ADVISORY], lambda why: None)
     assert stream.feed(b"".join(events)) + stream.close() == b"".join(events)
+
+
+# Found by a hostile review of the mend's failures (session 45).
+OWN, FOREIGN = {"buyer": "b"}, {"buyer": "a"}
+
+
+def completed_task(data: dict[str, Any]) -> dict[str, Any]:
+    return {"task": {"id": "t", "status": {"state": "completed"},
+                     "artifacts": [{"parts": [{"data": data}]}]}}  # fmt: skip
+
+
+def test_an_answer_refusing_the_advisory_under_a_reused_id_still_gets_its_context() -> None:
+    first = completed_task({"adcp_error": {"code": "X"}, "context": FOREIGN})  # a failed task
+    body = json.dumps([{"jsonrpc": "2.0", "id": 1, "result": first},
+                       {"jsonrpc": "2.0", "id": 1, "result": completed_task({"products": [],
+                                                                       "context": OWN})}])  # fmt: skip
+    errors = Delivery([ADVISORY], OWN)
+    out = json.loads(inject_body(body.encode(), [RpcCall("a2a", 1, "s", {"context": OWN})], errors))
+    datas = [a["result"]["task"]["artifacts"][0]["parts"][0]["data"] for a in out]
+    assert [d["context"] for d in datas] == [OWN, OWN] and errors.replaced == 1
+    assert [d.get("errors") for d in datas] == [None, [ADVISORY]]
+
+
+def test_a_mirror_that_cannot_be_written_leaves_its_result_untouched() -> None:
+    """4bf878d changed structuredContent before finding its mirror could not be re-encoded:
+    the advisory then went into the next answer under the id too."""
+    mirror = '{"products": [], "context": {"buyer": "b"}, "x": 1.00000000000000000001}'
+    first = {"content": [{"type": "text", "text": mirror}],
+             "structuredContent": {"products": [], "context": OWN, "x": 1.0}}  # fmt: skip
+    second = {"content": [], "structuredContent": {"products": [], "context": OWN}}
+    body = json.dumps([{"jsonrpc": "2.0", "id": 1, "result": first},
+                       {"jsonrpc": "2.0", "id": 1, "result": second}]).encode()  # fmt: skip
+    out = json.loads(inject_body(body, [RpcCall("mcp", 1, "s", {"context": OWN})],
+                                 Delivery([ADVISORY], OWN)))  # fmt: skip
+    results = [a["result"] for a in out]
+    assert "errors" not in results[0]["structuredContent"]
+    assert results[0]["content"][0]["text"] == mirror
+    assert results[1]["structuredContent"]["errors"] == [ADVISORY]
+
+
+@pytest.mark.parametrize("body", [
+    b'{"context": {"buyer": "a"}, "context": null}',
+    b'{"con\\u0074ext": {"buyer": "a"}, "context": null}',
+])  # fmt: skip
+def test_a_context_named_twice_the_last_null_goes_out_once(body: bytes) -> None:
+    errors = Delivery([], OWN)
+    out = inject_json(body, errors)
+    assert json.loads(out, object_pairs_hook=list) == [("context", None)]
+    assert errors.replaced == 1
+
+
+@pytest.mark.parametrize("where", ["request", "answer"])
+def test_a_lone_surrogate_in_a_json_text_is_read_not_raised(where: str) -> None:
+    """Older than the review: ``loads`` encoded a JSON text holding a lone surrogate (from
+    a ``\\ud800`` escape) to UTF-8 and raised ``UnicodeEncodeError``: a 500."""
+    text = json.dumps({"skill": "get_products", "context": FOREIGN})[:-1] + ', "x": "\ud800"}'
+    assert "\ud800" in text  # the character itself, not its escape
+    if where == "request":
+        message = {"parts": [{"text": text}]}
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                           "params": {"message": message}}).encode()  # fmt: skip
+        [call] = parse_calls(body)
+        assert call.surface == "get_products"
+        return
+    result = {"content": [{"type": "text", "text": text}]}
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "result": result}).encode()
+    errors = Delivery([], OWN)
+    out = json.loads(inject_body(body, [RpcCall("mcp", 1, "s", {"context": OWN})], errors))
+    assert json.loads(out["result"]["content"][0]["text"])["context"] == OWN
