@@ -180,6 +180,8 @@ def unwritten(
         errors.replaced = mended  # nothing written, so nothing mended
     if isinstance(exc, Unmendable) or not (loud or foreign()):
         return exc
+    if isinstance(exc, TooDeep):
+        return Unmendable(f"a context that cannot be compared: {exc}", exc.reason)
     return Unmendable(f"another request's context, but {exc}", exc.reason)
 
 
