@@ -335,7 +335,7 @@ def inject_json(
     foreign = foreign_context(payload, context)
     # A context named twice is read as its last, which a client may not: rewritten once.
     named = context is not KEEP and isinstance(payload, dict) and "context" in payload
-    twice = named and not foreign and _named_twice(body, "context")
+    twice = named and not foreign and _shadows_another(body, context)
     if not errors and not foreign and not twice:
         return body  # nothing to deliver: every byte as it came
     mended = mends(errors)
@@ -364,16 +364,23 @@ def _read_to_compare(body: bytes, context: Any) -> Any:
         raise Unmendable(f"a context that cannot be compared: {exc}", exc.reason) from exc
 
 
-def _named_twice(body: bytes, key: str) -> bool:
-    """Whether the object ``body`` may name ``key`` twice at its top (escaped forms too)."""
-    quoted = f'"{key}"'.encode()
-    if body.count(quoted) < 2 and not (b"\\u" in body and _ESCAPED_LETTER.search(body)):
+def _shadows_another(body: bytes, context: Any) -> bool:
+    """Whether the object ``body`` names ``context`` more than once (escaped names too), an
+    earlier one neither null nor the request's: a client keeping the first reads that one."""
+    if body.count(b'"context"') < 2 and not (b"\\u" in body and _ESCAPED_LETTER.search(body)):
         return False
+    outermost: list[Any] = [None]
+
+    def keep(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        outermost[0] = pairs  # the outermost object closes last
+        return dict(pairs)
+
     try:
-        pairs = json.loads(body, object_pairs_hook=list)
-    except (ValueError, RecursionError):
-        return True  # not read to the end: rewritten (or said) rather than trusted
-    return isinstance(pairs, list) and sum(name == key for name, _ in pairs) > 1
+        json.loads(body, object_pairs_hook=keep)
+    except (ValueError, RecursionError):  # deeper than the stdlib reads: orjson's reading holds
+        return False
+    earlier = [value for name, value in outermost[0] or () if name == "context"][:-1]
+    return any(foreign_context({"context": value}, context) for value in earlier)
 
 
 _ESCAPED_LETTER = re.compile(rb"\\u00(?:[46][0-9a-fA-F]|[57][0-9aA])")  # \u0041 for "A"...

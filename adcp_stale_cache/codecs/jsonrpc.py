@@ -153,9 +153,7 @@ def _deliver(data: Any, call: RpcCall, errors: list[dict[str, Any]]) -> None:
         try:
             inject_response(taker, call, errors)
             break
-        except Unmendable:
-            raise
-        except Untouched as exc:
+        except Untouched as exc:  # Unmendable too: its context may yet be mended below
             refused = exc
     else:
         raise refused

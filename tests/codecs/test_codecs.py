@@ -366,6 +366,35 @@ def test_a_context_named_twice_the_last_null_goes_out_once(body: bytes) -> None:
     assert errors.replaced == 1
 
 
+@pytest.mark.parametrize("body", [
+    b'{"products": [], "context": null, "context": null}',  # (a second review: these were
+    b'{"products": [], "context": {"buyer": "b"}, "context": null}',  # counted as mends)
+    b'{"products": [], "context": {"buyer": "b"}, "context": {"buyer": "b"}}',
+    b'{"context": {"buyer": "b"}, "note": "context", "x": ' + b"[" * 1010 + b"]" * 1010 + b"}",
+])  # fmt: skip
+def test_a_context_named_twice_with_none_of_anothers_passes_byte_for_byte(body: bytes) -> None:
+    errors = Delivery([], OWN)
+    assert inject_json(body, errors) == body and errors.replaced == 0
+
+
+def test_an_mcp_answer_refusing_the_advisory_under_a_reused_id_still_gets_its_context() -> None:
+    """A second review: the same as A2A's, but MCP's refusal was Unmendable, which stopped
+    the delivery: the advisory was lost and no context mended."""
+    failed = {"adcp_error": {"code": "X"}, "context": FOREIGN}
+    first = {"content": [{"type": "text", "text": json.dumps(failed)}],
+             "structuredContent": failed}  # fmt: skip
+    second = {"content": [], "structuredContent": {"products": [], "context": OWN}}
+    body = json.dumps([{"jsonrpc": "2.0", "id": 1, "result": first},
+                       {"jsonrpc": "2.0", "id": 1, "result": second}]).encode()  # fmt: skip
+    errors = Delivery([ADVISORY], OWN)
+    out = json.loads(inject_body(body, [RpcCall("mcp", 1, "s", {"context": OWN})], errors))
+    results = [a["result"] for a in out]
+    assert [r["structuredContent"]["context"] for r in results] == [OWN, OWN]
+    assert json.loads(results[0]["content"][0]["text"])["context"] == OWN
+    assert [r["structuredContent"].get("errors") for r in results] == [None, [ADVISORY]]
+    assert errors.replaced == 2  # the payload and its mirror
+
+
 @pytest.mark.parametrize("where", ["request", "answer"])
 def test_a_lone_surrogate_in_a_json_text_is_read_not_raised(where: str) -> None:
     """Older than the review: ``loads`` encoded a JSON text holding a lone surrogate (from
