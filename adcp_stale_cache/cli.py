@@ -60,6 +60,14 @@ def _parser() -> argparse.ArgumentParser:
         sub = apps.add_parser(name, help=help)
         sub.add_argument("--host", default="127.0.0.1")
         sub.add_argument("--port", type=int, required=True)
+        sub.add_argument(
+            "--keep-alive",
+            type=float,
+            default=5.0,
+            metavar="S",
+            help="close idle connections after S seconds (uvicorn's timeout_keep_alive): "
+            "longer than the clients' own idle expiry, or a request may meet a closing one",
+        )
         return sub
 
     agent = served("creative-agent", "a mock creative agent over MCP at /mcp")
@@ -352,10 +360,13 @@ def _serve(args: argparse.Namespace) -> int:
                 port=args.port,
                 workers=args.workers,
                 log_level="warning",
+                timeout_keep_alive=args.keep_alive,
             )
             return 0
         app = seller_app(**options)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    uvicorn.run(
+        app, host=args.host, port=args.port, log_level="warning", timeout_keep_alive=args.keep_alive
+    )
     return 0
 
 
