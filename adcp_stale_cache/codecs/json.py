@@ -185,9 +185,13 @@ def unwritten(
     return Unmendable(f"another request's context, but {exc}", exc.reason)
 
 
-def holds_foreign(body: bytes, context: Any, mend: Callable[[Any, Delivery], None]) -> bool:
-    """Whether ``body``, read leniently, holds a context other than ``context`` where ``mend``
-    (an inject function) would replace one; a body too deep to read is in doubt, so yes."""
+def holds_foreign(
+    body: bytes, errors: list[dict[str, Any]], mend: Callable[[Any, Delivery], None]
+) -> bool:
+    """Whether ``body``, read leniently, holds a context other than the one ``errors``
+    carries where ``mend`` (an inject function) would replace one; a body too deep to read
+    is in doubt, so yes."""
+    context = errors.context if isinstance(errors, Delivery) else KEEP
     if context is KEEP:
         return False
     try:

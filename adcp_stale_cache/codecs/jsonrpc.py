@@ -100,7 +100,9 @@ def same_id(message: Any, call: RpcCall) -> bool:
     if not isinstance(message, dict) or "id" not in message:
         return False
     found = message["id"]
-    return type(found) is type(call.id) and same_json(found, call.id)
+    if type(found) is not type(call.id):
+        return False
+    return found == call.id if isinstance(found, (str, int, float)) else same_json(found, call.id)
 
 
 def inject_response(message: Any, call: RpcCall, errors: list[dict[str, Any]]) -> None:
@@ -140,8 +142,7 @@ def inject_body(body: bytes, calls: list[RpcCall], errors: list[dict[str, Any]])
             return body  # nothing delivered: every byte as it came
         return dumps(data)
     except Untouched as exc:
-        context = errors.context if isinstance(errors, Delivery) else KEEP
-        raise unwritten(exc, errors, mended, lambda: holds_foreign(body, context, deliver)) from exc
+        raise unwritten(exc, errors, mended, lambda: holds_foreign(body, errors, deliver)) from exc
 
 
 def _deliver(data: Any, call: RpcCall, errors: list[dict[str, Any]]) -> None:
@@ -159,16 +160,9 @@ def _deliver(data: Any, call: RpcCall, errors: list[dict[str, Any]]) -> None:
         raise refused
     if not isinstance(errors, Delivery) or errors.context is KEEP:
         return
-    rest = Delivery([], errors.context)
     for answer in answers:
         if answer is not taker:
-            try:
-                inject_response(answer, call, rest)
-            except Unmendable:
-                raise
-            except Untouched:
-                continue  # an error reply, a task not completed: no payload of the kind
-    errors.replaced += rest.replaced
+            errors.replaced += _own_context(answer, call, errors.context)
 
 
 def _own_contexts(data: Any, calls: list[RpcCall], delivery: Delivery) -> None:
@@ -179,11 +173,17 @@ def _own_contexts(data: Any, calls: list[RpcCall], delivery: Delivery) -> None:
             continue
         # Two calls under one id: whose answer it is cannot be told.
         call = matching[0]
-        own = Delivery([], call.context if len(matching) == 1 else UNKNOWN)
-        try:
-            inject_response(message, call, own)
-        except Unmendable:
-            raise
-        except Untouched:
-            continue  # an error reply, a failed task: no payload of the kind to mend
-        delivery.replaced += own.replaced
+        context = call.context if len(matching) == 1 else UNKNOWN
+        delivery.replaced += _own_context(message, call, context)
+
+
+def _own_context(message: Any, call: RpcCall, context: Any) -> int:
+    """Give ``message``, an answer to ``call``, the ``context``; how many payloads it mended."""
+    own = Delivery([], context)
+    try:
+        inject_response(message, call, own)
+    except Unmendable:
+        raise
+    except Untouched:
+        return 0  # an error reply, a task not completed: no payload of the kind to mend
+    return own.replaced

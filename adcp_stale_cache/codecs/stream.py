@@ -129,8 +129,7 @@ class RpcEventStream:
                 return None  # its context was its own: every byte as it came
             written = dumps(message)
         except Untouched as exc:
-            context = errors.context if isinstance(errors, Delivery) else KEEP
-            why = unwritten(exc, errors, mended, lambda: holds_foreign(data, context, inject))
+            why = unwritten(exc, errors, mended, lambda: holds_foreign(data, errors, inject))
             if errors or isinstance(why, Unmendable):
                 self.on_untouched(why)
             return None
