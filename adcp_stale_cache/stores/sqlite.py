@@ -113,6 +113,7 @@ class SqliteStore:
         max_entries: int = 100_000,
         max_bytes: int = 512 * 1024 * 1024,
         busy_timeout_seconds: float = 0.25,
+        open_timeout_seconds: float = 5.0,
         retry_after_seconds: float = 1.0,
         read_on_loop: bool = True,
     ) -> None:
@@ -122,6 +123,8 @@ class SqliteStore:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self.busy_timeout_seconds = busy_timeout_seconds
+        self.open_timeout_seconds = open_timeout_seconds
+        self._opened = False  # the first open is bounded by open_timeout_seconds
         self.retry_after_seconds = retry_after_seconds
         self.failures = 0  # operations that failed (answered as "no entry")
         self._down_until = 0.0
@@ -242,12 +245,12 @@ class SqliteStore:
             return None
         loop = asyncio.get_running_loop()
         work = loop.run_in_executor(self._thread, self._guarded, fn, *args)
+        # A request waits at most two lock waits, or the first open (a restart on a busy host
+        # should find its file); an operator's purge to its end: the thread commits it anyway,
+        # so giving up would report a failure that did not happen.
+        bound = self.busy_timeout_seconds * 2 + 0.1 if self._opened else self.open_timeout_seconds
         try:
-            # A request waits at most two lock waits; an operator's purge to its end: the
-            # thread commits it anyway, so giving up would report a failure that did not happen.
-            result = await (
-                work if operator else asyncio.wait_for(work, self.busy_timeout_seconds * 2 + 0.1)
-            )
+            result = await (work if operator else asyncio.wait_for(work, bound))
         except (sqlite3.Error, OSError, asyncio.TimeoutError) as exc:  # 3.10: not builtin
             self._failed(op, exc)
             return None
@@ -273,6 +276,7 @@ class SqliteStore:
         self._close()  # first use, or the file was deleted or replaced: open it anew
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = self._open()
+        self._opened = True
         self._inode = _inode(self.path)
         if self.read_on_loop:
             reader = sqlite3.connect(

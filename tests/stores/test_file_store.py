@@ -101,6 +101,33 @@ async def test_a_restart_keeps_serving_stale_from_the_file(tmp_path: Path) -> No
     assert advisories.errors()[0]["details"]["cache_age_seconds"] >= 1
 
 
+async def test_the_first_open_has_its_own_bound_and_a_reopen_the_lock_waits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CI's run at 5671eb8: a restarted store's first operation, the file's open, took past
+    the 0.6 s a request waits on a loaded host; the store stayed away and the restart served
+    no stale entry. The first open is bounded by ``open_timeout_seconds`` instead."""
+    path = tmp_path / "cache.db"
+    store = SqliteStore(path, retry_after_seconds=0.01)
+    opened = store._open
+
+    def slow_open() -> Any:
+        time.sleep(1.0)  # past two lock waits (0.6 s), within the open's 5 s
+        return opened()
+
+    monkeypatch.setattr(store, "_open", slow_open)
+    try:
+        await store.set("k", Entry(b"{}", time.time()), 60)
+        assert store.failures == 0 and await store.get("k") is not None
+        remove_wal(path, including_the_file=True)  # the next write reopens: a lock wait's bound
+        started = time.monotonic()
+        await store.set("k2", Entry(b"{}", time.time()), 60)
+        assert store.failures == 1
+        assert time.monotonic() - started < 1.0
+    finally:
+        store.close()
+
+
 async def test_another_schema_version_is_never_read(tmp_path: Path) -> None:
     path = tmp_path / "cache.db"
     calls: list[int] = []
