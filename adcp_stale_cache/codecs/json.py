@@ -94,11 +94,27 @@ def context_of(request: Any) -> Any:
     return NO_CONTEXT if context is None else context
 
 
+class Shadowing(dict[str, Any]):
+    """An object naming ``context`` more than once, read as its last; ``shadowed`` holds the
+    earlier ones, which a client keeping the first would read."""
+
+    __slots__ = ("shadowed",)
+
+    shadowed: list[Any]
+
+
 def foreign_context(payload: Any, context: Any) -> bool:
-    """Whether ``payload`` carries a non-null ``context`` other than the request's."""
-    if context is KEEP or not present(payload, "context"):
+    """Whether ``payload`` carries a non-null ``context`` other than the request's, under any
+    of its names when it names one twice."""
+    if context is KEEP or not isinstance(payload, dict):
         return False
-    return context in (NO_CONTEXT, UNKNOWN) or not same_json(payload["context"], context)
+    if isinstance(payload, Shadowing) and any(_another(v, context) for v in payload.shadowed):
+        return True
+    return _another(payload.get("context"), context)
+
+
+def _another(value: Any, context: Any) -> bool:
+    return value is not None and (context in (NO_CONTEXT, UNKNOWN) or not same_json(value, context))
 
 
 def same_json(a: Any, b: Any) -> bool:
@@ -149,8 +165,10 @@ def inject_payload(payload: Any, errors: list[dict[str, Any]]) -> None:
     if isinstance(errors, Delivery) and foreign_context(payload, errors.context):
         if errors.context in (NO_CONTEXT, UNKNOWN):
             del payload["context"]
-        else:
+        elif present(payload, "context"):  # (named twice, the last null: it alone goes out)
             payload["context"] = errors.context
+        if isinstance(payload, Shadowing):
+            payload.shadowed = []  # written once: the others are gone
         errors.replaced += 1
 
 
@@ -211,32 +229,46 @@ def holds_foreign(
 
 
 def loads(body: bytes | str) -> Any:
-    """Parse untrusted JSON to read it (long integers exact); :class:`NotJson` if it is not."""
-    if not has_long_number(_utf8(body)):
+    """Parse untrusted JSON to read it (long integers exact, a ``context`` named twice a
+    :class:`Shadowing`); :class:`NotJson` if it is not JSON."""
+    raw = _utf8(body)
+    twice = _may_name_twice(raw)
+    if not twice and not has_long_number(raw):
         try:
             return orjson.loads(body)
         except orjson.JSONDecodeError:
             pass  # NaN, lone surrogates...: the stdlib accepts them, and says if it is not JSON
-    return _stdlib(body, None)
+    return _stdlib(body, None, twice)
 
 
 def read(body: bytes | str) -> tuple[Any, bool]:
-    """Parse JSON to read it, and whether re-encoding that value would be exact."""
+    """Parse JSON to read it, and whether that reading is :func:`parse`'s."""
+    raw = _utf8(body)
     try:
         value = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return _stdlib(body, None), False
-    return value, not has_long_number(_utf8(body))
+        return _stdlib(body, None, _may_name_twice(raw)), False
+    return value, not has_long_number(raw) and not _may_name_twice(raw)
 
 
 def parse(body: bytes | str) -> Any:
-    """Parse JSON to re-encode it: exact, or :class:`Untouched` when no re-encoding could be."""
-    if not has_long_number(_utf8(body)):
+    """Parse JSON to re-encode it: exact (a ``context`` named twice a :class:`Shadowing`), or
+    :class:`Untouched` when no re-encoding could be."""
+    raw = _utf8(body)
+    twice = _may_name_twice(raw)
+    if not twice and not has_long_number(raw):
         try:
             return orjson.loads(body)
         except orjson.JSONDecodeError:
             pass
-    return _stdlib(body, _exact_float)
+    return _stdlib(body, _exact_float, twice)
+
+
+def _may_name_twice(raw: bytes) -> bool:
+    """Whether an object in ``raw`` may name ``context`` twice (escaped names too)."""
+    return raw.count(b'"context"') > 1 or (
+        b"\\u" in raw and _ESCAPED_LETTER.search(raw) is not None
+    )
 
 
 def _utf8(body: bytes | str) -> bytes:
@@ -244,7 +276,7 @@ def _utf8(body: bytes | str) -> bytes:
     return body.encode("utf-8", "surrogatepass") if isinstance(body, str) else body
 
 
-def _stdlib(body: bytes | str, parse_float: Any) -> Any:
+def _stdlib(body: bytes | str, parse_float: Any, twice: bool = False) -> Any:
     try:  # strictly UTF-8: json.loads would guess UTF-16, which the splice would corrupt
         text = body.decode() if isinstance(body, bytes) else body
     except UnicodeDecodeError:
@@ -255,6 +287,7 @@ def _stdlib(body: bytes | str, parse_float: Any) -> Any:
             text.removeprefix("\ufeff"),
             parse_float=parse_float,
             parse_constant=_no_constant if exact else None,
+            object_pairs_hook=_shadowing if twice else None,
         )
     except RecursionError:  # orjson stops at 1,024 levels; the stdlib at the stack's depth
         raise TooDeep(f"body is {TOO_DEEP}") from None
@@ -262,6 +295,17 @@ def _stdlib(body: bytes | str, parse_float: Any) -> Any:
         raise NotJson("body is not valid JSON") from exc
     if _deeper_than_the_stdlib_goes(value, text):
         raise TooDeep(f"body is {TOO_DEEP}")
+    return value
+
+
+def _shadowing(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(pairs)
+    if len(value) < len(pairs):
+        named = [v for k, v in pairs if k == "context"]
+        if len(named) > 1:
+            shadowing = Shadowing(value)
+            shadowing.shadowed = named[:-1]
+            return shadowing
     return value
 
 
@@ -352,8 +396,6 @@ def inject_json(
             return b"".join((body[:end], separator, dumps(errors), body[end:]))
         payload = parse(body)  # re-encoded: exact, so that long numbers survive
         inject_payload(payload, errors)
-        if twice and isinstance(errors, Delivery):
-            errors.replaced += 1  # the other one is gone
         return dumps(payload)
     except Untouched as exc:
         raise unwritten(exc, errors, mended, lambda: foreign or twice) from exc
@@ -369,22 +411,14 @@ def _read_to_compare(body: bytes, context: Any) -> Any:
 
 
 def _shadows_another(body: bytes, context: Any) -> bool:
-    """Whether the object ``body`` names ``context`` more than once (escaped names too), an
-    earlier one neither null nor the request's: a client keeping the first reads that one."""
-    if body.count(b'"context"') < 2 and not (b"\\u" in body and _ESCAPED_LETTER.search(body)):
+    """Whether the object ``body`` names ``context`` more than once, an earlier one neither
+    null nor the request's: a client keeping the first reads that one."""
+    if not _may_name_twice(body):
         return False
-    outermost: list[Any] = [None]
-
-    def keep(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        outermost[0] = pairs  # the outermost object closes last
-        return dict(pairs)
-
     try:
-        json.loads(body, object_pairs_hook=keep)
-    except (ValueError, RecursionError):  # deeper than the stdlib reads: orjson's reading holds
+        return foreign_context(_stdlib(body, None, twice=True), context)
+    except Untouched:  # deeper than the stdlib reads: orjson's reading holds
         return False
-    earlier = [value for name, value in outermost[0] or () if name == "context"][:-1]
-    return any(foreign_context({"context": value}, context) for value in earlier)
 
 
 _ESCAPED_LETTER = re.compile(rb"\\u00(?:[46][0-9a-fA-F]|[57][0-9aA])")  # \u0041 for "A"...

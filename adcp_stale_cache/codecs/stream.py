@@ -13,6 +13,7 @@ from . import a2a
 from .json import (
     KEEP,
     Delivery,
+    TooDeep,
     Unmendable,
     Untouched,
     dumps,
@@ -48,6 +49,8 @@ class RpcEventStream:
         # A held artifact event, then the events after it: none may overtake it.
         self._held: list[bytes] = []
         self._held_size = 0
+        self._answered = False
+        self._unread: TooDeep | None = None  # an event too deep to tell whether it answered
 
     def feed(self, chunk: bytes) -> bytes:
         """Bytes to send now for this body chunk."""
@@ -56,12 +59,23 @@ class RpcEventStream:
     def close(self) -> bytes:
         """Bytes left to send when the stream ends."""
         rest = self._splitter.close()
-        return (self._event(rest) if rest else b"") + self._release(inject=False)
+        out = (self._event(rest) if rest else b"") + self._release(inject=False)
+        if self._unread is not None and not self._answered:
+            errors = self.errors()  # the answer may have been the unread event: in doubt, said
+            if _delivers(errors):
+                doubt = isinstance(errors, Delivery) and errors.context is not KEEP
+                self.on_untouched(unwritten(self._unread, errors, mends(errors), lambda: doubt))
+        return out
 
     def _event(self, event: bytes) -> bytes:
-        answer = _answer(event, self.call)
+        try:
+            answer = _answer(event, self.call)
+        except TooDeep as exc:
+            self._unread = exc
+            return self._after_held(event)
         if answer is None:
             return self._after_held(event)
+        self._answered = True
         message, data, exact = answer
         if self.call.protocol == "mcp" or present(message, "error"):
             return self._release(inject=False) + self._rewritten(event, message, data, exact)
@@ -151,12 +165,14 @@ _MAX_HELD_BYTES = 1024 * 1024
 
 def _answer(event: bytes, call: RpcCall) -> tuple[dict[str, Any], bytes, bool] | None:
     """The JSON-RPC message of an event answering ``call``, its data, and whether it
-    re-encodes exactly."""
+    re-encodes exactly; :class:`TooDeep` when the event cannot be read at all."""
     data = event_data(event)
     if not data:
         return None
     try:
         message, exact = read(data)
+    except TooDeep:
+        raise  # whose answer it is cannot be told
     except Untouched:
         return None
     if same_id(message, call):

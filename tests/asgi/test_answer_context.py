@@ -625,9 +625,8 @@ def escaped(context: str, result: str) -> str:
     return result.replace('\\"context\\": %s', f'\\"context\\": {inner}').replace("%s", context)
 
 
-# (Not yet: an event nested past any reading is not compared, so it goes unsaid.)
-SHAPES_AND_HOWS = [(shape, how) for shape in MIRROR_RESULTS for how in ("one-call", "batch",
-                   "events") if (shape, how) != ("too-deep-to-read", "events")]  # fmt: skip
+SHAPES_AND_HOWS = [(shape, how) for shape in MIRROR_RESULTS
+                   for how in ("one-call", "batch", "events")]  # fmt: skip
 
 
 @pytest.mark.parametrize(("shape", "how"), SHAPES_AND_HOWS)
@@ -695,3 +694,88 @@ async def test_every_answer_under_a_reused_id_gets_its_context_advisory_or_not()
     codes = [[e["code"] for e in a["result"]["structuredContent"].get("errors", [])]
              for a in response.json()]  # fmt: skip
     assert codes == [["STALE_RESPONSE"], []]  # the advisory goes to one answer
+
+
+def raw_answer(template: str, *, events: bool = False) -> Any:
+    """A route answering a JSON-RPC call with ``template`` (its ``@ID`` the call's id) as
+    written, one event when ``events``, after the cache served a context."""
+
+    async def route(request: Request) -> Response:
+        body = json.loads(await request.body())
+        request.scope["state"]["adcp_stale_cache"].trace.served_context = True
+        ids = [m["id"] for m in (body if isinstance(body, list) else [body])]
+        answers = [template.replace("@ID", str(id_)) for id_ in ids]
+        if events:
+            return Response(f"event: message\ndata: {answers[0]}\n\n",
+                            media_type="text/event-stream")  # fmt: skip
+        text = f"[{', '.join(answers)}]" if isinstance(body, list) else answers[0]
+        return Response(text, media_type="application/json")
+
+    return StaleAdvisoryMiddleware(Starlette(routes=[Route("/rpc", route, methods=["POST"])]))
+
+
+def a2a_call(id_: int) -> dict[str, Any]:
+    message = {"messageId": "m", "role": "ROLE_USER", "parts": [{"data": {
+        "skill": "get_products", "parameters": {"context": json.loads(OWN)}}}]}  # fmt: skip
+    return {"jsonrpc": "2.0", "id": id_, "method": "SendMessage", "params": {"message": message}}
+
+
+def answering(result: str) -> str:
+    """A JSON-RPC answer holding ``result``, its ``@TWICE`` (``@TWICE_TEXT`` in a JSON text)
+    two ``context`` members, the first another buyer's, the last the request's."""
+    twice = f'"context": {SECRET}, "context": {OWN}'
+    result = result.replace("@TWICE_TEXT", twice.replace('"', '\\"')).replace("@TWICE", twice)
+    return '{"jsonrpc": "2.0", "id": @ID, "result": ' + result + "}"
+
+
+NAMED_TWICE = {  # (an answer naming its payload's context twice, its request)
+    "mcp-structured": (answering('{"structuredContent": {"products": [], @TWICE}}'), call),
+    "mcp-mirrored": (answering('{"structuredContent": {"products": [], @TWICE}, "content": '
+                               '[{"type": "text", "text": "{\\"products\\": [], @TWICE_TEXT}"}]}'), call),
+    "mcp-text-only": (answering('{"content": [{"type": "text", "text": '
+                                '"{\\"products\\": [], @TWICE_TEXT}"}]}'), call),
+    "mcp-escaped-name": (answering('{"structuredContent": {"context": ' + SECRET
+                                   + ', "con\\u0074ext": ' + OWN + "}}"), call),
+    "mcp-null-last": (answering('{"structuredContent": {"context": ' + SECRET
+                                + ', "context": null}}'), call),
+    "a2a-task": (answering('{"task": {"id": "t", "status": {"state": "TASK_STATE_COMPLETED"}, '
+                           '"artifacts": [{"parts": [{"data": {"products": [], @TWICE}}]}]}}'),
+                 a2a_call),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("how", ["one-call", "batch", "events"])
+@pytest.mark.parametrize("shape", NAMED_TWICE)
+async def test_a_context_named_twice_in_an_rpc_answer_goes_out_once_its_own(
+    shape: str, how: str
+) -> None:
+    """Found by a review (session 45): on MCP and A2A the last of two ``context`` members,
+    the request's own, was what was compared, so the answer went as it came; a client
+    keeping the first read another buyer's."""
+    template, request = NAMED_TWICE[shape]
+    app = raw_answer(template, events=how == "events")
+    body = [request(1), request(2)] if how == "batch" else request(1)
+    response = await _post(app, json.dumps(body).encode(), {}, path="/rpc")
+    assert response.status_code == 200
+    assert b"buyer-a-secret" not in response.content
+    assert app.contexts_replaced == 1  # (answers counted, not payloads)
+
+    def once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        names = [name for name, _ in pairs]
+        assert len(names) == len(set(names)), names
+        return dict(pairs)
+
+    lines = [line[5:] for line in response.text.splitlines() if line.startswith("data:")]
+    for text in lines if how == "events" else [response.text]:
+        messages = json.loads(text, object_pairs_hook=once)
+        for message in messages if isinstance(messages, list) else [messages]:
+            for block in message["result"].get("content", []):
+                json.loads(block["text"], object_pairs_hook=once)
+
+
+async def test_a_context_named_twice_both_its_own_passes_byte_for_byte() -> None:
+    template = answering('{"structuredContent": {"context": ' + OWN + ', "context": ' + OWN + "}}")
+    app = raw_answer(template)
+    response = await _post(app, json.dumps(call(1)).encode(), {}, path="/rpc")
+    assert response.content == template.replace("@ID", "1").encode()
+    assert app.contexts_replaced == 0
