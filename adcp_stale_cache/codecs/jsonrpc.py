@@ -96,13 +96,14 @@ def a2a_call(message: Any) -> tuple[str | None, Any]:
 
 
 def same_id(message: Any, call: RpcCall) -> bool:
-    """Whether ``message`` carries ``call``'s id (typed: ``true`` is not ``1``)."""
+    """Whether ``message`` carries ``call``'s id, compared as JSON: ``true`` is not ``1``, and
+    ``1`` is ``1.0`` (a JavaScript server echoes ``1.0`` as ``1``)."""
     if not isinstance(message, dict) or "id" not in message:
         return False
     found = message["id"]
-    if type(found) is not type(call.id):
-        return False
-    return found == call.id if isinstance(found, (str, int, float)) else same_json(found, call.id)
+    if type(found) is type(call.id) and isinstance(found, (str, int, float)):
+        return found == call.id  # (every SSE event is asked: the common case first)
+    return same_json(found, call.id)
 
 
 def inject_response(message: Any, call: RpcCall, errors: list[dict[str, Any]]) -> None:

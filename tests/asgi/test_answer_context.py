@@ -779,3 +779,18 @@ async def test_a_context_named_twice_both_its_own_passes_byte_for_byte() -> None
     response = await _post(app, json.dumps(call(1)).encode(), {}, path="/rpc")
     assert response.content == template.replace("@ID", "1").encode()
     assert app.contexts_replaced == 0
+
+
+@pytest.mark.parametrize("how", ["one-call", "events"])
+async def test_an_answer_echoing_a_number_id_otherwise_written_is_its_answer(how: str) -> None:
+    """Found by a review (session 45): an answer with id ``1`` to a request with id ``1.0``
+    (one JSON number; a JavaScript server echoes it so) counted as no answer: another buyer's
+    context went out, neither mended nor said."""
+    result = '{"structuredContent": {"products": [], "context": ' + SECRET + "}}"
+    app = raw_answer(
+        '{"jsonrpc": "2.0", "id": 1, "result": ' + result + "}", events=how == "events"
+    )
+    body = json.dumps(call(1)).replace('"id": 1,', '"id": 1.0,').encode()
+    response = await _post(app, body, {}, path="/rpc")
+    assert b"buyer-a-secret" not in response.content
+    assert app.contexts_replaced == 1
