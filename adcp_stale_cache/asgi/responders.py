@@ -176,7 +176,7 @@ class JsonResponder:
             if errors:
                 answer.dropped(exc)
             if isinstance(exc, Unmendable):
-                logger.warning("answer_context_not_mended reason=%s", exc)
+                _unmended(exc)
         if errors.replaced:
             answer.replaced()  # one answer (its payload and any mirror of it)
         if injected:
@@ -203,7 +203,11 @@ class EventStreamResponder:
         self.answer = answer
         self.deliveries: list[Delivery] = []  # what was handed over, context mends counted
         self.stream = RpcEventStream(
-            answer.request.calls[0], self._delivery, self._untouched, answer.collector.delivered
+            answer.request.calls[0],
+            self._delivery,
+            self._untouched,
+            answer.collector.delivered,
+            _unmended,
         )
 
     async def send(self, message: Message) -> None:
@@ -233,7 +237,11 @@ class EventStreamResponder:
     def _untouched(self, why: Untouched) -> None:
         self.answer.dropped(why)  # advisories pending counted lost (none: nothing to count)
         if isinstance(why, Unmendable):
-            logger.warning("answer_context_not_mended reason=%s", why)
+            _unmended(why)
+
+
+def _unmended(why: Unmendable) -> None:
+    logger.warning("answer_context_not_mended reason=%s", why)
 
 
 _NO_ANSWER = Untouched("the app sent no answer to write them into", "no_answer")

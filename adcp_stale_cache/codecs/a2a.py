@@ -68,13 +68,14 @@ def _state(status: dict[str, Any]) -> str | None:
 
 
 def inject_result(result: Any, errors: list[dict[str, Any]]) -> None:
-    """Append ``errors`` to the payload of a ``message/send`` / ``SendMessage`` result."""
+    """Append ``errors`` to the payload of a ``message/send`` / ``SendMessage`` result; a task
+    not completed takes none, though its context is mended."""
     found = kind_of(result)
     if found is None:
         raise Untouched("A2A result is neither a task nor a message")
     kind, obj = found
     if kind == "task":
-        if not is_completed(obj):
+        if errors and not is_completed(obj):  # (its context is still mended)
             raise Untouched("A2A task is not completed", "failed_task")
         inject_artifacts(obj.get("artifacts"), errors)
     elif kind == "message":

@@ -102,7 +102,8 @@ def same_id(message: Any, call: RpcCall) -> bool:
         return False
     found = message["id"]
     if type(found) is type(call.id) and isinstance(found, (str, int, float)):
-        return found == call.id  # (every SSE event is asked: the common case first)
+        same: bool = found == call.id  # (every SSE event is asked: the common case first)
+        return same
     return same_json(found, call.id)
 
 

@@ -21,10 +21,11 @@ from .json import (
 
 def inject_tool_result(result: Any, errors: list[dict[str, Any]]) -> None:
     """Append ``errors`` to a ``CallToolResult``'s payload and its JSON text mirrors, in place
-    (no ``structuredContent``: the one JSON text block); never to an ``isError`` result."""
+    (no ``structuredContent``: the one JSON text block); an ``isError`` result takes none,
+    though its context is mended."""
     if not isinstance(result, dict):
         raise Untouched("tools/call result is not an object", "not_json")
-    if result.get("isError"):
+    if errors and result.get("isError"):  # (its context is still mended)
         raise Untouched("tool result has isError: true", "is_error")
     structured = result.get("structuredContent")
     mirrors = _payload_texts(result, structured)

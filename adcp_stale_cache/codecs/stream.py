@@ -33,7 +33,8 @@ Written = Callable[[], None]
 
 class RpcEventStream:
     """Rewrite one SSE response answering ``call`` with the advisories ``errors()`` gives;
-    ``on_written`` and ``on_untouched`` hear whether they went in."""
+    ``on_written`` and ``on_untouched`` hear whether they went in, ``on_unmended`` of an
+    answer in doubt that could not be mended when no advisory was to go with it."""
 
     def __init__(
         self,
@@ -41,10 +42,12 @@ class RpcEventStream:
         errors: Errors,
         on_untouched: Callable[[Untouched], None],
         on_written: Written = lambda: None,
+        on_unmended: Callable[[Unmendable], None] = lambda why: None,
     ) -> None:
         self.call = call
         self.errors = errors
         self.on_untouched, self.on_written = on_untouched, on_written
+        self.on_unmended = on_unmended
         self._splitter = EventSplitter()
         # A held artifact event, then the events after it: none may overtake it.
         self._held: list[bytes] = []
@@ -64,7 +67,7 @@ class RpcEventStream:
             errors = self.errors()  # the answer may have been the unread event: in doubt, said
             if _delivers(errors):
                 doubt = isinstance(errors, Delivery) and errors.context is not KEEP
-                self.on_untouched(unwritten(self._unread, errors, mends(errors), lambda: doubt))
+                self._said(unwritten(self._unread, errors, mends(errors), lambda: doubt), errors)
         return out
 
     def _event(self, event: bytes) -> bytes:
@@ -115,13 +118,18 @@ class RpcEventStream:
         return event if written is None else rewrite_data(event, lambda _: written)
 
     def _release(self, *, inject: bool) -> bytes:
+        """The held artifact and the events behind it; the advisories go in if ``inject``
+        (the task completed), its own context in any case."""
         held, self._held, self._held_size = self._held, [], 0
-        if not held or not inject:
-            return b"".join(held)
+        if not held:
+            return b""
         errors = self.errors()
-        held[0] = rewrite_data(
-            held[0], lambda data: self._written(errors, data, None, _inject_artifact)
-        )
+        if not inject:
+            del errors[:]  # they wait for an answer that takes them, or are lost at the end
+        if _delivers(errors):
+            held[0] = rewrite_data(
+                held[0], lambda data: self._written(errors, data, None, _inject_artifact)
+            )
         return b"".join(held)
 
     def _written(
@@ -144,12 +152,18 @@ class RpcEventStream:
             written = dumps(message)
         except Untouched as exc:
             why = unwritten(exc, errors, mended, lambda: holds_foreign(data, errors, inject))
-            if errors or isinstance(why, Unmendable):
-                self.on_untouched(why)
+            self._said(why, errors)
             return None
         if errors:
             self.on_written()
         return written
+
+    def _said(self, why: Untouched, errors: list[dict[str, Any]]) -> None:
+        """Advisories that could not go in are lost; a context alone is said."""
+        if errors:
+            self.on_untouched(why)
+        elif isinstance(why, Unmendable):
+            self.on_unmended(why)
 
 
 def _inject_artifact(message: Any, errors: list[dict[str, Any]]) -> None:

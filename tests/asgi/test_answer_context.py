@@ -794,3 +794,65 @@ async def test_an_answer_echoing_a_number_id_otherwise_written_is_its_answer(how
     response = await _post(app, body, {}, path="/rpc")
     assert b"buyer-a-secret" not in response.content
     assert app.contexts_replaced == 1
+
+
+def a2a_stream(ends: str, *, advisory: bool) -> Any:
+    """An A2A stream: an artifact holding another buyer's context, then ``ends``: a failed
+    final status, a working one, or nothing."""
+
+    async def route(request: Request) -> Response:
+        message = json.loads(await request.body())
+        collector = request.scope["state"]["adcp_stale_cache"]
+        collector.trace.served_context = True
+        if advisory:
+            policy = SurfacePolicy(name="get_products", field="products")
+            collector.record(
+                "inventory", stale_response(Upstream(name="inventory"), policy, 12, None)
+            )
+        data = {"products": [], "context": json.loads(SECRET)}
+        results = [{"artifactUpdate": {"taskId": "t", "artifact": {"parts": [{"data": data}]}}}]
+        if ends != "nothing":
+            state = {"failed": "TASK_STATE_FAILED", "working": "TASK_STATE_WORKING"}[ends]
+            results.append({"statusUpdate": {"taskId": "t", "status": {"state": state},
+                                             "final": ends == "failed"}})  # fmt: skip
+        lines = (json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": r}) for r in results)
+        text = "".join(f"event: message\ndata: {line}\n\n" for line in lines)
+        return Response(text, media_type="text/event-stream")
+
+    return StaleAdvisoryMiddleware(Starlette(routes=[Route("/rpc", route, methods=["POST"])]))
+
+
+@pytest.mark.parametrize("advisory", [False, True], ids=["context-only", "with-advisory"])
+@pytest.mark.parametrize("ends", ["failed", "working", "nothing"])
+async def test_a_held_artifact_released_without_advisories_gets_its_own_context(
+    ends: str, advisory: bool, caplog: Any
+) -> None:
+    """Found by a review (session 45): an A2A artifact held for the final status, then let
+    go without advisories (the task failed, no final status came), kept another buyer's
+    context. It now gets its own; the advisories are still counted lost, once."""
+    body = {**a2a_call(1), "method": "SendStreamingMessage"}
+    app = a2a_stream(ends, advisory=advisory)
+    with caplog.at_level(logging.INFO):
+        response = await _post(app, json.dumps(body).encode(), {}, path="/rpc")
+    assert b"buyer-a-secret" not in response.content
+    artifact = events(response)[0]["artifactUpdate"]["artifact"]
+    assert artifact["parts"][0]["data"] == {"products": [], "context": json.loads(OWN)}
+    assert app.contexts_replaced == 1
+    lost = [r for r in caplog.records if "advisor" in r.getMessage() and "lost" in r.getMessage()]
+    assert len(lost) == (1 if advisory else 0), [r.getMessage() for r in caplog.records]
+
+
+@pytest.mark.parametrize("result", [
+    '{"task": {"id": "t", "status": {"state": "TASK_STATE_FAILED"}, "artifacts": [{"parts": '
+    '[{"data": {"adcp_error": {"code": "X"}, "context": ' + SECRET + "}}]}]}}",
+    '{"isError": true, "structuredContent": {"adcp_error": {"code": "X"}, "context": ' + SECRET
+    + "}}",
+], ids=["a2a-failed-task", "mcp-is-error"])  # fmt: skip
+async def test_a_failed_answer_in_doubt_gets_its_own_context(result: str) -> None:
+    """Found by a review (session 45): a failed task or an ``isError`` result takes no
+    advisory, and so its context was never mended either: another buyer's went out."""
+    request = a2a_call if result.startswith('{"task"') else call
+    app = raw_answer('{"jsonrpc": "2.0", "id": @ID, "result": ' + result + "}")
+    response = await _post(app, json.dumps(request(1)).encode(), {}, path="/rpc")
+    assert b"buyer-a-secret" not in response.content and b"buyer-b" in response.content
+    assert app.contexts_replaced == 1
