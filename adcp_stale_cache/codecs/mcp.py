@@ -22,38 +22,50 @@ from .json import (
 def inject_tool_result(result: Any, errors: list[dict[str, Any]]) -> None:
     """Append ``errors`` to a ``CallToolResult``'s payload and its JSON text mirrors, in place
     (no ``structuredContent``: the one JSON text block); an ``isError`` result takes none,
-    though its context is mended."""
+    though its context is mended, as is any other JSON text's."""
     if not isinstance(result, dict):
         raise Untouched("tools/call result is not an object", "not_json")
     if errors and result.get("isError"):  # (its context is still mended)
         raise Untouched("tool result has isError: true", "is_error")
     structured = result.get("structuredContent")
-    mirrors = _payload_texts(result, structured)
+    mirrors: list[tuple[dict[str, Any], Any]] = []
+    others: list[tuple[dict[str, Any], Any]] = []
+    bare = _without_nulls(structured)
+    for block, payload in _json_texts(result):
+        mirror = structured is None or same_json(_without_nulls(payload), bare)
+        (mirrors if mirror else others).append((block, payload))
+    context = errors.context if isinstance(errors, Delivery) else KEEP
     mended = mends(errors)
     try:
         if structured is None and len(mirrors) > 1:
             raise Untouched("several JSON text blocks and no structuredContent: which is it?")
         if not isinstance(structured, dict) and not mirrors:
             raise Untouched("tool result holds no JSON payload", "not_json")
-        texts = []  # the mirrors written first: a mirror that cannot be leaves all untouched
-        for block, _ in mirrors:
-            payload = parse(block["text"])  # exactly, since it is rewritten
-            inject_payload(payload, errors)
-            pretty = "\n" in block["text"]
-            texts.append(dumps_text(payload, indent=2 if pretty else None, ensure_ascii=False))
+        # Every text written first: one that cannot be leaves the result untouched.
+        texts = [(block, _rewritten(block["text"], errors)) for block, _ in mirrors]
+        own = Delivery([], context)  # a JSON text not the payload: its context alone
+        texts += [(b, _rewritten(b["text"], own)) for b, p in others if foreign_context(p, context)]
         if isinstance(structured, dict):
             inject_payload(structured, errors)
-        for (block, _), text in zip(mirrors, texts, strict=True):
+        for block, text in texts:
             block["text"] = text
+        if isinstance(errors, Delivery):
+            errors.replaced += own.replaced
     except Untouched as exc:
-        context = errors.context if isinstance(errors, Delivery) else KEEP
-        payloads = [structured, *(payload for _, payload in mirrors)]
+        payloads = [structured, *(payload for _, payload in mirrors + others)]
         foreign = any(foreign_context(payload, context) for payload in payloads)
         raise unwritten(exc, errors, mended, lambda: foreign) from exc
 
 
-def _payload_texts(result: dict[str, Any], structured: Any) -> list[tuple[dict[str, Any], Any]]:
-    """The text blocks that are the payload as JSON, each with its payload read leniently."""
+def _rewritten(text: str, errors: list[dict[str, Any]]) -> str:
+    """The JSON ``text`` with ``errors`` delivered, written as it was (pretty or compact)."""
+    payload = parse(text)  # exactly, since it is rewritten
+    inject_payload(payload, errors)
+    return dumps_text(payload, indent=2 if "\n" in text else None, ensure_ascii=False)
+
+
+def _json_texts(result: dict[str, Any]) -> list[tuple[dict[str, Any], Any]]:
+    """The text blocks holding a JSON object, each with its object read leniently."""
     content = result.get("content")
     found = []
     for block in content if isinstance(content, list) else []:
@@ -63,11 +75,9 @@ def _payload_texts(result: dict[str, Any], structured: Any) -> list[tuple[dict[s
         if not isinstance(text, str) or not text.lstrip().startswith("{"):
             continue
         try:
-            payload = loads(text)
+            found.append((block, loads(text)))
         except Untouched:
             continue
-        if structured is None or same_json(_without_nulls(payload), _without_nulls(structured)):
-            found.append((block, payload))
     return found
 
 

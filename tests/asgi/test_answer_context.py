@@ -856,3 +856,34 @@ async def test_a_failed_answer_in_doubt_gets_its_own_context(result: str) -> Non
     response = await _post(app, json.dumps(request(1)).encode(), {}, path="/rpc")
     assert b"buyer-a-secret" not in response.content and b"buyer-b" in response.content
     assert app.contexts_replaced == 1
+
+
+@pytest.mark.parametrize("advisory", [False, True], ids=["context-only", "with-advisory"])
+async def test_a_json_text_not_a_mirror_gets_its_own_context_too(advisory: bool) -> None:
+    """Found by a review (session 44): a JSON text block that is not an exact mirror of
+    ``structuredContent`` (one key more) kept another buyer's context, while the answer
+    counted as mended."""
+    text = json.dumps({"products": [], "summary": "1 product", "context": json.loads(SECRET)})
+    result = {"structuredContent": {"products": [], "context": json.loads(SECRET)},
+              "content": [{"type": "text", "text": text}], "isError": False}  # fmt: skip
+
+    async def route(request: Request) -> Response:
+        message = json.loads(await request.body())
+        collector = request.scope["state"]["adcp_stale_cache"]
+        collector.trace.served_context = True
+        if advisory:
+            policy = SurfacePolicy(name="get_products", field="products")
+            collector.record(
+                "inventory", stale_response(Upstream(name="inventory"), policy, 12, None)
+            )
+        return JSONResponse({"jsonrpc": "2.0", "id": message["id"], "result": result})
+
+    app = StaleAdvisoryMiddleware(Starlette(routes=[Route("/rpc", route, methods=["POST"])]))
+    response = await _post(app, json.dumps(call(1)).encode(), {}, path="/rpc")
+    assert b"buyer-a-secret" not in response.content
+    answer = response.json()["result"]
+    block = json.loads(answer["content"][0]["text"])
+    assert block == {"products": [], "summary": "1 product", "context": json.loads(OWN)}
+    codes = [e["code"] for e in answer["structuredContent"].get("errors", [])]
+    assert codes == (["STALE_RESPONSE"] if advisory else [])  # the text is not the payload
+    assert app.contexts_replaced == 1
