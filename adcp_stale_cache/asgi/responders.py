@@ -11,7 +11,7 @@ from typing import Any
 from starlette.types import Message, Scope, Send
 
 from ..codecs import RpcEventStream, Untouched, inject_body, inject_json
-from ..codecs.json import Delivery, Unmendable, delivery
+from ..codecs.json import KEEP, Delivery, Unmendable, delivery
 from ..core.advisory import NO_ERRORS_MEMBER
 from ..pipeline.collector import AdvisoryCollector
 from .peek import RequestPeek
@@ -165,18 +165,20 @@ class JsonResponder:
         errors = answer.delivery()
         injected = False
         try:
-            body = (
-                inject_body(body, calls, errors)
-                if calls
-                # On a route not declared plain, JSON-RPC answers belong to calls, never here.
-                else inject_json(body, errors, rpc_is_envelope=not answer.request.declared)
-            )
+            body = self._written(body, errors)
             injected = bool(errors)
         except Untouched as exc:
-            if errors:
+            why: Untouched | None = exc
+            if errors:  # lost (a failed task, a batch...): the context may yet be mended alone
                 answer.dropped(exc)
-            if isinstance(exc, Unmendable):
-                _unmended(exc)
+                errors = Delivery([], errors.context)
+                if errors.context is not KEEP:
+                    try:
+                        body, why = self._written(body, errors), None
+                    except Untouched as again:
+                        why = again
+            if isinstance(why, Unmendable):
+                _unmended(why)
         if errors.replaced:
             answer.replaced()  # one answer (its payload and any mirror of it)
         if injected:
@@ -191,6 +193,13 @@ class JsonResponder:
             start = {**start, "headers": headers}
         await answer.downstream(start)  # else as it came, headers too
         await answer.downstream({"type": "http.response.body", "body": body, "more_body": False})
+
+    def _written(self, body: bytes, errors: Delivery) -> bytes:
+        request = self.answer.request
+        if request.calls:
+            return inject_body(body, request.calls, errors)
+        # On a route not declared plain, JSON-RPC answers belong to calls, never here.
+        return inject_json(body, errors, rpc_is_envelope=not request.declared)
 
 
 class EventStreamResponder:

@@ -887,3 +887,55 @@ async def test_a_json_text_not_a_mirror_gets_its_own_context_too(advisory: bool)
     codes = [e["code"] for e in answer["structuredContent"].get("errors", [])]
     assert codes == (["STALE_RESPONSE"] if advisory else [])  # the text is not the payload
     assert app.contexts_replaced == 1
+
+
+def refusing(result: str, *, batch: bool = False) -> Any:
+    """A route answering with ``result`` (its ``@ID`` each call's id) after the cache served
+    a context and recorded an advisory the answer cannot take."""
+
+    async def route(request: Request) -> Response:
+        body = json.loads(await request.body())
+        collector = request.scope["state"]["adcp_stale_cache"]
+        collector.trace.served_context = True
+        policy = SurfacePolicy(name="get_products", field="products")
+        collector.record("inventory", stale_response(Upstream(name="inventory"), policy, 12, None))
+        messages = body if isinstance(body, list) else [body]
+        answers = [result.replace("@ID", json.dumps(m.get("id"))) for m in messages]
+        text = f"[{', '.join(answers)}]" if batch else answers[0]
+        return Response(text, media_type="application/json")
+
+    return StaleAdvisoryMiddleware(Starlette(routes=[
+        Route("/rpc", route, methods=["POST"]),
+        Route("/api/get_products", route, methods=["POST"])]), surfaces=Surfaces.of(PRODUCTS))  # fmt: skip
+
+
+FAILED_TASK = ('{"jsonrpc": "2.0", "id": @ID, "result": {"task": {"id": "t", "status": {"state": '
+               '"TASK_STATE_FAILED"}, "artifacts": [{"parts": [{"data": {"adcp_error": {"code": '
+               '"X"}, "context": ' + SECRET + "}}]}]}}}")  # fmt: skip
+MCP_ANSWER = ('{"jsonrpc": "2.0", "id": @ID, "result": {"structuredContent": {"products": [], '
+              '"context": ' + SECRET + '}, "isError": false}}')  # fmt: skip
+
+
+@pytest.mark.parametrize("case", ["a2a-failed-task", "mcp-batch", "plain-failed"])
+async def test_an_answer_refusing_its_advisories_still_gets_its_own_context(
+    case: str, caplog: Any
+) -> None:
+    """Found reading the responder (session 46): an answer that could not take the advisories
+    (a failed task, a batch, a plain payload with ``adcp_error``) was never given its own
+    context either: another buyer's went out, silently for a batch."""
+    if case == "a2a-failed-task":
+        app, path, request = refusing(FAILED_TASK), "/rpc", a2a_call(1)
+    elif case == "mcp-batch":
+        app, path, request = refusing(MCP_ANSWER, batch=True), "/rpc", [call(1), call(2)]
+    else:
+        plain = '{"adcp_error": {"code": "X"}, "context": ' + SECRET + "}"
+        app, path = refusing(plain), "/api/get_products"
+        request = {"context": json.loads(OWN)}
+    with caplog.at_level(logging.WARNING):
+        response = await _post(app, json.dumps(request).encode(), {"content-type":
+                               "application/json"}, path=path)  # fmt: skip
+    assert response.status_code == 200
+    assert b"buyer-a-secret" not in response.content and b"buyer-b" in response.content
+    assert b"STALE_RESPONSE" not in response.content
+    assert app.contexts_replaced == 1
+    assert not any("answer_context_not_mended" in r.getMessage() for r in caplog.records)
