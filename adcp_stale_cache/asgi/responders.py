@@ -70,10 +70,11 @@ class Answer:
         advisories = bool(collector.unsettled)
         if advisories or calls or self.in_doubt:  # else the common case: nothing to do
             chosen = responder_for(start, self.scope, calls, advisories, self.in_doubt)
-            if isinstance(chosen, Untouched) and advisories:
-                self.dropped(chosen)
-            elif isinstance(chosen, Untouched):
-                _unchecked(str(chosen))
+            if isinstance(chosen, Untouched):
+                if advisories:
+                    self.dropped(chosen)
+                if self.in_doubt and chosen.reason != "no_body":
+                    _unchecked(str(chosen))
             elif chosen is not None:
                 self.forward = chosen(self).send
         return self.forward
@@ -127,7 +128,7 @@ def responder_for(
     if not advisories and not in_doubt:
         return None  # nothing to add, nothing to check
     if why is not None:  # an error status, no body, a compressed one
-        return why if advisories else None
+        return why
     if media in _JSON or (not advisories and media != _EVENTS):
         return JsonResponder  # a context in doubt is read as JSON whatever the label
     if advisories:

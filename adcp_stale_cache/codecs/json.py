@@ -10,7 +10,7 @@ import json
 import math
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeGuard
 
 import orjson
 
@@ -213,7 +213,7 @@ def holds_foreign(
     if context is KEEP:
         return False
     try:
-        value = loads(body)
+        value = loads(body, shadows=True)
     except TooDeep:
         return True
     except Untouched:
@@ -228,11 +228,12 @@ def holds_foreign(
     return probe.replaced > 0
 
 
-def loads(body: bytes | str) -> Any:
-    """Parse untrusted JSON to read it (long integers exact, a ``context`` named twice a
-    :class:`Shadowing`); :class:`NotJson` if it is not JSON."""
+def loads(body: bytes | str, *, shadows: bool = False) -> Any:
+    """Parse untrusted JSON to read it (long integers exact; with ``shadows``, where a context
+    is compared, an object naming ``context`` twice a :class:`Shadowing`); :class:`NotJson`
+    if it is not JSON."""
     raw = _utf8(body)
-    twice = _may_name_twice(raw)
+    twice = shadows and _may_name_twice(raw)
     if not twice and not has_long_number(raw):
         try:
             return orjson.loads(body)
@@ -251,11 +252,11 @@ def read(body: bytes | str) -> tuple[Any, bool]:
     return value, not has_long_number(raw) and not _may_name_twice(raw)
 
 
-def parse(body: bytes | str) -> Any:
-    """Parse JSON to re-encode it: exact (a ``context`` named twice a :class:`Shadowing`), or
+def parse(body: bytes | str, *, shadows: bool = False) -> Any:
+    """Parse JSON to re-encode it: exact (``shadows`` as for :func:`loads`), or
     :class:`Untouched` when no re-encoding could be."""
     raw = _utf8(body)
-    twice = _may_name_twice(raw)
+    twice = shadows and _may_name_twice(raw)
     if not twice and not has_long_number(raw):
         try:
             return orjson.loads(body)
@@ -266,9 +267,16 @@ def parse(body: bytes | str) -> Any:
 
 def _may_name_twice(raw: bytes) -> bool:
     """Whether an object in ``raw`` may name ``context`` twice (escaped names too)."""
-    return raw.count(b'"context"') > 1 or (
-        b"\\u" in raw and _ESCAPED_LETTER.search(raw) is not None
-    )
+    if raw.count(b'"context"') > 1:
+        keys = _CONTEXT_KEY.finditer(raw)  # as a name, not a value: at most two sought
+        if next(keys, None) is not None and next(keys, None) is not None:
+            return True
+    return b"\\u" in raw and _ESCAPED_LETTER.search(raw) is not None
+
+
+def compares(errors: list[dict[str, Any]]) -> TypeGuard[Delivery]:
+    """Whether ``errors`` carries a context to compare answers with."""
+    return isinstance(errors, Delivery) and errors.context is not KEEP
 
 
 def _utf8(body: bytes | str) -> bytes:
@@ -394,7 +402,7 @@ def inject_json(
             end = len(body.rstrip()) - 1  # the closing brace
             separator = b',"errors":' if payload else b'"errors":'
             return b"".join((body[:end], separator, dumps(errors), body[end:]))
-        payload = parse(body)  # re-encoded: exact, so that long numbers survive
+        payload = parse(body, shadows=context is not KEEP)  # exact: long numbers survive
         inject_payload(payload, errors)
         return dumps(payload)
     except Untouched as exc:
@@ -403,7 +411,7 @@ def inject_json(
 
 def _read_to_compare(body: bytes, context: Any) -> Any:
     try:
-        return loads(body)
+        return loads(body, shadows=context is not KEEP)
     except TooDeep as exc:  # deeper than a reading goes: a context in it cannot be compared
         if context is KEEP:
             raise
@@ -421,4 +429,5 @@ def _shadows_another(body: bytes, context: Any) -> bool:
         return False
 
 
+_CONTEXT_KEY = re.compile(rb'"context"\s*:')
 _ESCAPED_LETTER = re.compile(rb"\\u00(?:[46][0-9a-fA-F]|[57][0-9aA])")  # \u0041 for "A"...

@@ -12,6 +12,7 @@ from .json import (
     Delivery,
     Unmendable,
     Untouched,
+    compares,
     context_of,
     dumps,
     holds_foreign,
@@ -138,7 +139,7 @@ def inject_body(body: bytes, calls: list[RpcCall], errors: list[dict[str, Any]])
 
     mended = mends(errors)
     try:
-        data = parse(body)
+        data = parse(body, shadows=compares(errors))
         deliver(data, errors)
         if not errors and mends(errors) == mended:
             return body  # nothing delivered: every byte as it came
@@ -171,6 +172,9 @@ def _own_contexts(data: Any, calls: list[RpcCall], delivery: Delivery) -> None:
     """A batch's answers, each with its own call's ``context`` (nothing else touched)."""
     for message in data if isinstance(data, list) else [data]:
         matching = [call for call in calls if same_id(message, call)]
+        if len(matching) > 1:  # ids 1 and 1.0 are one number: the one typed alike is its
+            alike = [call for call in matching if type(call.id) is type(message["id"])]
+            matching = alike if len(alike) == 1 else matching
         if not matching:
             continue
         # Two calls under one id: whose answer it is cannot be told.

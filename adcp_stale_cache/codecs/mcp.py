@@ -8,6 +8,7 @@ from .json import (
     KEEP,
     Delivery,
     Untouched,
+    compares,
     dumps_text,
     foreign_context,
     inject_payload,
@@ -31,7 +32,7 @@ def inject_tool_result(result: Any, errors: list[dict[str, Any]]) -> None:
     mirrors: list[tuple[dict[str, Any], Any]] = []
     others: list[tuple[dict[str, Any], Any]] = []
     bare = _without_nulls(structured)
-    for block, payload in _json_texts(result):
+    for block, payload in _json_texts(result, compares(errors)):
         mirror = structured is None or same_json(_without_nulls(payload), bare)
         (mirrors if mirror else others).append((block, payload))
     context = errors.context if isinstance(errors, Delivery) else KEEP
@@ -59,12 +60,12 @@ def inject_tool_result(result: Any, errors: list[dict[str, Any]]) -> None:
 
 def _rewritten(text: str, errors: list[dict[str, Any]]) -> str:
     """The JSON ``text`` with ``errors`` delivered, written as it was (pretty or compact)."""
-    payload = parse(text)  # exactly, since it is rewritten
+    payload = parse(text, shadows=compares(errors))  # exactly, since it is rewritten
     inject_payload(payload, errors)
     return dumps_text(payload, indent=2 if "\n" in text else None, ensure_ascii=False)
 
 
-def _json_texts(result: dict[str, Any]) -> list[tuple[dict[str, Any], Any]]:
+def _json_texts(result: dict[str, Any], shadows: bool) -> list[tuple[dict[str, Any], Any]]:
     """The text blocks holding a JSON object, each with its object read leniently."""
     content = result.get("content")
     found = []
@@ -75,7 +76,7 @@ def _json_texts(result: dict[str, Any]) -> list[tuple[dict[str, Any], Any]]:
         if not isinstance(text, str) or not text.lstrip().startswith("{"):
             continue
         try:
-            found.append((block, loads(text)))
+            found.append((block, loads(text, shadows=shadows)))
         except Untouched:
             continue
     return found

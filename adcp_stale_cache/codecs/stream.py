@@ -16,6 +16,7 @@ from .json import (
     TooDeep,
     Unmendable,
     Untouched,
+    compares,
     dumps,
     holds_foreign,
     mends,
@@ -66,7 +67,7 @@ class RpcEventStream:
         if self._unread is not None and not self._answered:
             errors = self.errors()  # the answer may have been the unread event: in doubt, said
             if _delivers(errors):
-                doubt = isinstance(errors, Delivery) and errors.context is not KEEP
+                doubt = compares(errors)
                 self._said(unwritten(self._unread, errors, mends(errors), lambda: doubt), errors)
         return out
 
@@ -145,12 +146,17 @@ class RpcEventStream:
         mended = mends(errors)
         try:
             if message is None:
-                message = parse(data)  # the fast read may have rounded: read exactly
+                message = parse(data, shadows=compares(errors))  # read exactly
             inject(message, errors)
             if not errors and mends(errors) == mended:
                 return None  # its context was its own: every byte as it came
             written = dumps(message)
         except Untouched as exc:
+            if errors and compares(errors):
+                errors.replaced = mended  # (nothing was written)
+                self.on_untouched(Untouched(str(exc), exc.reason))  # lost; the context alone:
+                del errors[:]
+                return self._written(errors, data, None, inject)
             why = unwritten(exc, errors, mended, lambda: holds_foreign(data, errors, inject))
             self._said(why, errors)
             return None

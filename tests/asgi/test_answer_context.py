@@ -939,3 +939,83 @@ async def test_an_answer_refusing_its_advisories_still_gets_its_own_context(
     assert b"STALE_RESPONSE" not in response.content
     assert app.contexts_replaced == 1
     assert not any("answer_context_not_mended" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("case", ["a2a-failed-task", "mcp-is-error"])
+async def test_an_event_refusing_its_advisories_still_gets_its_own_context(
+    case: str, caplog: Any
+) -> None:
+    """Found by a review (session 46): the same as a JSON answer, over an event stream."""
+    if case == "a2a-failed-task":
+        result, request = FAILED_TASK, a2a_call(1)
+    else:
+        result, request = MCP_ANSWER.replace('"isError": false', '"isError": true'), call(1)
+    app = raw_answer(result, events=True)
+    inner = app.app
+
+    async def record(scope: Any, receive: Any, send: Any) -> None:
+        async def recorded(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                collector = scope["state"]["adcp_stale_cache"]
+                policy = SurfacePolicy(name="get_products", field="products")
+                advisory = stale_response(Upstream(name="inventory"), policy, 12, None)
+                collector.record("inventory", advisory)
+            await send(message)
+
+        await inner(scope, receive, recorded)
+
+    app.app = record
+    with caplog.at_level(logging.WARNING):
+        response = await _post(app, json.dumps(request).encode(), {}, path="/rpc")
+    assert b"buyer-a-secret" not in response.content and b"buyer-b" in response.content
+    assert b"STALE_RESPONSE" not in response.content
+    assert app.contexts_replaced == 1
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("advisory_lost" in m for m in messages) == 1, messages
+    assert not any("answer_context_not_mended" in m for m in messages)
+
+
+@pytest.mark.parametrize("case", ["status-422", "text-plain-with-advisory"])
+async def test_an_answer_in_doubt_never_read_is_said_unchecked(case: str, caplog: Any) -> None:
+    """Found by a review (session 46): an error status in doubt went out unsaid, and so did
+    an answer labelled other than JSON while an advisory was pending."""
+    text = '{"adcp_error": {"code": "X"}, "context": ' + SECRET + "}"
+
+    async def route(request: Request) -> Response:
+        await request.body()
+        collector = request.scope["state"]["adcp_stale_cache"]
+        collector.trace.served_context = True
+        if case == "status-422":
+            return Response(text, status_code=422, media_type="application/json")
+        policy = SurfacePolicy(name="get_products", field="products")
+        collector.record("inventory", stale_response(Upstream(name="inventory"), policy, 12, None))
+        return Response(text, media_type="text/plain")
+
+    app = StaleAdvisoryMiddleware(Starlette(routes=[Route("/api/get_products", route,
+                                                          methods=["POST"])]))  # fmt: skip
+    with caplog.at_level(logging.WARNING):
+        response = await _post(app, b'{"context": ' + OWN.encode() + b"}", {})
+    assert response.content == text.encode()  # as it came
+    assert any("answer_context_unchecked" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_batch_under_ids_1_and_1_0_passes_byte_for_byte() -> None:
+    """Found by a review (session 46): once ``1`` matched ``1.0``, a batch under both ids
+    read as two calls under one id, and each answer's own context was taken away."""
+    other = '{"correlation_id": "buyer-c"}'
+    answers = [f'{{"jsonrpc": "2.0", "id": {id_}, "result": {{"structuredContent": '
+               f'{{"products": [], "context": {context}}}}}}}'
+               for id_, context in (("1", OWN), ("1.0", other))]  # fmt: skip
+    text = "[" + ", ".join(answers) + "]"
+
+    async def route(request: Request) -> Response:
+        await request.body()
+        request.scope["state"]["adcp_stale_cache"].trace.served_context = True
+        return Response(text, media_type="application/json")
+
+    app = StaleAdvisoryMiddleware(Starlette(routes=[Route("/rpc", route, methods=["POST"])]))
+    first, second = call(1), call(2, "buyer-c")
+    body = json.dumps([first, second]).replace('"id": 2', '"id": 1.0').encode()
+    response = await _post(app, body, {}, path="/rpc")
+    assert response.content == text.encode()
+    assert app.contexts_replaced == 0

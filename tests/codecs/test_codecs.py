@@ -297,10 +297,12 @@ def test_a_streamed_answer_too_deep_to_rewrite_passes_as_it_came(
     events = [e.replace(b'"products": [', b'"x": ' + DEEP + b', "products": [') for e in events]
     errors = Delivery([ADVISORY], {"correlation_id": "another"}) if in_doubt else [ADVISORY]
     heard: list[Untouched] = []
-    stream = RpcEventStream(call, lambda: errors, heard.append)
+    unmended: list[Unmendable] = []
+    stream = RpcEventStream(call, lambda: errors, heard.append, on_unmended=unmended.append)
     raw = b"".join(events)
     assert stream.feed(raw) + stream.close() == raw
-    assert len(heard) == 1 and isinstance(heard[0], Unmendable) is in_doubt
+    assert len(heard) == 1 and not isinstance(heard[0], Unmendable)  # the advisory, lost
+    assert len(unmended) == in_doubt  # then the context alone, which cannot be written either
     if isinstance(errors, Delivery):
         assert errors.replaced == 0  # none was written
 
