@@ -171,7 +171,8 @@ class JsonResponder:
         except Untouched as exc:
             why: Untouched | None = exc
             if errors:  # lost (a failed task, a batch...): the context may yet be mended alone
-                answer.dropped(exc)
+                refusal = exc.__cause__ if isinstance(exc.__cause__, Untouched) else exc
+                answer.dropped(refusal)
                 errors = Delivery([], errors.context)
                 if errors.context is not KEEP:
                     try:

@@ -42,10 +42,13 @@ def inject_tool_result(result: Any, errors: list[dict[str, Any]]) -> None:
             raise Untouched("several JSON text blocks and no structuredContent: which is it?")
         if not isinstance(structured, dict) and not mirrors:
             raise Untouched("tool result holds no JSON payload", "not_json")
-        # Every text written first: one that cannot be leaves the result untouched.
+        # Mirrors written first: one that cannot be leaves the result untouched.
         texts = [(block, _rewritten(block["text"], errors)) for block, _ in mirrors]
         own = Delivery([], context)  # a JSON text not the payload: its context alone
-        texts += [(b, _rewritten(b["text"], own)) for b, p in others if foreign_context(p, context)]
+        for block, payload in others:
+            text = _mended(block, own) if foreign_context(payload, context) else None
+            if text is not None:
+                texts.append((block, text))
         if isinstance(structured, dict):
             inject_payload(structured, errors)
         for block, text in texts:
@@ -56,6 +59,17 @@ def inject_tool_result(result: Any, errors: list[dict[str, Any]]) -> None:
         payloads = [structured, *(payload for _, payload in mirrors + others)]
         foreign = any(foreign_context(payload, context) for payload in payloads)
         raise unwritten(exc, errors, mended, lambda: foreign) from exc
+
+
+def _mended(block: dict[str, Any], own: Delivery) -> str | None:
+    """A JSON text that is not the payload with its own context, or None (as it came) if it
+    cannot be written: the payload is written all the same."""
+    mended = own.replaced
+    try:
+        return _rewritten(block["text"], own)
+    except Untouched:
+        own.replaced = mended
+        return None
 
 
 def _rewritten(text: str, errors: list[dict[str, Any]]) -> str:
@@ -73,7 +87,7 @@ def _json_texts(result: dict[str, Any], shadows: bool) -> list[tuple[dict[str, A
         if not (isinstance(block, dict) and block.get("type") == "text"):
             continue
         text = block.get("text")
-        if not isinstance(text, str) or not text.lstrip().startswith("{"):
+        if not isinstance(text, str) or not text.lstrip(" \t\r\n\ufeff").startswith("{"):
             continue
         try:
             found.append((block, loads(text, shadows=shadows)))

@@ -91,8 +91,9 @@ class RpcEventStream:
             return out
         if kind == "status" and a2a.is_terminal(obj):
             return self._release(inject=a2a.is_completed(obj)) + event
-        if kind in ("task", "message"):
-            return self._release(inject=False) + self._rewritten(event, message, data, exact)
+        if kind in ("task", "message"):  # a task still working: the advisories wait for its end
+            alone = kind == "task" and not a2a.is_terminal(obj)
+            return self._release(inject=False) + self._rewritten(event, message, data, exact, alone)
         return self._after_held(event)
 
     def _after_held(self, event: bytes) -> bytes:
@@ -107,8 +108,13 @@ class RpcEventStream:
         self.on_untouched(Untouched(why, "too_large"))
         return self._release(inject=False)
 
-    def _rewritten(self, event: bytes, message: dict[str, Any], data: bytes, exact: bool) -> bytes:
+    def _rewritten(
+        self, event: bytes, message: dict[str, Any], data: bytes, exact: bool, alone: bool = False
+    ) -> bytes:
+        """``event`` with the advisories written in (its context ``alone``), or as it came."""
         errors = self.errors()
+        if alone:
+            del errors[:]
         if not _delivers(errors):
             return event
 

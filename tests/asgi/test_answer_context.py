@@ -1019,3 +1019,58 @@ async def test_a_batch_under_ids_1_and_1_0_passes_byte_for_byte() -> None:
     response = await _post(app, body, {}, path="/rpc")
     assert response.content == text.encode()
     assert app.contexts_replaced == 0
+
+
+async def test_a_stream_opening_with_a_working_task_delivers_its_advisory_once(
+    caplog: Any,
+) -> None:
+    """Found by a review (session 46): the usual A2A stream opens with a task still working;
+    that event refused the advisory, counted it lost ("A2A task is not completed"), and the
+    completed artifact then carried it all the same."""
+    app = a2a_stream("nothing", advisory=True)
+    inner = app.app
+
+    async def opening(scope: Any, receive: Any, send: Any) -> None:
+        async def send_first(message: Any) -> None:
+            if message["type"] == "http.response.body":
+                working = {"task": {"id": "t", "status": {"state": "TASK_STATE_WORKING"}}}
+                first = json.dumps({"jsonrpc": "2.0", "id": 1, "result": working})
+                done = {"statusUpdate": {"taskId": "t", "status": {"state": "TASK_STATE_COMPLETED"},
+                                         "final": True}}  # fmt: skip
+                last = json.dumps({"jsonrpc": "2.0", "id": 1, "result": done})
+                body = f"event: message\ndata: {first}\n\n".encode() + message["body"]
+                message = {**message, "body": body + f"event: message\ndata: {last}\n\n".encode()}
+            await send(message)
+
+        await inner(scope, receive, send_first)
+
+    app.app = opening
+    body = {**a2a_call(1), "method": "SendStreamingMessage"}
+    with caplog.at_level(logging.WARNING):
+        response = await _post(app, json.dumps(body).encode(), {}, path="/rpc")
+    assert response.content.count(b"STALE_RESPONSE") == 1
+    assert b"buyer-a-secret" not in response.content
+    assert not any("advisory_lost" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_text_not_a_mirror_that_cannot_be_written_leaves_the_payload_mended() -> None:
+    """Found by a review (session 46): since 97cf24b such a text (a NaN in it) left the whole
+    result untouched, the payload keeping another buyer's context and the advisory lost."""
+    text = '{"summary": NaN, "context": ' + SECRET + "}"
+    result = {"structuredContent": {"products": [], "context": json.loads(SECRET)},
+              "content": [{"type": "text", "text": text}], "isError": False}  # fmt: skip
+
+    async def route(request: Request) -> Response:
+        message = json.loads(await request.body())
+        collector = request.scope["state"]["adcp_stale_cache"]
+        collector.trace.served_context = True
+        policy = SurfacePolicy(name="get_products", field="products")
+        collector.record("inventory", stale_response(Upstream(name="inventory"), policy, 12, None))
+        return JSONResponse({"jsonrpc": "2.0", "id": message["id"], "result": result})
+
+    app = StaleAdvisoryMiddleware(Starlette(routes=[Route("/rpc", route, methods=["POST"])]))
+    response = await _post(app, json.dumps(call(1)).encode(), {}, path="/rpc")
+    answer = response.json()["result"]
+    assert answer["structuredContent"]["context"] == json.loads(OWN)
+    assert [e["code"] for e in answer["structuredContent"]["errors"]] == ["STALE_RESPONSE"]
+    assert answer["content"][0]["text"] == text  # as it came: no re-encoding keeps a NaN
