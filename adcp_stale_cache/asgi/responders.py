@@ -181,6 +181,8 @@ class JsonResponder:
                         why = again
             if isinstance(why, Unmendable):
                 _unmended(why)
+            elif errors.context is not KEEP and why is not None and why.reason in _UNREAD:
+                _unchecked(str(why))
         if errors.replaced:
             answer.replaced()  # one answer (its payload and any mirror of it)
         if injected:
@@ -235,6 +237,9 @@ class EventStreamResponder:
                 body += self.stream.close()
             if not more and any(found.replaced for found in self.deliveries):
                 self.answer.replaced()
+            unsaid = not self.stream.answered and self.stream.unread is None  # (else said)
+            if not more and unsaid and self.answer.in_doubt:
+                _unchecked("no event of the stream answered the call")
             if body or not more:
                 await self.answer.downstream(
                     {"type": "http.response.body", "body": body, "more_body": more}
@@ -255,6 +260,8 @@ def _unmended(why: Unmendable) -> None:
     logger.warning("answer_context_not_mended reason=%s", why)
 
 
+#: Why an answer in doubt was never compared: said as unchecked.
+_UNREAD = ("unanswered", "call_unread")
 _NO_ANSWER = Untouched("the app sent no answer to write them into", "no_answer")
 _AFTER_START = Untouched(
     "recorded after the response started, or no event of the stream answered the call",

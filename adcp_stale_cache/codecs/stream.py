@@ -53,8 +53,8 @@ class RpcEventStream:
         # A held artifact event, then the events after it: none may overtake it.
         self._held: list[bytes] = []
         self._held_size = 0
-        self._answered = False
-        self._unread: TooDeep | None = None  # an event too deep to tell whether it answered
+        self.answered = False  # an event answered the call
+        self.unread: TooDeep | None = None  # an event too deep to tell whether it answered
 
     def feed(self, chunk: bytes) -> bytes:
         """Bytes to send now for this body chunk."""
@@ -64,22 +64,22 @@ class RpcEventStream:
         """Bytes left to send when the stream ends."""
         rest = self._splitter.close()
         out = (self._event(rest) if rest else b"") + self._release(inject=False)
-        if self._unread is not None and not self._answered:
+        if self.unread is not None and not self.answered:
             errors = self.errors()  # the answer may have been the unread event: in doubt, said
             if _delivers(errors):
                 doubt = compares(errors)
-                self._said(unwritten(self._unread, errors, mends(errors), lambda: doubt), errors)
+                self._said(unwritten(self.unread, errors, mends(errors), lambda: doubt), errors)
         return out
 
     def _event(self, event: bytes) -> bytes:
         try:
             answer = _answer(event, self.call)
         except TooDeep as exc:
-            self._unread = exc
+            self.unread = exc
             return self._after_held(event)
         if answer is None:
             return self._after_held(event)
-        self._answered = True
+        self.answered = True
         message, data, exact = answer
         if self.call.protocol == "mcp" or present(message, "error"):
             return self._release(inject=False) + self._rewritten(event, message, data, exact)

@@ -1074,3 +1074,18 @@ async def test_a_text_not_a_mirror_that_cannot_be_written_leaves_the_payload_men
     assert answer["structuredContent"]["context"] == json.loads(OWN)
     assert [e["code"] for e in answer["structuredContent"]["errors"]] == ["STALE_RESPONSE"]
     assert answer["content"][0]["text"] == text  # as it came: no re-encoding keeps a NaN
+
+
+@pytest.mark.parametrize("events", [False, True], ids=["json", "events"])
+async def test_an_answer_in_doubt_under_no_calls_id_is_said_unchecked(
+    events: bool, caplog: Any
+) -> None:
+    """Found by a review (session 46): an answer whose id matched no call (a server echoing
+    ``"1"`` for ``1``) went out holding another buyer's context, with nothing said."""
+    answer = '{"jsonrpc": "2.0", "id": "1", "result": {"structuredContent": {"context": '
+    app = raw_answer(answer + SECRET + "}}}", events=events)
+    with caplog.at_level(logging.WARNING):
+        response = await _post(app, json.dumps(call(1)).encode(), {}, path="/rpc")
+    assert b"buyer-a-secret" in response.content  # whose it is cannot be told: as it came
+    said = [r for r in caplog.records if "answer_context_unchecked" in r.getMessage()]
+    assert len(said) == 1
