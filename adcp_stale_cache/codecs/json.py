@@ -233,7 +233,7 @@ def loads(body: bytes | str, *, shadows: bool = False) -> Any:
     is compared, an object naming ``context`` twice a :class:`Shadowing`); :class:`NotJson`
     if it is not JSON."""
     raw = _utf8(body)
-    twice = shadows and _may_name_twice(raw)
+    twice = shadows and may_name_twice(raw)
     if not twice and not has_long_number(raw):
         try:
             return orjson.loads(body)
@@ -243,20 +243,19 @@ def loads(body: bytes | str, *, shadows: bool = False) -> Any:
 
 
 def read(body: bytes | str) -> tuple[Any, bool]:
-    """Parse JSON to read it, and whether that reading is :func:`parse`'s."""
-    raw = _utf8(body)
+    """Parse JSON to read it, and whether re-encoding that value would be exact."""
     try:
         value = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return _stdlib(body, None, _may_name_twice(raw)), False
-    return value, not has_long_number(raw) and not _may_name_twice(raw)
+        return _stdlib(body, None), False
+    return value, not has_long_number(_utf8(body))
 
 
 def parse(body: bytes | str, *, shadows: bool = False) -> Any:
     """Parse JSON to re-encode it: exact (``shadows`` as for :func:`loads`), or
     :class:`Untouched` when no re-encoding could be."""
     raw = _utf8(body)
-    twice = shadows and _may_name_twice(raw)
+    twice = shadows and may_name_twice(raw)
     if not twice and not has_long_number(raw):
         try:
             return orjson.loads(body)
@@ -265,13 +264,14 @@ def parse(body: bytes | str, *, shadows: bool = False) -> Any:
     return _stdlib(body, _exact_float, twice)
 
 
-def _may_name_twice(raw: bytes) -> bool:
-    """Whether an object in ``raw`` may name ``context`` twice (escaped names too)."""
+def may_name_twice(raw: bytes) -> bool:
+    """Whether an object in ``raw`` may name ``context`` twice (escaped names too): then it
+    is read with :func:`parse` or :func:`loads` and ``shadows``."""
     if raw.count(b'"context"') > 1:
         keys = _CONTEXT_KEY.finditer(raw)  # as a name, not a value: at most two sought
         if next(keys, None) is not None and next(keys, None) is not None:
             return True
-    return b"\\u" in raw and _ESCAPED_LETTER.search(raw) is not None
+    return b"\\u00" in raw and _ESCAPED_LETTER.search(raw) is not None
 
 
 def compares(errors: list[dict[str, Any]]) -> TypeGuard[Delivery]:
@@ -421,7 +421,7 @@ def _read_to_compare(body: bytes, context: Any) -> Any:
 def _shadows_another(body: bytes, context: Any) -> bool:
     """Whether the object ``body`` names ``context`` more than once, an earlier one neither
     null nor the request's: a client keeping the first reads that one."""
-    if not _may_name_twice(body):
+    if not may_name_twice(body):
         return False
     try:
         return foreign_context(_stdlib(body, None, twice=True), context)

@@ -19,6 +19,7 @@ from .json import (
     compares,
     dumps,
     holds_foreign,
+    may_name_twice,
     mends,
     parse,
     present,
@@ -151,7 +152,7 @@ class RpcEventStream:
         advisories, or a context in doubt, could not be written."""
         mended = mends(errors)
         try:
-            if message is None:
+            if message is None or (compares(errors) and may_name_twice(data)):
                 message = parse(data, shadows=compares(errors))  # read exactly
             inject(message, errors)
             if not errors and mends(errors) == mended:
