@@ -124,7 +124,6 @@ class SqliteStore:
         self.max_bytes = max_bytes
         self.busy_timeout_seconds = busy_timeout_seconds
         self.open_timeout_seconds = open_timeout_seconds
-        self._opened = False  # the first open is bounded by open_timeout_seconds
         self.retry_after_seconds = retry_after_seconds
         self.failures = 0  # operations that failed (answered as "no entry")
         self._down_until = 0.0
@@ -248,7 +247,8 @@ class SqliteStore:
         # A request waits at most two lock waits, or the first open (a restart on a busy host
         # should find its file); an operator's purge to its end: the thread commits it anyway,
         # so giving up would report a failure that did not happen.
-        bound = self.busy_timeout_seconds * 2 + 0.1 if self._opened else self.open_timeout_seconds
+        opened = self._inode is not None  # (set by the first open, kept through reopens)
+        bound = self.busy_timeout_seconds * 2 + 0.1 if opened else self.open_timeout_seconds
         try:
             result = await (work if operator else asyncio.wait_for(work, bound))
         except (sqlite3.Error, OSError, asyncio.TimeoutError) as exc:  # 3.10: not builtin
@@ -276,7 +276,6 @@ class SqliteStore:
         self._close()  # first use, or the file was deleted or replaced: open it anew
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = self._open()
-        self._opened = True
         self._inode = _inode(self.path)
         if self.read_on_loop:
             reader = sqlite3.connect(
