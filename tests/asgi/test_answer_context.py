@@ -696,6 +696,16 @@ async def test_every_answer_under_a_reused_id_gets_its_context_advisory_or_not()
     assert codes == [["STALE_RESPONSE"], []]  # the advisory goes to one answer
 
 
+def served_in_doubt(request: Request, *, advisory: bool) -> None:
+    """Mark ``request`` served a value holding a context, and record a stale advisory if
+    ``advisory``."""
+    collector = request.scope["state"]["adcp_stale_cache"]
+    collector.trace.served_context = True
+    if advisory:
+        policy = SurfacePolicy(name="get_products", field="products")
+        collector.record("inventory", stale_response(Upstream(name="inventory"), policy, 12, None))
+
+
 def raw_answer(template: str, *, events: bool = False) -> Any:
     """A route answering a JSON-RPC call with ``template`` (its ``@ID`` the call's id) as
     written, one event when ``events``, after the cache served a context."""
@@ -802,13 +812,7 @@ def a2a_stream(ends: str, *, advisory: bool) -> Any:
 
     async def route(request: Request) -> Response:
         message = json.loads(await request.body())
-        collector = request.scope["state"]["adcp_stale_cache"]
-        collector.trace.served_context = True
-        if advisory:
-            policy = SurfacePolicy(name="get_products", field="products")
-            collector.record(
-                "inventory", stale_response(Upstream(name="inventory"), policy, 12, None)
-            )
+        served_in_doubt(request, advisory=advisory)
         data = {"products": [], "context": json.loads(SECRET)}
         results = [{"artifactUpdate": {"taskId": "t", "artifact": {"parts": [{"data": data}]}}}]
         if ends != "nothing":
@@ -869,13 +873,7 @@ async def test_a_json_text_not_a_mirror_gets_its_own_context_too(advisory: bool)
 
     async def route(request: Request) -> Response:
         message = json.loads(await request.body())
-        collector = request.scope["state"]["adcp_stale_cache"]
-        collector.trace.served_context = True
-        if advisory:
-            policy = SurfacePolicy(name="get_products", field="products")
-            collector.record(
-                "inventory", stale_response(Upstream(name="inventory"), policy, 12, None)
-            )
+        served_in_doubt(request, advisory=advisory)
         return JSONResponse({"jsonrpc": "2.0", "id": message["id"], "result": result})
 
     app = StaleAdvisoryMiddleware(Starlette(routes=[Route("/rpc", route, methods=["POST"])]))
@@ -895,10 +893,7 @@ def refusing(result: str, *, batch: bool = False) -> Any:
 
     async def route(request: Request) -> Response:
         body = json.loads(await request.body())
-        collector = request.scope["state"]["adcp_stale_cache"]
-        collector.trace.served_context = True
-        policy = SurfacePolicy(name="get_products", field="products")
-        collector.record("inventory", stale_response(Upstream(name="inventory"), policy, 12, None))
+        served_in_doubt(request, advisory=True)
         messages = body if isinstance(body, list) else [body]
         answers = [result.replace("@ID", json.dumps(m.get("id"))) for m in messages]
         text = f"[{', '.join(answers)}]" if batch else answers[0]
@@ -983,12 +978,9 @@ async def test_an_answer_in_doubt_never_read_is_said_unchecked(case: str, caplog
 
     async def route(request: Request) -> Response:
         await request.body()
-        collector = request.scope["state"]["adcp_stale_cache"]
-        collector.trace.served_context = True
+        served_in_doubt(request, advisory=case != "status-422")
         if case == "status-422":
             return Response(text, status_code=422, media_type="application/json")
-        policy = SurfacePolicy(name="get_products", field="products")
-        collector.record("inventory", stale_response(Upstream(name="inventory"), policy, 12, None))
         return Response(text, media_type="text/plain")
 
     app = StaleAdvisoryMiddleware(Starlette(routes=[Route("/api/get_products", route,
@@ -1062,10 +1054,7 @@ async def test_a_text_not_a_mirror_that_cannot_be_written_leaves_the_payload_men
 
     async def route(request: Request) -> Response:
         message = json.loads(await request.body())
-        collector = request.scope["state"]["adcp_stale_cache"]
-        collector.trace.served_context = True
-        policy = SurfacePolicy(name="get_products", field="products")
-        collector.record("inventory", stale_response(Upstream(name="inventory"), policy, 12, None))
+        served_in_doubt(request, advisory=True)
         return JSONResponse({"jsonrpc": "2.0", "id": message["id"], "result": result})
 
     app = StaleAdvisoryMiddleware(Starlette(routes=[Route("/rpc", route, methods=["POST"])]))
