@@ -21,6 +21,7 @@ import sys
 import time
 import tracemalloc
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any
 
 import httpx
@@ -122,9 +123,42 @@ def passthrough_ops() -> tuple[Op, Op]:
     return asgi_caller(bare), asgi_caller(wrapped)
 
 
+_LEAST_REQUEST: ContextVar[list[Any] | None] = ContextVar("least_request", default=None)
+
+
+class LeastLayer:
+    """The least any layer doing the middleware's job does per request, for the pass-through's
+    floor: the request's own advisories, found through a ContextVar and the scope's state (as
+    an ``mcp`` 1.x tool finds them), and ``send`` wrapped to see the answer start."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        advisories: list[Any] = []
+        state = scope.get("state")
+        if state is None:
+            scope["state"] = state = {}
+        state["advisories"] = advisories
+        token = _LEAST_REQUEST.set(advisories)
+
+        async def watched(message: Any) -> None:
+            if message["type"] == "http.response.start" and advisories:
+                raise NotImplementedError("the floor never has advisories to add")
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        finally:
+            _LEAST_REQUEST.reset(token)
+
+
 async def passthrough(n: int, rounds: int) -> dict[str, float]:
-    t_bare, t_wrapped = await side_by_side(*passthrough_ops(), n, rounds)
-    return {"passthrough_ratio": t_bare / t_wrapped}  # requests/s with / without
+    bare, wrapped = passthrough_ops()
+    t_bare, t_wrapped = await side_by_side(bare, wrapped, n, rounds)
+    t_bare2, t_least = await side_by_side(bare, asgi_caller(LeastLayer(json_app())), n, rounds)
+    return {"passthrough_ratio": t_bare / t_wrapped,  # requests/s with / without
+            "least_layer_passthrough_ratio": t_bare2 / t_least}  # fmt: skip
 
 
 def uvicorn_passthrough(requests: int, rounds: int) -> dict[str, float]:
@@ -290,6 +324,25 @@ def upstream_handler(request: httpx.Request) -> httpx.Response:
 _UPSTREAM_BODY = orjson.dumps({"products": products(3)})
 
 
+class DictCachingTransport(httpx.AsyncBaseTransport):
+    """A caching transport of a few lines, beside the transport hit: a dict looked up by
+    method and URL, each hit's response built by httpx from the stored bytes."""
+
+    def __init__(self, transport: httpx.AsyncBaseTransport) -> None:
+        self.transport = transport
+        self.stored: dict[tuple[str, str], tuple[int, list[tuple[bytes, bytes]], bytes]] = {}
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        key = (request.method, str(request.url))
+        held = self.stored.get(key)
+        if held is None:
+            response = await self.transport.handle_async_request(request)
+            held = (response.status_code, response.headers.raw, await response.aread())
+            self.stored[key] = held
+        status, headers, body = held
+        return httpx.Response(status, headers=headers, content=body)
+
+
 async def transport_ops() -> tuple[Op, Op]:
     """A fresh hit through ``CachingTransport`` (its entry stored), and the floor: the same
     httpx call to an in-memory ``MockTransport``."""
@@ -306,6 +359,12 @@ async def transport_hit(n: int, rounds: int) -> dict[str, float]:
     hit, floor = await transport_ops()
     t_ours, t_floor = await side_by_side(hit, floor, n, rounds)
     out = {"transport_hit_vs_floor": t_ours / t_floor}
+    in_dict = httpx.AsyncClient(
+        transport=DictCachingTransport(httpx.MockTransport(upstream_handler))
+    )
+    await in_dict.get(TRANSPORT_URL)
+    t_dict, t_floor2 = await side_by_side(lambda: in_dict.get(TRANSPORT_URL), floor, n, rounds)
+    out["dict_cache_hit_vs_floor"] = t_dict / t_floor2
     handler, url = upstream_handler, TRANSPORT_URL
 
     from hishel.httpx import AsyncCacheTransport
@@ -657,7 +716,8 @@ async def wholesale_probe(n: int, rounds: int) -> dict[str, float]:
 TARGETS = {
     "passthrough_ratio": ">= 0.97", "passthrough_ratio_uvicorn": ">= 0.97",
     "inject_ratio_1k": "<= 1.5", "inject_ratio_100k": "<= 1.5", "inject_ratio_1m": "<= 1.5", "inject_ratio_mcp_sse_100k": "<= 1.5",
-    "transport_hit_vs_floor": "<= 1.15", "hishel_vs_transport_hit": ">= 4",
+    "least_layer_passthrough_ratio": "(floor)",
+    "transport_hit_vs_floor": "<= 1.15", "dict_cache_hit_vs_floor": "(info)", "hishel_vs_transport_hit": ">= 4",
     "revalidate_304_vs_full_refresh": "<= 0.3", "bare_304_vs_full_refresh": "(floor)", "bare_304_us": "(us)",
     "wrapper_hit_us": "(us)", "cashews_vs_wrapper_hit": ">= 10", "wrapper_hit_shared_us": "(us)",
     "cashews_vs_wrapper_hit_shared": ">= 10", "aiocache_vs_wrapper_hit": "(info)",

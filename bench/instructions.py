@@ -73,12 +73,14 @@ RATIOS = {
     "wrapper_hit_shared_vs_cashews": ("cashews_hit", "wrapper_hit_shared", True),
 }
 #: What the guard compares, and whether higher is better: the ratios, and our own
-#: instructions on each path. A pass-through and a transport hit count net of their floor,
-#: measured in the same run: a floor's own count moves by about 1% with the heap's layout.
+#: instructions on each path. A pass-through counts net of its floor, measured in the same
+#: run: a floor's own count moves by about 1% with the heap's layout. A transport hit counts
+#: whole: it builds its answer for less than the floor's upstream does (no stream decoders),
+#: so what it adds is about nothing, and no share of it can be judged.
 GUARDED = {
     **{name: higher for name, (_, _, higher) in RATIOS.items()},
     "passthrough_added": False,
-    "transport_hit_added": False,
+    "per_op.transport_hit": False,
     "per_op.wrapper_hit": False,
     "per_op.wrapper_hit_shared": False,
 }

@@ -259,3 +259,42 @@ def test_a_codecs_optional_capabilities_are_protocols() -> None:
     assert not isinstance(JSON, RoundTripping) and not isinstance(JSON, ContentReading)
     data = RESPONSES.dumps(httpx.Response(200, content=b"x", headers={"date": "today"}))
     assert content_of(RESPONSES, data) == b"200\nx" and content_of(JSON, b"[1]") == b"[1]"
+
+
+@pytest.mark.parametrize("body", [b"", b"{}", b'{"products": [' + b"1," * 5000 + b"1]}"])
+async def test_a_stored_answer_comes_back_as_httpx_reads_one(body: bytes) -> None:
+    """A hit builds its response read already (httpx's stream decoders skipped, most of a hit's
+    cost): on the httpx installed, it is what ``httpx.Response(content=)`` makes, through a
+    client too (content, headers, stream state), and a streaming reader reads the same."""
+    from adcp_stale_cache.integrations import httpx_transport
+    from adcp_stale_cache.integrations.httpx_transport import RESPONSES
+
+    assert httpx_transport._reads_alike()  # else CI's httpx moved on: hits pay its decoders
+    stored = httpx.Response(200, content=body, headers={"etag": '"v1"', "x-a": "1"})
+    data = RESPONSES.dumps(stored)
+    ours, its = (
+        RESPONSES.loads(data),
+        httpx_transport._read_by_httpx(200, [["etag", '"v1"'], ["x-a", "1"]], body),
+    )
+    assert ours.headers.raw == its.headers.raw and ours.content == its.content == body
+    assert (ours.is_closed, ours.is_stream_consumed) == (its.is_closed, its.is_stream_consumed)
+    for response in (RESPONSES.loads(data), its):
+        async with httpx.AsyncClient(transport=httpx.MockTransport(lambda r, a=response: a)) as c:
+            whole = await c.get("http://u/")
+            assert whole.content == body and whole.headers.raw == its.headers.raw
+            async with c.stream("GET", "http://u/") as streamed:
+                assert b"".join([part async for part in streamed.aiter_bytes()]) == body
+
+
+def test_a_hit_falls_back_to_httpx_s_own_build_when_its_internals_differ(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from adcp_stale_cache.integrations import httpx_transport
+
+    def renamed(status: int, headers: list[Any], body: bytes) -> httpx.Response:
+        response = httpx_transport._read_by_httpx(status, headers, body)
+        response.is_stream_consumed = False  # as if httpx kept its state elsewhere
+        return response
+
+    monkeypatch.setattr(httpx_transport, "_read_already", renamed)
+    assert not httpx_transport._reads_alike.__wrapped__()
