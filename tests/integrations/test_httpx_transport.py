@@ -298,3 +298,64 @@ def test_a_hit_falls_back_to_httpx_s_own_build_when_its_internals_differ(
 
     monkeypatch.setattr(httpx_transport, "_read_already", renamed)
     assert not httpx_transport._reads_alike.__wrapped__()
+
+
+def test_a_hit_falls_back_when_httpx_can_no_longer_build_it_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from adcp_stale_cache.integrations import httpx_transport
+
+    def gone(status: int, headers: list[Any], body: bytes) -> httpx.Response:
+        raise AttributeError("module 'httpx' has no attribute 'ByteStream'")
+
+    monkeypatch.setattr(httpx_transport, "_read_already", gone)
+    assert not httpx_transport._reads_alike.__wrapped__()
+    monkeypatch.setattr(httpx_transport, "_reads_alike", lambda: False)
+    data = httpx_transport.RESPONSES.dumps(httpx.Response(200, content=b"{}"))
+    assert httpx_transport.RESPONSES.loads(data).content == b"{}"  # built by httpx
+
+
+async def test_headers_come_back_as_the_upstream_sent_them(clock: FakeClock) -> None:
+    """Every header as sent, byte for byte: a Latin-1 byte (which made every call fail, the
+    entry unreadable once stored) and a repeated Set-Cookie or Link (merged into one)."""
+    sent = [
+        (b"content-type", b"application/json"),
+        (b"x-name", b"caf\xe9"),
+        (b"set-cookie", b"a=1"),
+        (b"set-cookie", b"b=2"),
+        (b"link", b"</a>; rel=next"),
+        (b"link", b"</b>; rel=prev"),
+    ]
+    calls = 0
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        return httpx.Response(200, content=b'{"products": []}', headers=sent)
+
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock)
+    transport = CachingTransport(
+        cache, INVENTORY, transport=httpx.MockTransport(upstream), surface="get_products"
+    )
+    async with httpx.AsyncClient(transport=transport) as client:
+        for _ in range(2):  # a miss, then a hit (the cookie would key a caller of its own)
+            client.cookies.clear()
+            response = await client.get("http://u/products")
+            assert [h for h in response.headers.raw if h[0] != b"Content-Length"] == sent
+            assert response.headers.get_list("set-cookie") == ["a=1", "b=2"]
+    assert calls == 1
+
+
+def test_a_stored_answer_naming_its_encoding_is_decoded_by_httpx() -> None:
+    """The codec never stores a Content-Encoding; another writer's entry that does is read
+    as httpx reads one (decoded), not handed out still encoded."""
+    import gzip
+    import struct
+
+    import orjson
+
+    from adcp_stale_cache.integrations.httpx_transport import RESPONSES
+
+    head = orjson.dumps([200, [["content-encoding", "gzip"]]])
+    data = struct.pack(">I", len(head)) + head + gzip.compress(b'{"a": 1}')
+    assert RESPONSES.loads(data).content == b'{"a": 1}'
