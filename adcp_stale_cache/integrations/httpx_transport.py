@@ -25,9 +25,8 @@ DEFAULT_VARY_HEADERS = CREDENTIAL_HEADERS
 
 # They describe one transfer, not the content.
 _TRANSFER_HEADERS = frozenset(
-    {"content-length", "content-encoding", "transfer-encoding", "connection"}
+    {b"content-length", b"content-encoding", b"transfer-encoding", b"connection"}
 )
-_TRANSFER_RAW = frozenset(name.encode() for name in _TRANSFER_HEADERS)
 
 
 class CachingTransport(httpx.AsyncBaseTransport):
@@ -207,7 +206,7 @@ _ASKS = {b"etag": b"if-none-match", b"last-modified": b"if-modified-since"}
 _KEEP_HELD = "adcp_stale_cache.keep_held"
 
 # Never taken from a 304 into the stored answer (RFC 9111 3.2): they describe its transfer.
-_NOT_UPDATED = {name.encode() for name in _TRANSFER_HEADERS | {"content-type"}}
+_NOT_UPDATED = _TRANSFER_HEADERS | {b"content-type"}
 
 
 def _validates(not_modified: httpx.Response, held: httpx.Response) -> bool:
@@ -241,7 +240,7 @@ class ResponseCodec:
         headers = [
             [k.decode("latin-1"), v.decode("latin-1")]
             for k, v in response.headers.raw
-            if k.lower() not in _TRANSFER_RAW
+            if k.lower() not in _TRANSFER_HEADERS
         ]
         head = orjson.dumps([response.status_code, headers])
         return struct.pack(">I", len(head)) + head + response.content
