@@ -19,7 +19,7 @@ figures are, and every side's instructions per operation.
 
 ``--check BASELINE`` compares the guarded figures (``GUARDED``) with a committed baseline
 (``bench/instructions-baseline.json``) and fails (exit 1) when one is more than 3% worse, or
-more than 3% better: the baseline ratchets. ``--write-baseline PATH`` keeps, figure by
+more than 3% better: the baseline ratchets (a figure named in ``TOLERANCES`` has its own band). ``--write-baseline PATH`` keeps, figure by
 figure, the better of the baseline and the measurement; ``--allow-rise REASON`` records the
 measurement as it is, with the reason (an issue that asks for the cost). A baseline records
 the versions it was measured with: CI installs those exactly (``--pins``), and the check
@@ -52,7 +52,7 @@ BASELINE = ROOT / "bench" / "instructions-baseline.json"
 #: window is a few hundred instructions).
 OPERATIONS = 1000
 WARMUP = 200
-#: How much worse than the baseline a figure may get before the check fails.
+#: How much worse (or better) than the baseline a figure may get before the check fails.
 TOLERANCE = 0.03
 
 #: The measured sides, in the order the worker runs them.
@@ -84,6 +84,12 @@ GUARDED = {
     "per_op.wrapper_hit": False,
     "per_op.wrapper_hit_shared": False,
 }
+#: Figures judged with a wider band, and why: what the same code read from run to run.
+#: ``passthrough_added`` is a difference of two counts near a million; the heap's layout moves
+#: it by a thousand or more (import-time objects of unrelated modules). Code the path does not
+#: run read 34,866 to 37,391 (7.2% apart) in CI and here, from 28f540c to the commit that
+#: added this band, where every other figure stayed within 0.5%.
+TOLERANCES = {"passthrough_added": 0.08}
 TARGETS = {"passthrough_ratio": ">= 0.97", "transport_hit_vs_floor": "<= 1.15",
            "wrapper_hit_vs_cashews": ">= 10", "wrapper_hit_shared_vs_cashews": ">= 10"}  # fmt: skip
 #: The distributions whose code runs in the counted paths (their versions move the counts).
@@ -245,8 +251,11 @@ async def _windows(sides: dict[str, Any], operations: int, warmup: int) -> None:
     ``os`` module answers them without calling libc, and such a call fails the run
     (RuntimeError) instead of moving a count. (A C extension calling libc directly is out
     of this check's reach.)"""
+    import asyncio
+    import functools
     import gc
 
+    loop = asyncio.get_running_loop()
     zero, dump = os.getppid, os.getpgrp
     stray: list[str] = []
     ppid, pgrp = zero(), os.getpgid(0)  # (before any window: zeroes nothing counted)
@@ -266,10 +275,14 @@ async def _windows(sides: dict[str, Any], operations: int, warmup: int) -> None:
                 await op()
             gc.collect()
             gc.freeze()  # this window's collections scan its own objects only
+            # The loop's clock stands still in a window: a timer set before it (cashews' sweep
+            # wakes every second) never comes due there, or a slower machine counts more.
+            loop.time = functools.partial(float, loop.time())  # type: ignore[method-assign]
             zero()  # callgrind: --zero-before=getppid
             for _ in range(operations):
                 await op()
             dump()  # callgrind: --dump-before=getpgrp
+            del loop.time
             if stray:
                 raise RuntimeError(f"{side}: {stray[0]} called while counting: it is a "
                                    "callgrind marker (zero or dump), the counts would be wrong")  # fmt: skip
@@ -404,6 +417,11 @@ def _compared(
             yield name, was, now, (was / now - 1) if higher_is_better else (now / was - 1)
 
 
+def tolerance_of(name: str, tolerance: float = TOLERANCE) -> float:
+    """How far ``name`` may move either way: its own band (``TOLERANCES``) or ``tolerance``."""
+    return max(tolerance, TOLERANCES.get(name, tolerance))
+
+
 def _moved(name: str, was: Any, now: Any, change: float, verdict: str) -> str:
     if isinstance(now, float):
         return f"{name}: {was:.4f} -> {now:.4f} ({change:+.1%} {verdict})"
@@ -413,24 +431,23 @@ def _moved(name: str, was: Any, now: Any, change: float, verdict: str) -> str:
 def regressions(
     measured: dict[str, Any], baseline: dict[str, Any], tolerance: float = TOLERANCE
 ) -> list[str]:
-    """The guarded figures more than ``tolerance`` worse than ``baseline``, one line each."""
-    limit = f"worse, limit {tolerance:.0%}"
+    """The guarded figures worse than ``baseline`` past their band, one line each."""
     return [
-        _moved(name, was, now, now / was - 1, limit)
+        _moved(name, was, now, now / was - 1, f"worse, limit {tolerance_of(name, tolerance):.0%}")
         for name, was, now, worse in _compared(measured, baseline)
-        if worse > tolerance
+        if worse > tolerance_of(name, tolerance)
     ]
 
 
 def gains(
     measured: dict[str, Any], baseline: dict[str, Any], tolerance: float = TOLERANCE
 ) -> list[str]:
-    """The guarded figures more than ``tolerance`` better than ``baseline``: the baseline
-    must move down with them (the ratchet), or a later rise would pass unseen."""
+    """The guarded figures better than ``baseline`` past their band: the baseline must
+    move down with them (the ratchet), or a later rise would pass unseen."""
     return [
         _moved(name, was, now, now / was - 1, "better")
         for name, was, now, worse in _compared(measured, baseline)
-        if worse < -tolerance
+        if worse < -tolerance_of(name, tolerance)
     ]
 
 
@@ -470,7 +487,7 @@ def differences(measured: dict[str, Any], baseline: dict[str, Any]) -> list[str]
 
 
 def check(measured: dict[str, Any], baseline_path: str | Path) -> int:
-    """Print the comparison with the baseline; 1 when something regressed past 3%."""
+    """Print the comparison with the baseline; 1 when a figure moved past its band."""
     baseline = json.loads(Path(baseline_path).read_text())
     print(
         f"\ninstruction guard against {baseline_path} (measured at {baseline['versions'].get('commit')}):"
@@ -488,9 +505,7 @@ def check(measured: dict[str, Any], baseline_path: str | Path) -> int:
         )
     found = regressions(measured, baseline)
     if found:
-        print(
-            f"REGRESSION: {len(found)} figure(s) more than {TOLERANCE:.0%} worse than the baseline:"
-        )
+        print(f"REGRESSION: {len(found)} figure(s) worse than the baseline past their band:")
         for line in found:
             print(f"  {line}")
         print(
@@ -500,9 +515,7 @@ def check(measured: dict[str, Any], baseline_path: str | Path) -> int:
         return 1
     cheaper = gains(measured, baseline)
     if cheaper:
-        print(
-            f"RATCHET: {len(cheaper)} figure(s) more than {TOLERANCE:.0%} better than the baseline:"
-        )
+        print(f"RATCHET: {len(cheaper)} figure(s) better than the baseline past their band:")
         for line in cheaper:
             print(f"  {line}")
         print(
@@ -510,7 +523,8 @@ def check(measured: dict[str, Any], baseline_path: str | Path) -> int:
             "--write-baseline bench/instructions-baseline.json (it keeps the better figures)"
         )
         return 1
-    print(f"instruction guard: no figure more than {TOLERANCE:.0%} worse than the baseline")
+    print(f"instruction guard: no figure more than {TOLERANCE:.0%} worse than the baseline "
+          f"({', '.join(f'{n} {t:.0%}' for n, t in TOLERANCES.items())})")  # fmt: skip
     return 0
 
 
@@ -541,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parts", action="store_true",
                         help="the pieces of a hit and of a pass-through request, each alone")  # fmt: skip
     parser.add_argument("--pins", metavar="BASELINE", help="print the baseline's packages as pins")
-    parser.add_argument("--check", metavar="BASELINE", help="fail on a regression past 3%%")
+    parser.add_argument("--check", metavar="BASELINE", help="fail on a move past 3%% (TOLERANCES)")
     parser.add_argument("--write-baseline", metavar="PATH", help="ratchet the baseline at PATH")
     parser.add_argument("--allow-rise", metavar="REASON", help="write the figures as measured")
     parser.add_argument("--json", metavar="PATH", help="write the instructions object")
