@@ -65,12 +65,26 @@ async def call_with_deadline(
         task: asyncio.Future[T] = asyncio.wrap_future(on.submit(call))
     else:
         task = asyncio.ensure_future(call())
+    # asyncio.wait's own waiter, timer and callback, without its sets and second coroutine:
+    # every upstream call waits here.
+    loop = asyncio.get_running_loop()
+    waiter = loop.create_future()
+
+    def wake(_: object = None) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    timer = loop.call_later(timeout, wake)
+    task.add_done_callback(wake)
     try:
-        done, _ = await asyncio.wait({task}, timeout=timeout)
+        await waiter
     except asyncio.CancelledError:
         _abandon(task)
         raise
-    if not done:
+    finally:
+        timer.cancel()
+        task.remove_done_callback(wake)
+    if not task.done():
         _abandon(task)
         raise TimeoutError(f"no answer within {timeout:g}s")
     if task.cancelled():
