@@ -163,7 +163,7 @@ async def _parts() -> dict[str, Any]:
     async def send(message: Any) -> None:
         pass
 
-    peek = RequestPeek(SURFACES, collector, scope, receive, 1 << 20, True)
+    peek = RequestPeek(SURFACES, collector.context, scope, receive, 1 << 20, True)
 
     async def nothing() -> None:  # what every other part includes: one awaited coroutine
         pass
@@ -203,11 +203,11 @@ async def _parts() -> dict[str, Any]:
 
     async def new_collector() -> None:
         AdvisoryCollector(None).context.partition_from(
-            functools.partial(middleware._partition, peek, scope)
+            functools.partial(middleware._partition, peek)
         )
 
     async def new_peek() -> None:
-        RequestPeek(SURFACES, collector, scope, receive, 1 << 20, True)
+        RequestPeek(SURFACES, collector.context, scope, receive, 1 << 20, True)
 
     async def new_response() -> None:
         Answer(collector, peek, scope, send, True, middleware._replaced)
@@ -219,7 +219,7 @@ async def _parts() -> dict[str, Any]:
         leave_request(enter_request(collector))
 
     async def receive_hop() -> None:
-        await RequestPeek(SURFACES, collector, scope, receive, 1 << 20, True).receive()
+        await RequestPeek(SURFACES, collector.context, scope, receive, 1 << 20, True).receive()
 
     async def send_hops() -> None:
         answer = Answer(collector, peek, scope, send, True, middleware._replaced)

@@ -83,7 +83,7 @@ class StaleAdvisoryMiddleware:
             (compile_path(path)[0], policy) for path, policy in declared if "{" in path
         ]
 
-    def _partition(self, request: RequestPeek, scope: Scope) -> str | None:
+    def _partition(self, request: RequestPeek) -> str | None:
         """The caller's partition, asked on first use (``partition_from_call``: body read ahead)."""
         if self.partition_from_call is not None:
             if request.unreadable():  # no principal can be told: this request's alone
@@ -92,12 +92,12 @@ class StaleAdvisoryMiddleware:
                     "a batch, not a JSON object): its entries are its own"
                 )
                 return f"private:{uuid.uuid4().hex}"
-            return self.partition_from_call(request.call(scope))
+            return self.partition_from_call(request.call())
         assert self.partition is not None
         if not self._warned_unread_credential and self.partition is caller_partition:
             # Arguments only as read already (a JSON-RPC call's): no body parsed for this.
             one_call = request.calls[0].arguments if len(request.calls) == 1 else None
-            unread = _unread_credential(scope, one_call)
+            unread = _unread_credential(request.scope, one_call)
             if unread is not None:
                 self._warned_unread_credential = True
                 logger.warning(
@@ -109,7 +109,7 @@ class StaleAdvisoryMiddleware:
                     unread,
                     ", ".join(CREDENTIAL_HEADERS),
                 )
-        return self.partition(scope)
+        return self.partition(request.scope)
 
     async def _started(self, scope: Scope, send: Send, message: Message) -> None:
         """On ``lifespan.startup.complete``, report unserved surfaces: no request came yet."""
@@ -183,21 +183,22 @@ class StaleAdvisoryMiddleware:
             if surface is None and root:  # paths declared with their prefix
                 surface = self._surface_at(path)
         collector = AdvisoryCollector(surface, None, None, True)  # counted at delivery
+        context = collector.context
         state = scope.get("state")
         if state is None:
             scope["state"] = state = {}
         state[STATE_KEY] = collector
         # A declared route is plain JSON: its body holds no JSON-RPC call to look for.
         request = RequestPeek(
-            self.surfaces, collector, scope, receive, self.max_peek_bytes, surface is not None
+            self.surfaces, context, scope, receive, self.max_peek_bytes, surface is not None
         )
         if self._partitioned:
-            collector.context.partition_from(functools.partial(self._partition, request, scope))
+            context.partition_from(functools.partial(self._partition, request))
         if request.peeking:
             if self.partition_from_call is not None:  # the hook sees the call, however early
                 await request.read_ahead()
             receive = request.receive
-            collector.context.request_field = request.field
+            context.request_field = request.field
         answer = Answer(collector, request, scope, send, self.stale_headers, self._replaced)
         token = enter_request(collector)
         try:
@@ -210,6 +211,7 @@ class StaleAdvisoryMiddleware:
         finally:
             leave_request(token)
             answer.close()
+            request.detach()
         if collector.trace.served_context:
             answer.check_late_context()
 

@@ -14,8 +14,8 @@ from starlette.types import Message, Receive, Scope
 
 from ..codecs import RpcCall, Untouched, parse_calls
 from ..codecs.json import KEEP, context_of, loads
-from ..core.policy import Surfaces
-from ..pipeline.collector import UNREAD, AdvisoryCollector
+from ..core.policy import SurfacePolicy, Surfaces
+from ..pipeline.collector import STATE_KEY, UNREAD, RequestContext
 
 #: JSON-RPC requests are small; a larger body is not read.
 MAX_PEEK_BYTES = 1024 * 1024
@@ -39,29 +39,33 @@ class RequestPeek:
         "_ahead",
         "_body",
         "_chunks",
+        "_context",
         "_parsed",
         "_receive",
         "_size",
+        "_surface",
         "calls",
-        "collector",
         "declared",
         "limit",
         "oversized",
         "peeking",
+        "scope",
         "surfaces",
     )
 
     def __init__(
         self,
         surfaces: Surfaces,
-        collector: AdvisoryCollector,
+        context: RequestContext,
         scope: Scope,
         receive: Receive,
         limit: int = MAX_PEEK_BYTES,
         declared: bool = False,
     ) -> None:
         self.surfaces = surfaces
-        self.collector = collector
+        self._context: RequestContext | None = context  # names the surface a call reads
+        self._surface: SurfacePolicy | None = None  # the surface named, once detached
+        self.scope = scope
         self.declared = declared  # a declared plain-JSON route: the body is the request
         self._body: bytes | None = None
         self._parsed: Any = KEEP  # the declared route's request, once read
@@ -134,14 +138,26 @@ class RequestPeek:
         request = self._request()
         return request.get(name) if isinstance(request, dict) else UNREAD
 
-    def call(self, scope: Scope) -> ToolCall:
+    def call(self) -> ToolCall:
         """The request as a :class:`ToolCall`, read as far as it has been received."""
         request = self._request()
-        surface = self.collector.surface
+        surface = self._context.surface if self._context is not None else self._surface
         tool = self.calls[0].surface if len(self.calls) == 1 else None
         if tool is None and not self.calls and surface is not None:
             tool = surface.name
-        return ToolCall(scope, tool, request if isinstance(request, dict) else None)
+        return ToolCall(self.scope, tool, request if isinstance(request, dict) else None)
+
+    def detach(self) -> None:
+        """The request is answered: keep what a later reader asks (its surface, its scope
+        without the collector), nothing that leads back to the collector. The request's
+        objects then form no cycle: they are freed as it ends, not by the garbage collector
+        (which cost a pass-through request 3% of its time)."""
+        if self._context is not None:
+            self._surface, self._context = self._context.surface, None
+        state = self.scope.get("state")
+        if isinstance(state, dict) and STATE_KEY in state:
+            kept = {name: value for name, value in state.items() if name != STATE_KEY}
+            self.scope = {**self.scope, "state": kept}
 
     def _request(self) -> Any:
         """The one call's arguments, or the declared route's body (parsed once); else ``KEEP``."""
@@ -158,5 +174,5 @@ class RequestPeek:
         self.calls = parse_calls(body)
         names = {call.surface for call in self.calls}
         policy = self.surfaces.find(names.pop()) if len(names) == 1 else None
-        if policy is not None:
-            self.collector.context.surface = policy
+        if policy is not None and self._context is not None:
+            self._context.surface = policy

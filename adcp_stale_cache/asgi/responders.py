@@ -86,7 +86,7 @@ class Answer:
     def delivery(self) -> Delivery:
         """The advisories to deliver now, and the request's context if the answer's may not be."""
         errors = self.collector.errors()
-        if errors and self.request.call(self.scope).tool in NO_ERRORS_MEMBER:
+        if errors and self.request.call().tool in NO_ERRORS_MEMBER:
             why = "the tool's answers have no errors[] (tell it in incomplete[])"
             self.dropped(Untouched(why, "no_errors_member"))
             errors = []
@@ -105,6 +105,8 @@ class Answer:
         if self.collector.unsettled:
             self.dropped(_NO_ANSWER if self.forward is None else _AFTER_START)
         self.collector.close()
+        if self.forward is not self.downstream:  # a responder's, which holds this answer:
+            self.forward = None  # let go, so the two form no cycle
 
     def check_late_context(self) -> None:
         """Warn when a value holding a context was served after this answer had started."""
