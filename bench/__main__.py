@@ -123,24 +123,35 @@ def passthrough_ops() -> tuple[Op, Op]:
     return asgi_caller(bare), asgi_caller(wrapped)
 
 
-_LEAST_REQUEST: ContextVar[list[Any] | None] = ContextVar("least_request", default=None)
+_LEAST_REQUEST: ContextVar[tuple[Any, ...] | None] = ContextVar("least_request", default=None)
 
 
 class LeastLayer:
     """The least any layer doing the middleware's job does per request, for the pass-through's
-    floor: the request's own advisories, found through a ContextVar and the scope's state (as
-    an ``mcp`` 1.x tool finds them), and ``send`` wrapped to see the answer start."""
+    floor: the route's surface found (one dict look), the request's own advisories reachable
+    through a ContextVar and the scope's state (as an ``mcp`` 1.x tool finds them), the request
+    body kept as it passes (its ``context`` and release pins), ``send`` wrapped to see the
+    answer start."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, surfaces: Any) -> None:
         self.app = app
+        self.by_path = {path: policy for policy in surfaces.policies for path in policy.paths}
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        surface = self.by_path.get(scope["path"])
         advisories: list[Any] = []
+        body: list[bytes] = []
         state = scope.get("state")
         if state is None:
             scope["state"] = state = {}
-        state["advisories"] = advisories
-        token = _LEAST_REQUEST.set(advisories)
+        state["advisories"] = request = (surface, advisories, body)
+        token = _LEAST_REQUEST.set(request)
+
+        async def kept() -> Any:
+            message = await receive()
+            if message["type"] == "http.request":
+                body.append(message.get("body", b""))
+            return message
 
         async def watched(message: Any) -> None:
             if message["type"] == "http.response.start" and advisories:
@@ -148,7 +159,7 @@ class LeastLayer:
             await send(message)
 
         try:
-            await self.app(scope, receive, watched)
+            await self.app(scope, kept, watched)
         finally:
             _LEAST_REQUEST.reset(token)
 
@@ -156,7 +167,9 @@ class LeastLayer:
 async def passthrough(n: int, rounds: int) -> dict[str, float]:
     bare, wrapped = passthrough_ops()
     t_bare, t_wrapped = await side_by_side(bare, wrapped, n, rounds)
-    t_bare2, t_least = await side_by_side(bare, asgi_caller(LeastLayer(json_app())), n, rounds)
+    t_bare2, t_least = await side_by_side(
+        bare, asgi_caller(LeastLayer(json_app(), SURFACES)), n, rounds
+    )
     return {"passthrough_ratio": t_bare / t_wrapped,  # requests/s with / without
             "least_layer_passthrough_ratio": t_bare2 / t_least}  # fmt: skip
 
