@@ -194,20 +194,24 @@ class StaleAdvisoryMiddleware:
         )
         if self._partitioned:
             context.partition_from(functools.partial(self._partition, request))
+        read_ahead = request.peeking and self.partition_from_call is not None
         if request.peeking:
-            if self.partition_from_call is not None:  # the hook sees the call, however early
-                await request.read_ahead()
             receive = request.receive
             context.request_field = request.field
         answer = Answer(collector, request, scope, send, self.stale_headers, self._replaced)
         token = enter_request(collector)
         try:
+            if read_ahead:  # the hook sees the call, however early
+                await request.read_ahead()
             await self.app(scope, receive, answer.send)
         except Exception as exc:
             unavailable = upstream_unavailable(exc)
-            if unavailable is None or answer.forward is not None:  # (answered: too late)
-                raise
-            await _unavailable(unavailable, collector, request, send)
+            try:
+                if unavailable is None or answer.forward is not None:  # (answered: too late)
+                    raise
+                await _unavailable(unavailable, collector, request, send)
+            finally:
+                unavailable = None  # it holds its traceback, which holds this frame
         finally:
             leave_request(token)
             answer.close()

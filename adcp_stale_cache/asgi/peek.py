@@ -21,6 +21,10 @@ from ..pipeline.collector import STATE_KEY, UNREAD, RequestContext
 MAX_PEEK_BYTES = 1024 * 1024
 
 
+async def _disconnected() -> Message:
+    return {"type": "http.disconnect"}
+
+
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     """A request as the ``partition_from_call`` hook sees it: its ASGI ``scope``, its ``tool``
@@ -154,6 +158,7 @@ class RequestPeek:
         (which cost a pass-through request 3% of its time)."""
         if self._context is not None:
             self._surface, self._context = self._context.surface, None
+        self._receive = _disconnected  # a server's receive holds its own copy of the scope
         state = self.scope.get("state")
         if isinstance(state, dict) and STATE_KEY in state:
             kept = {name: value for name, value in state.items() if name != STATE_KEY}

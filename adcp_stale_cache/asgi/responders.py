@@ -4,6 +4,7 @@ the response's start (Starlette's ``GZipResponder`` is the model).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -217,10 +218,11 @@ class EventStreamResponder:
     def __init__(self, answer: Answer) -> None:
         self.answer = answer
         self.deliveries: list[Delivery] = []  # what was handed over, context mends counted
+        # Callbacks over the answer, not this responder: the stream it holds holds them.
         self.stream = RpcEventStream(
             answer.request.calls[0],
-            self._delivery,
-            self._untouched,
+            functools.partial(_delivery, answer, self.deliveries),
+            functools.partial(_untouched, answer),
             answer.collector.delivered,
             _unmended,
         )
@@ -247,15 +249,17 @@ class EventStreamResponder:
                     {"type": "http.response.body", "body": body, "more_body": more}
                 )
 
-    def _delivery(self) -> Delivery:
-        found = self.answer.delivery()
-        self.deliveries.append(found)
-        return found
 
-    def _untouched(self, why: Untouched) -> None:
-        self.answer.dropped(why)  # advisories pending counted lost (none: nothing to count)
-        if isinstance(why, Unmendable):
-            _unmended(why)
+def _delivery(answer: Answer, deliveries: list[Delivery]) -> Delivery:
+    found = answer.delivery()
+    deliveries.append(found)
+    return found
+
+
+def _untouched(answer: Answer, why: Untouched) -> None:
+    answer.dropped(why)  # advisories pending counted lost (none: nothing to count)
+    if isinstance(why, Unmendable):
+        _unmended(why)
 
 
 def _unmended(why: Unmendable) -> None:
