@@ -19,11 +19,11 @@ figures are, and every side's instructions per operation.
 
 ``--check BASELINE`` compares the guarded figures (``GUARDED``) with a committed baseline
 (``bench/instructions-baseline.json``) and fails (exit 1) when one is more than 3% worse, or
-more than 3% better: the baseline ratchets (a figure named in ``TOLERANCES`` has its own band). ``--write-baseline PATH`` keeps, figure by
-figure, the better of the baseline and the measurement; ``--allow-rise REASON`` records the
-measurement as it is, with the reason (an issue that asks for the cost). A baseline records
-the versions it was measured with: CI installs those exactly (``--pins``), and the check
-says when they differ.
+more than 3% better: the baseline ratchets (a figure named in ``TOLERANCES`` has its own
+band). ``--write-baseline PATH`` keeps, figure by figure, the better of the baseline and the
+measurement; ``--allow-rise REASON`` records the measurement as it is, with the reason (an
+issue that asks for the cost). A baseline records the versions it was measured with: CI
+installs those exactly (``--pins``), and the check says when they differ.
 
 This module imports only the standard library at its top: ``--pins`` runs in any Python.
 """

@@ -158,19 +158,18 @@ def test_a_request_leaves_nothing_for_the_garbage_collector(
     assert cyclic_garbage(requests) == []
 
 
-def test_a_task_outliving_its_request_reads_its_partition_fields_and_surface() -> None:
+def read_after_its_request(
+    path: str, body: bytes, headers: tuple[tuple[bytes, bytes], ...] = (), **options: Any
+) -> dict[str, Any]:
+    """Ask once; a task the route starts reads the request's collector once it is answered."""
     seen: dict[str, Any] = {}
 
-    def partition(scope: Any) -> str:
-        seen["state"] = dict(scope.get("state", {}))
-        return dict(scope["headers"])[b"x-tenant"].decode()
-
     async def main() -> None:
-        later = asyncio.Event()
+        answered = asyncio.Event()
         late: list[asyncio.Task[None]] = []
 
         async def outlives() -> None:
-            await later.wait()
+            await answered.wait()
             collector = current_collector()
             assert collector is not None and collector.closed
             seen["partition"] = collector.partition
@@ -182,53 +181,39 @@ def test_a_task_outliving_its_request_reads_its_partition_fields_and_surface() -
             late.append(asyncio.create_task(outlives()))
             return JSONResponse({"products": []})
 
-        app = StaleAdvisoryMiddleware(
-            Starlette(routes=[Route("/api/get_products", route, methods=["POST"])]),
-            surfaces=SURFACES,
-            partition=partition,
-        )
-        await ask(app, "/api/get_products", PLAIN, ((b"x-tenant", b"acme"),))
-        later.set()
+        routes = [Route(path, route, methods=["POST"])]
+        app = StaleAdvisoryMiddleware(Starlette(routes=routes), surfaces=SURFACES, **options)
+        await ask(app, path, body, headers)
+        answered.set()
         await asyncio.wait_for(late[0], 5)
 
     asyncio.run(main())
+    return seen
+
+
+def test_a_task_outliving_its_request_reads_its_partition_fields_and_surface() -> None:
+    states: list[dict[str, Any]] = []
+
+    def partition(scope: Any) -> str:
+        states.append(dict(scope.get("state", {})))
+        return dict(scope["headers"])[b"x-tenant"].decode()
+
+    seen = read_after_its_request(
+        "/api/get_products", PLAIN, ((b"x-tenant", b"acme"),), partition=partition
+    )
     assert seen["partition"] == "acme" and seen["pin"] == 'adcp_version="3.0"'
     assert seen["surface"] is PRODUCTS
-    assert STATE_KEY not in seen["state"]  # the request's scope, less its collector
+    assert len(states) == 1 and STATE_KEY not in states[0]  # its scope, less its collector
 
 
 def test_a_late_call_hook_still_sees_the_calls_tool() -> None:
     calls: list[ToolCall] = []
 
-    async def main() -> None:
-        later = asyncio.Event()
-        late: list[asyncio.Task[None]] = []
+    def hook(call: ToolCall) -> str:
+        calls.append(call)
+        return "p"
 
-        async def outlives() -> None:
-            await later.wait()
-            collector = current_collector()
-            assert collector is not None
-            collector.partition  # noqa: B018
-
-        async def mcp(request: Request) -> Response:
-            call = await request.json()
-            late.append(asyncio.create_task(outlives()))
-            return JSONResponse({"jsonrpc": "2.0", "id": call["id"], "result": {}})
-
-        def hook(call: ToolCall) -> str:
-            calls.append(call)
-            return "p"
-
-        app = StaleAdvisoryMiddleware(
-            Starlette(routes=[Route("/mcp", mcp, methods=["POST"])]),
-            surfaces=SURFACES,
-            partition_from_call=hook,
-        )
-        await ask(app, "/mcp", MCP_CALL)
-        later.set()
-        await asyncio.wait_for(late[0], 5)
-
-    asyncio.run(main())
+    assert read_after_its_request("/mcp", MCP_CALL, partition_from_call=hook)["partition"] == "p"
     assert [(call.tool, call.arguments) for call in calls] == [("get_products", {"brief": "b"})]
 
 
