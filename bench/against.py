@@ -7,7 +7,9 @@ in the same minute, not against figures published from another day:
 
 - ``hit``: a fresh wrapper hit (``fetch`` of a held key);
 - ``outage``: a stale serve with its advisory (the upstream down, breaker open);
-- ``miss``: a fetch that calls the upstream and stores the answer.
+- ``miss``: a fetch that calls the upstream and stores the answer;
+- ``passthrough``: a request through the middleware with nothing to add (the bench's JSON
+  route, in process).
 
 A ratio of 1.00 is "no change"; below is faster. Repeated runs on this shared machine put
 the noise at a few percent.
@@ -29,7 +31,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from .__main__ import side_by_side
+from .__main__ import asgi_caller, json_app, side_by_side
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,7 +89,9 @@ def operations(pkg: Any) -> dict[str, Any]:
         for _ in range(3):  # the breaker opens: the outage path answers from cache at once
             await outage()
 
-    return {"hit": hit, "outage": outage, "miss": miss, "prepare": prepare}
+    passthrough = asgi_caller(pkg.StaleAdvisoryMiddleware(json_app(), surfaces=surfaces))
+    return {"hit": hit, "outage": outage, "miss": miss, "passthrough": passthrough,
+            "prepare": prepare}  # fmt: skip
 
 
 async def compare(rev: str, n: int, rounds: int) -> dict[str, float]:
@@ -101,7 +105,7 @@ async def compare(rev: str, n: int, rounds: int) -> dict[str, float]:
         await ours["prepare"]()
         await theirs["prepare"]()
         ratios = {}
-        for name in ("hit", "outage", "miss"):
+        for name in ("hit", "outage", "miss", "passthrough"):
             t_ours, t_theirs = await side_by_side(ours[name], theirs[name], n, rounds)
             ratios[f"{name}_vs_{rev}"] = t_ours / t_theirs
             ratios[f"{name}_us"] = t_ours * 1e6
