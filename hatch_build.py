@@ -28,6 +28,7 @@ COMPILED = (
     "adcp_stale_cache/core/decision.py",
     "adcp_stale_cache/core/entry.py",
     "adcp_stale_cache/core/values.py",
+    "adcp_stale_cache/pipeline/context.py",
     "adcp_stale_cache/pipeline/serving.py",
 )
 

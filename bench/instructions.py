@@ -116,7 +116,6 @@ async def _sides() -> dict[str, Any]:
 async def _parts() -> dict[str, Any]:
     """The pieces of a fresh shared-codec hit and of a pass-through request, each alone:
     what the floors of docs/benchmarks.md ("Missed targets") are made of."""
-    import functools
 
     from adcp_stale_cache import SharedJsonCodec, StaleAdvisoryMiddleware, Upstream, UpstreamCache
     from adcp_stale_cache.asgi.middleware import route_path
@@ -163,7 +162,7 @@ async def _parts() -> dict[str, Any]:
     async def send(message: Any) -> None:
         pass
 
-    peek = RequestPeek(SURFACES, collector.context, scope, receive, 1 << 20, True)
+    peek = RequestPeek(SURFACES, POLICY, scope, receive, middleware._partition_by, 1 << 20, True)
 
     async def nothing() -> None:  # what every other part includes: one awaited coroutine
         pass
@@ -202,15 +201,13 @@ async def _parts() -> dict[str, Any]:
         cache.serving.hit(found, codec)
 
     async def new_collector() -> None:
-        AdvisoryCollector(None).context.partition_from(
-            functools.partial(middleware._partition, peek)
-        )
+        AdvisoryCollector(counted_at_delivery=True, context=peek)
 
     async def new_peek() -> None:
-        RequestPeek(SURFACES, collector.context, scope, receive, 1 << 20, True)
+        RequestPeek(SURFACES, POLICY, scope, receive, middleware._partition_by, 1 << 20, True)
 
     async def new_response() -> None:
-        Answer(collector, peek, scope, send, True, middleware._replaced)
+        Answer(collector, peek, send, True, middleware._count_replaced)
 
     async def surface_of_path() -> None:
         middleware._surface_at(route_path(scope))
@@ -219,10 +216,13 @@ async def _parts() -> dict[str, Any]:
         leave_request(enter_request(collector))
 
     async def receive_hop() -> None:
-        await RequestPeek(SURFACES, collector.context, scope, receive, 1 << 20, True).receive()
+        peek = RequestPeek(
+            SURFACES, POLICY, scope, receive, middleware._partition_by, 1 << 20, True
+        )
+        await peek.receive()
 
     async def send_hops() -> None:
-        answer = Answer(collector, peek, scope, send, True, middleware._replaced)
+        answer = Answer(collector, peek, send, True, middleware._count_replaced)
         await answer.send(start)
         await answer.send(body)
 

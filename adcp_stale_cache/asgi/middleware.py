@@ -67,7 +67,10 @@ class StaleAdvisoryMiddleware:
         self.surfaces = given
         self.partition = partition
         self.partition_from_call = partition_from_call
-        self._partitioned = partition is not None or partition_from_call is not None
+        partitioned = partition is not None or partition_from_call is not None
+        # Bound once, not per request.
+        self._partition_by = self._partition if partitioned else None
+        self._count_replaced = self._replaced
         self.stale_headers = stale_headers
         #: Answers whose ``context`` was another request's, given their own request's.
         self.contexts_replaced = 0
@@ -182,23 +185,25 @@ class StaleAdvisoryMiddleware:
             surface = self._surface_at(route_path(scope))
             if surface is None and root:  # paths declared with their prefix
                 surface = self._surface_at(path)
-        collector = AdvisoryCollector(surface, None, None, True)  # counted at delivery
-        context = collector.context
+        # A declared route is plain JSON: its body holds no JSON-RPC call to look for.
+        request = RequestPeek(
+            self.surfaces,
+            surface,
+            scope,
+            receive,
+            self._partition_by,
+            self.max_peek_bytes,
+            surface is not None,
+        )
+        collector = AdvisoryCollector(None, None, None, True, request)  # counted at delivery
         state = scope.get("state")
         if state is None:
             scope["state"] = state = {}
         state[STATE_KEY] = collector
-        # A declared route is plain JSON: its body holds no JSON-RPC call to look for.
-        request = RequestPeek(
-            self.surfaces, context, scope, receive, self.max_peek_bytes, surface is not None
-        )
-        if self._partitioned:
-            context.partition_from(functools.partial(self._partition, request))
         read_ahead = request.peeking and self.partition_from_call is not None
         if request.peeking:
             receive = request.receive
-            context.request_field = request.field
-        answer = Answer(collector, request, scope, send, self.stale_headers, self._replaced)
+        answer = Answer(collector, request, send, self.stale_headers, self._count_replaced)
         token = enter_request(collector)
         try:
             if read_ahead:  # the hook sees the call, however early

@@ -5,8 +5,9 @@ Nothing is parsed until asked, except JSON-RPC calls: their tool name sets the s
 
 from __future__ import annotations
 
+import functools
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +16,8 @@ from starlette.types import Message, Receive, Scope
 from ..codecs import RpcCall, Untouched, parse_calls
 from ..codecs.json import KEEP, context_of, loads
 from ..core.policy import SurfacePolicy, Surfaces
-from ..pipeline.collector import STATE_KEY, UNREAD, RequestContext
+from ..pipeline.collector import STATE_KEY
+from ..pipeline.context import UNREAD, RequestContext, no_field
 
 #: JSON-RPC requests are small; a larger body is not read.
 MAX_PEEK_BYTES = 1024 * 1024
@@ -36,18 +38,20 @@ class ToolCall:
     arguments: Mapping[str, Any] | None
 
 
-class RequestPeek:
-    """One request's calls, ``context`` and fields, read off its POST body up to ``limit``."""
+class RequestPeek(RequestContext):
+    """One request's context, read off the request itself: its surface (named by its
+    JSON-RPC call, if any), its caller's partition (asked of ``partition_by`` on first use),
+    and its calls, ``context`` and fields, read off its POST body up to ``limit``."""
 
     __slots__ = (
         "_ahead",
         "_body",
         "_chunks",
-        "_context",
         "_parsed",
+        "_partition_by",
         "_receive",
         "_size",
-        "_surface",
+        "_unread",
         "calls",
         "declared",
         "limit",
@@ -60,15 +64,20 @@ class RequestPeek:
     def __init__(
         self,
         surfaces: Surfaces,
-        context: RequestContext,
+        surface: SurfacePolicy | None,
         scope: Scope,
         receive: Receive,
+        partition_by: Callable[[RequestPeek], str | None] | None = None,
         limit: int = MAX_PEEK_BYTES,
         declared: bool = False,
     ) -> None:
+        # The context's own fields, set here: its __init__ would cost every request a call.
+        self.surface = surface
+        self._partition = self._partition_of = self._budget = None
+        self._fields = no_field  # (unused: fields are read off the body)
+        self.in_flight = False
+        self._partition_by = partition_by  # of this request: asked with it, not a closure
         self.surfaces = surfaces
-        self._context: RequestContext | None = context  # names the surface a call reads
-        self._surface: SurfacePolicy | None = None  # the surface named, once detached
         self.scope = scope
         self.declared = declared  # a declared plain-JSON route: the body is the request
         self._body: bytes | None = None
@@ -76,12 +85,26 @@ class RequestPeek:
         self._receive = receive
         self.limit = limit
         self.oversized = False  # too large to read: its calls, if any, are unknown
-        self.calls: list[RpcCall] = []
+        self.calls: Sequence[RpcCall] = ()
         # Every POST body: a JSON body may come labelled text/plain, or not at all.
         self.peeking = scope.get("method") == "POST"
-        self._chunks: list[bytes] = []
+        self._unread = UNREAD if self.peeking else None  # a field of a bodiless request: none
+        self._chunks: list[bytes] | None = None
         self._size = 0
         self._ahead: deque[Message] | None = None  # read before the app asked: replayed to it
+
+    @property
+    def partition(self) -> str | None:
+        """The cache partition of the request's caller, asked on first use."""
+        if self._partition_by is not None:
+            self._partition, self._partition_by = self._partition_by(self), None
+        return self._partition
+
+    def _partition_unasked(self) -> tuple[str | None, Callable[[], str | None] | None]:
+        """The partition if asked already, else how to ask it of this request."""
+        if self._partition_by is None:
+            return self._partition, None
+        return None, functools.partial(self._partition_by, self)
 
     async def receive(self) -> Message:
         """The app's ``receive``: what was read ahead first, then the request as it comes."""
@@ -115,13 +138,15 @@ class RequestPeek:
         body = message.get("body", b"")
         self._size += len(body)
         if self._size > self.limit:
-            self.peeking, self._chunks, self.oversized = False, [], True
+            self.peeking, self._chunks, self.oversized = False, None, True
         elif message.get("more_body", False):
+            if self._chunks is None:
+                self._chunks = []
             self._chunks.append(body)
         else:
             self.peeking = False
             if self._chunks:  # most bodies come in one message: no copy then
-                body, self._chunks = b"".join((*self._chunks, body)), []
+                body, self._chunks = b"".join((*self._chunks, body)), None
             if not self.declared:  # (no byte test: "json\u0072pc" is "jsonrpc" too)
                 self._read_calls(body)
             if not self.calls:  # a plain JSON request: read if a context is in doubt
@@ -137,31 +162,30 @@ class RequestPeek:
         """The request's ``context``: ``NO_CONTEXT`` (none, or null), ``UNKNOWN`` (unreadable)."""
         return context_of(self._request())
 
-    def field(self, name: str) -> Any:
-        """A field of the AdCP request: None when absent, ``UNREAD`` when unreadable."""
+    def request_field(self, name: str) -> Any:
+        """A field of the AdCP request: None when absent (or no body), ``UNREAD`` when
+        unreadable."""
         request = self._request()
-        return request.get(name) if isinstance(request, dict) else UNREAD
+        return request.get(name) if isinstance(request, dict) else self._unread
 
     def call(self) -> ToolCall:
         """The request as a :class:`ToolCall`, read as far as it has been received."""
         request = self._request()
-        surface = self._context.surface if self._context is not None else self._surface
         tool = self.calls[0].surface if len(self.calls) == 1 else None
-        if tool is None and not self.calls and surface is not None:
-            tool = surface.name
+        if tool is None and not self.calls and self.surface is not None:
+            tool = self.surface.name
         return ToolCall(self.scope, tool, request if isinstance(request, dict) else None)
 
     def detach(self) -> None:
-        """The request is answered: keep what a later reader asks (its surface, its scope
-        without the collector), nothing that leads back to the collector. The request's
-        objects then form no cycle: they are freed as it ends, not by the garbage collector
-        (which cost a pass-through request 3% of its time)."""
-        if self._context is not None:
-            self._surface, self._context = self._context.surface, None
+        """The request is answered: keep what a later reader asks (its scope without the
+        collector), nothing that leads back to the collector. The request's objects then
+        form no cycle: they are freed as it ends, not by the garbage collector (which cost a
+        pass-through request 3% of its time)."""
         self._receive = _disconnected  # a server's receive holds its own copy of the scope
         state = self.scope.get("state")
         if isinstance(state, dict) and STATE_KEY in state:
-            kept = {name: value for name, value in state.items() if name != STATE_KEY}
+            kept = state.copy()
+            del kept[STATE_KEY]
             self.scope = {**self.scope, "state": kept}
 
     def _request(self) -> Any:
@@ -179,5 +203,5 @@ class RequestPeek:
         self.calls = parse_calls(body)
         names = {call.surface for call in self.calls}
         policy = self.surfaces.find(names.pop()) if len(names) == 1 else None
-        if policy is not None and self._context is not None:
-            self._context.surface = policy
+        if policy is not None:
+            self.surface = policy

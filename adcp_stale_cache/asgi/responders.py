@@ -33,7 +33,6 @@ class Answer:
         "in_doubt",
         "replaced",
         "request",
-        "scope",
         "stale_headers",
     )
 
@@ -41,14 +40,12 @@ class Answer:
         self,
         collector: AdvisoryCollector,
         request: RequestPeek,
-        scope: Scope,
         send: Send,
         stale_headers: bool,
         replaced: Callable[[], None],
     ) -> None:
         self.collector = collector
         self.request = request
-        self.scope = scope
         self.downstream = send
         self.stale_headers = stale_headers
         self.replaced = replaced  # the middleware's count of answers given their own context
@@ -70,7 +67,7 @@ class Answer:
         # Unsettled: recorded, not yet written. Read directly, the common case pays no call.
         advisories = bool(collector.unsettled)
         if advisories or calls or self.in_doubt:  # else the common case: nothing to do
-            chosen = responder_for(start, self.scope, calls, advisories, self.in_doubt)
+            chosen = responder_for(start, self.request.scope, calls, advisories, self.in_doubt)
             if isinstance(chosen, Untouched):
                 if advisories:
                     self.dropped(chosen)

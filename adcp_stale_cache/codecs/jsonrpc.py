@@ -3,6 +3,7 @@ the advisories their answers get."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -122,7 +123,7 @@ def inject_response(message: Any, call: RpcCall, errors: list[dict[str, Any]]) -
         a2a.inject_result(message.get("result"), errors)
 
 
-def inject_body(body: bytes, calls: list[RpcCall], errors: list[dict[str, Any]]) -> bytes:
+def inject_body(body: bytes, calls: Sequence[RpcCall], errors: list[dict[str, Any]]) -> bytes:
     """A JSON-RPC response body with ``errors`` injected; in a batch, which no advisory can
     be attributed to, only each answer's ``context`` is mended."""
     if len(calls) != 1 and (errors or not isinstance(errors, Delivery) or errors.context is KEEP):
@@ -168,7 +169,7 @@ def _deliver(data: Any, call: RpcCall, errors: list[dict[str, Any]]) -> None:
             errors.replaced += _own_context(answer, call, errors.context)
 
 
-def _own_contexts(data: Any, calls: list[RpcCall], delivery: Delivery) -> None:
+def _own_contexts(data: Any, calls: Sequence[RpcCall], delivery: Delivery) -> None:
     """A batch's answers, each with its own call's ``context`` (nothing else touched)."""
     for message in data if isinstance(data, list) else [data]:
         matching = [call for call in calls if same_id(message, call)]

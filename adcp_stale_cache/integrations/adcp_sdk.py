@@ -18,13 +18,8 @@ from ..core.advisory import NO_ERRORS_MEMBER
 from ..core.keys import digest
 from ..core.policy import Surfaces
 from ..pipeline.cache import UpstreamCache
-from ..pipeline.collector import (
-    UNREAD,
-    AdvisoryCollector,
-    Collecting,
-    RequestContext,
-    current_collector,
-)
+from ..pipeline.collector import AdvisoryCollector, Collecting, current_collector
+from ..pipeline.context import UNREAD, RequestContext
 
 logger = logging.getLogger("adcp_stale_cache.adcp_sdk")
 

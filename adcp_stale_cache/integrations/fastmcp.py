@@ -24,7 +24,8 @@ from ..codecs.mcp import inject_tool_result
 from ..core.keys import caller_partition
 from ..core.policy import Surfaces
 from ..pipeline.cache import UpstreamCache
-from ..pipeline.collector import AdvisoryCollector, RequestContext, current_collector, use_collector
+from ..pipeline.collector import AdvisoryCollector, current_collector, use_collector
+from ..pipeline.context import RequestContext
 
 if TYPE_CHECKING:  # fastmcp ships no type information mypy could check a subclass against
     Middleware = object

@@ -8,19 +8,16 @@ import logging
 import math
 import sys
 import threading
-import time
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
-from pydantic import BaseModel
-
-from ..codecs.json import Untouched, dumps_text
 from ..core.advisory import AdcpError
 from ..core.callables import awaited, is_async
 from ..core.policy import SurfacePolicy
+from .context import RequestContext, request_fields
 
 logger = logging.getLogger("adcp_stale_cache")
 
@@ -38,102 +35,6 @@ class Composed:
 class AdvisoryLost(RuntimeError):
     """Raised with ``UpstreamCache(strict_advisories=True)`` when an entry would be served
     stale with no request collector to carry its advisory (see :func:`carry_context`)."""
-
-
-class Budget:
-    """The library's own waiting in one request, from its first fetch (not the seller's queue)."""
-
-    __slots__ = ("started_at",)
-
-    def __init__(self) -> None:
-        self.started_at: float | None = None
-
-    def spent(self) -> float:
-        """Seconds since the request's first fetch asked (this one, if none did before)."""
-        now = time.monotonic()
-        if self.started_at is None:
-            self.started_at = now
-        return now - self.started_at
-
-
-class RequestContext:
-    """One request's surface, partition, pins and budget: the front door alone writes them."""
-
-    __slots__ = ("_budget", "_partition", "_partition_of", "in_flight", "request_field", "surface")
-
-    def __init__(
-        self,
-        surface: SurfacePolicy | None = None,
-        partition: str | None = None,
-        partition_of: Callable[[], str | None] | None = None,
-        request_field: Callable[[str], Any] | None = None,
-        budget: Budget | None = None,
-        *,
-        in_flight: bool = False,
-    ) -> None:
-        self.surface = surface  # the middleware names it once it reads the call (see peek)
-        self._partition = partition
-        self._partition_of = partition_of  # computed on first use: most requests never need it
-        self.request_field = request_field if request_field is not None else _no_field
-        self._budget = budget  # made on first use: most requests never spend one
-        self.in_flight = in_flight  # a flight's (see within): its request warned already
-
-    @property
-    def budget(self) -> Budget:
-        """The library's waiting in this request (shared with its flights)."""
-        if self._budget is None:
-            self._budget = Budget()
-        return self._budget
-
-    def within(self) -> RequestContext:
-        """The context of a flight from this request: same surface, partition, pins, budget."""
-        return RequestContext(
-            self.surface,
-            None,
-            lambda: self.partition,
-            self.request_field,
-            self.budget,
-            in_flight=True,
-        )
-
-    def as_made(self) -> Callable[[], RequestContext]:
-        """A maker of this context for a later re-run: the partition left unasked (asking may
-        warn), the release pinned as read now, a budget of its own."""
-        pins = {name: self.request_field(name) for name in PIN_FIELDS}
-        return functools.partial(
-            RequestContext, self.surface, self._partition, self._partition_of, pins.get
-        )
-
-    def partition_from(self, partition_of: Callable[[], str | None]) -> None:
-        """Compute the partition with ``partition_of`` on first use (the call is read later)."""
-        self._partition, self._partition_of = None, partition_of
-
-    @property
-    def partition(self) -> str | None:
-        """The cache partition of the request's caller."""
-        if self._partition_of is not None:
-            self._partition, self._partition_of = self._partition_of(), None
-        return self._partition
-
-    def pinned_release(self) -> Any:
-        """The release the request pins as a key part (``adcp_version``, else
-        ``adcp_major_version``, as sent); None if none; :data:`UNREAD` if unreadable."""
-        for name in PIN_FIELDS:
-            pinned = self.request_field(name)
-            if pinned is UNREAD:
-                return UNREAD
-            if pinned is not None:
-                try:
-                    return f"{name}={dumps_text(pinned, sort_keys=True, default=str)}"
-                except Untouched:  # nested past what encodes: read as unreadable
-                    return UNREAD
-        return None
-
-    def budget_left(self, policy: SurfacePolicy) -> float | None:
-        """Seconds left of the surface's request budget, or None without a budget."""
-        if policy.request_budget_seconds is None:
-            return None
-        return policy.request_budget_seconds - self.budget.spent()
 
 
 class Trace:
@@ -179,8 +80,7 @@ class AdvisoryCollector:
         partition: str | None = None,
         partition_of: Callable[[], str | None] | None = None,
         counted_at_delivery: bool = False,
-        *,
-        context: RequestContext | None = None,
+        context: RequestContext | None = None,  # (positional too: a keyword costs a request)
         trace: Trace | None = None,
     ) -> None:
         self.context = (
@@ -279,20 +179,6 @@ class AdvisoryCollector:
 _SETTLING = threading.Lock()
 _AFTER_ANSWER = ("after_answer", "recorded after its request was answered (a task outliving it)")
 
-#: The request fields that pin an AdCP release, first the one that wins.
-PIN_FIELDS = ("adcp_version", "adcp_major_version")
-
-#: What :attr:`RequestContext.request_field` gives when the request could not be read.
-UNREAD: Any = type("Unread", (), {"__repr__": lambda self: "UNREAD"})()
-
-
-def _no_field(name: str) -> Any:
-    return None  # no request known (collect_advisories): it pins nothing
-
-
-def _unread(name: str) -> Any:
-    return UNREAD
-
 
 def stated(advisory: AdcpError, surface: str) -> tuple[str, str, int, str]:
     """What a ``STALE_RESPONSE`` says of its stale serve: upstream, ``surface``, age, code."""
@@ -360,18 +246,6 @@ def _from_mcp_v1_request() -> AdvisoryCollector | None:
     state = scope.get("state") if isinstance(scope, dict) else None
     collector = state.get(STATE_KEY) if isinstance(state, dict) else None
     return collector if isinstance(collector, AdvisoryCollector) else None
-
-
-def request_fields(request: object) -> Callable[[str], Any]:
-    """How to read the fields of an AdCP request (a mapping or a pydantic model; None pins
-    nothing, anything else reads :data:`UNREAD`)."""
-    if request is None:
-        return _no_field
-    if isinstance(request, BaseModel):
-        request = request.model_dump(mode="json", exclude_none=True)
-    if isinstance(request, Mapping):
-        return request.get
-    return _unread
 
 
 class Collecting:

@@ -26,13 +26,8 @@ from ..stores.purges import PurgeWitness
 from .admission import Admitted, Breakers
 from .blocking import as_probe
 from .breaker import Breaker
-from .collector import (
-    AdvisoryCollector,
-    RequestContext,
-    current_collector,
-    enter_flight,
-    leave_flight,
-)
+from .collector import AdvisoryCollector, current_collector, enter_flight, leave_flight
+from .context import RequestContext
 from .lookup import Lookup
 from .settings import Settings
 from .singleflight import SingleFlight, call_with_deadline

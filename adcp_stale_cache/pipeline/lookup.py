@@ -16,7 +16,8 @@ from ..core.keys import cache_key
 from ..core.labels import entry_labels
 from ..core.policy import SurfacePolicy, Upstream
 from ..core.values import Codec, unreadable
-from .collector import UNREAD, AdvisoryCollector, current_collector
+from .collector import AdvisoryCollector, current_collector
+from .context import UNREAD
 from .settings import Settings
 
 T = TypeVar("T")

@@ -149,7 +149,7 @@ async def test_outside_the_middleware_nothing_is_pinned() -> None:
 
 
 def test_a_collector_given_its_request_reads_its_pin() -> None:
-    from adcp_stale_cache.pipeline.collector import UNREAD
+    from adcp_stale_cache.pipeline.context import UNREAD
 
     with collect_advisories(request={"adcp_version": "3.1"}) as collector:
         assert collector.context.pinned_release() == 'adcp_version="3.1"'
