@@ -95,16 +95,24 @@ class RequestPeek(RequestContext):
 
     @property
     def partition(self) -> str | None:
-        """The cache partition of the request's caller, asked on first use."""
+        """The cache partition of the request's caller, asked on first use: of the request,
+        or of what :meth:`partition_from` named since."""
         if self._partition_by is not None:
             self._partition, self._partition_by = self._partition_by(self), None
+        elif self._partition_of is not None:
+            self._partition, self._partition_of = self._partition_of(), None
         return self._partition
 
+    def partition_from(self, partition_of: Callable[[], str | None]) -> None:
+        """Compute the partition with ``partition_of`` on first use, not from the request."""
+        self._partition_by = None
+        super().partition_from(partition_of)
+
     def _partition_unasked(self) -> tuple[str | None, Callable[[], str | None] | None]:
-        """The partition if asked already, else how to ask it of this request."""
-        if self._partition_by is None:
-            return self._partition, None
-        return None, functools.partial(self._partition_by, self)
+        """The partition if asked already, else how to ask it (of this request, or as named)."""
+        if self._partition_by is not None:
+            return None, functools.partial(self._partition_by, self)
+        return super()._partition_unasked()
 
     async def receive(self) -> Message:
         """The app's ``receive``: what was read ahead first, then the request as it comes."""

@@ -17,6 +17,8 @@ from typing import Any, ParamSpec, TypeVar
 from ..core.advisory import AdcpError
 from ..core.callables import awaited, is_async
 from ..core.policy import SurfacePolicy
+from .context import PIN_FIELDS as PIN_FIELDS  # (their home was here: importable still)
+from .context import UNREAD as UNREAD
 from .context import RequestContext, request_fields
 
 logger = logging.getLogger("adcp_stale_cache")

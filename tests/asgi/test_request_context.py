@@ -14,7 +14,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from adcp_stale_cache import StaleAdvisoryMiddleware, SurfacePolicy, Surfaces
+from adcp_stale_cache import (
+    StaleAdvisoryMiddleware,
+    SurfacePolicy,
+    Surfaces,
+    Upstream,
+    UpstreamCache,
+)
 from adcp_stale_cache.pipeline.collector import current_collector
 from adcp_stale_cache.pipeline.context import UNREAD, RequestContext
 
@@ -114,3 +120,41 @@ async def test_no_partition_function_gives_no_partition() -> None:
     assert (await ask(app, "POST", b"{}")).status_code == 200
     assert seen[0].partition is None
     assert seen[0].within().partition is None and seen[0].as_made()().partition is None
+
+
+@pytest.mark.parametrize("partition", ["default", None])
+async def test_a_partition_the_handler_names_wins_and_keeps_tenants_apart(
+    partition: str | None,
+) -> None:
+    """A handler that authenticates its caller names the partition (``partition_from``); it
+    keys the request's entries, its re-runs' and its flights', over the middleware's own."""
+    cache = UpstreamCache(surfaces=SURFACES)
+    inventory = Upstream(name="inv")
+    seen: list[tuple[str | None, str | None, str | None]] = []
+
+    async def products(request: Request) -> Response:
+        tenant = (await request.json())["tenant"]
+        collector = current_collector()
+        assert collector is not None
+        collector.context.partition_from(lambda: f"tenant:{tenant}")
+        remade = collector.context.as_made()
+
+        async def call() -> dict[str, Any]:
+            return {"products": [f"secret-of-{tenant}"]}
+
+        got = await cache.fetch(inventory, "products", call)
+        context = collector.context
+        seen.append((context.partition, context.within().partition, remade().partition))
+        return JSONResponse(got)
+
+    routes = [Route("/api/get_products", products, methods=["POST"])]
+    seller = Starlette(routes=routes)
+    if partition == "default":
+        app = StaleAdvisoryMiddleware(seller, cache=cache)
+    else:
+        app = StaleAdvisoryMiddleware(seller, cache=cache, partition=None)
+    acme = await ask(app, "POST", json.dumps({"tenant": "acme"}).encode())
+    evil = await ask(app, "POST", json.dumps({"tenant": "evil"}).encode())
+    assert acme.json()["products"] == ["secret-of-acme"]
+    assert evil.json()["products"] == ["secret-of-evil"]
+    assert seen == [("tenant:acme",) * 3, ("tenant:evil",) * 3]
