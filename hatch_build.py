@@ -20,7 +20,9 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 #: crashes the process instead of being refused); what mypyc rejects (pipeline/collector.py:
 #: an exception subclassing RuntimeError; codecs/json.py: a list subclass) or crashes on
 #: (pipeline/cache.py); pipeline/lookup.py is not tried since ``Hit`` stopped narrowing
-#: ``Lookup`` (mypyc rejected that).
+#: ``Lookup`` (mypyc rejected that). pipeline/context.py is compiled for the request reader that
+#: extends its ``RequestContext`` (a compiled class cannot extend an interpreted one): compiled,
+#: ``RequestContext`` refuses interpreted subclasses; sellers build it, none extends it.
 COMPILED = (
     "adcp_stale_cache/asgi/middleware.py",
     "adcp_stale_cache/asgi/peek.py",
