@@ -116,7 +116,6 @@ async def _sides() -> dict[str, Any]:
 async def _parts() -> dict[str, Any]:
     """The pieces of a fresh shared-codec hit and of a pass-through request, each alone:
     what the floors of docs/benchmarks.md ("Missed targets") are made of."""
-
     from adcp_stale_cache import SharedJsonCodec, StaleAdvisoryMiddleware, Upstream, UpstreamCache
     from adcp_stale_cache.asgi.middleware import route_path
     from adcp_stale_cache.asgi.peek import RequestPeek
@@ -201,7 +200,7 @@ async def _parts() -> dict[str, Any]:
         cache.serving.hit(found, codec)
 
     async def new_collector() -> None:
-        AdvisoryCollector(counted_at_delivery=True, context=peek)
+        AdvisoryCollector(None, None, None, True, peek)  # as the middleware builds it
 
     async def new_peek() -> None:
         RequestPeek(SURFACES, POLICY, scope, receive, middleware._partition_by, 1 << 20, True)

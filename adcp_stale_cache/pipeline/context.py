@@ -132,7 +132,7 @@ def no_field(name: str) -> Any:
     return None
 
 
-def unread(name: str) -> Any:
+def _unread(name: str) -> Any:
     return UNREAD
 
 
@@ -145,4 +145,4 @@ def request_fields(request: object) -> Callable[[str], Any]:
         request = request.model_dump(mode="json", exclude_none=True)
     if isinstance(request, Mapping):
         return request.get
-    return unread
+    return _unread
