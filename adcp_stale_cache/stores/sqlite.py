@@ -101,9 +101,9 @@ class SqliteStore:
     slow_read_seconds = 0.002
     #: How long reads then go through the thread.
     slow_read_pause_seconds = 1.0
-    #: How often reads on the loop check that the path is still the file they opened: the
-    #: check is a stat, most of a hit's cost on some machines, and only another process's
-    #: delete or swap changes it (this process's own writes notice it at once).
+    #: How often reads check that the path is still the file they opened: the check is a
+    #: stat, most of a hit's cost on some machines, and only another process's delete or
+    #: swap changes it (this process's own writes notice it at once).
     replaced_file_check_seconds = 0.5
 
     def __init__(
@@ -178,17 +178,11 @@ class SqliteStore:
         terms = Terms.unpack(packed) if packed is not None else None
         if zlib.crc32(data) != checksum or (packed is not None and terms is None):
             return None  # a torn or foreign row: no entry
-        return Entry(
-            data,
-            stored_at,
-            _split(labels),
-            bool(flags & _REVALIDATE),
-            bool(flags & _TOMBSTONE),
-            terms,
-        )
+        revalidate, tombstone = bool(flags & _REVALIDATE), bool(flags & _TOMBSTONE)
+        return Entry(data, stored_at, _split(labels), revalidate, tombstone, terms)
 
     def _still_the_file(self, now: float) -> bool:
-        """Whether the path is still the file the reader opened, checked now."""
+        """Whether the path is still the file the store opened, checked now."""
         if self._inode != _inode(self.path):
             return False  # deleted or swapped: the thread reads, and reopens
         self._same_file_until = now + self.replaced_file_check_seconds
@@ -263,15 +257,18 @@ class SqliteStore:
 
     def _guarded(self, fn: Callable[..., T], *args: Any) -> T:
         try:
-            return fn(self._connection(), *args)
+            return fn(self._connection(reading=fn is _get), *args)
         except sqlite3.DatabaseError as exc:
             if not _unreadable(exc):
                 raise
             self._replace_unreadable()  # garbage or truncated: a new file, then once more
             return fn(self._connection(), *args)
 
-    def _connection(self) -> sqlite3.Connection:
-        if self._db is not None and self._inode == _inode(self.path):
+    def _connection(self, reading: bool = False) -> sqlite3.Connection:
+        now = time.perf_counter()  # a read trusts a recent check, as reads on the loop do
+        if self._db is not None and (
+            (reading and now < self._same_file_until) or self._still_the_file(now)
+        ):
             return self._db
         self._close()  # first use, or the file was deleted or replaced: open it anew
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -463,6 +463,47 @@ async def test_a_reader_on_the_loop_notices_a_replaced_file_and_a_busy_read_is_n
     writer.close()
 
 
+async def test_reads_in_the_thread_check_the_file_once_a_period_and_writes_each_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 35: a read through the store's thread checked the file (a stat) every time, 6%
+    of a hit there. It now trusts a check made within ``replaced_file_check_seconds``, as
+    reads on the loop do; a write still checks each time."""
+    import adcp_stale_cache.stores.sqlite as sqlite_module
+
+    stats: list[Path] = []
+    real_inode = sqlite_module._inode
+
+    def counted(path: Path) -> int | None:
+        stats.append(path)
+        return real_inode(path)
+
+    monkeypatch.setattr(sqlite_module, "_inode", counted)
+    path = tmp_path / "cache.db"
+    reader = SqliteStore(path, read_on_loop=False, busy_timeout_seconds=5)
+    reader.replaced_file_check_seconds = 0.3
+    await reader.set("k", Entry(b"old file", time.time()), 600)
+    stats.clear()
+    for _ in range(20):
+        found = await reader.get("k")
+        assert found is not None and found.data == b"old file"
+    assert len(stats) <= 1, len(stats)  # the write's check still stands
+    await reader.set("k2", Entry(b"{}", time.time()), 600)
+    await reader.set("k3", Entry(b"{}", time.time()), 600)
+    assert len(stats) >= 2  # each write checks
+    remove_wal(path, including_the_file=True)  # another process's swap
+    writer = SqliteStore(path, busy_timeout_seconds=5)
+    await writer.set("k", Entry(b"new file", time.time()), 600)
+    early = await reader.get("k")  # within the period: the file it opened, or the new one
+    assert early is None or early.data in (b"old file", b"new file")
+    await asyncio.sleep(0.35)
+    found = await reader.get("k")
+    assert found is not None and found.data == b"new file"
+    assert reader.failures == 0
+    reader.close()
+    writer.close()
+
+
 async def test_a_slow_read_on_the_loop_sends_reads_to_the_thread_for_a_while(
     tmp_path: Path,
 ) -> None:

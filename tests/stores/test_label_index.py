@@ -228,6 +228,7 @@ class _FakeTime:
     def __init__(self, clock: FakeClock) -> None:
         self.time = clock
         self.monotonic = time.monotonic
+        self.perf_counter = time.perf_counter
 
 
 async def _file_twins(folder: Path, ops: list[tuple[Any, ...]]) -> None:
