@@ -26,9 +26,12 @@ logger = logging.getLogger("adcp_stale_cache")
 #: The plan for a fresh entry that cannot be read: a miss.
 _UNREADABLE = Refresh(fallback=None)
 
-#: The longest text key, and how many keys, ``store_key`` remembers.
+#: The longest text key, how many keys, and how many Upstream objects ``store_key`` remembers.
 _MAX_REMEMBERED = 1024
 _MAX_REMEMBERED_KEYS = 4096
+_MAX_REMEMBERED_UPSTREAMS = 1024
+#: Store keys by text key, or by (partition, text key).
+_Keys = dict[str | tuple[str, str], str]
 
 #: How far in the future (another host's clock running ahead) a stored time may be.
 MAX_CLOCK_SKEW_SECONDS = 300.0
@@ -143,7 +146,13 @@ class Lookups:
         named = self.surfaces.policies
         self._named = {policy.name: PolicyFields.of(policy, True) for policy in named}
         self._default = PolicyFields.of(self.surfaces.default, False)
-        self._keys: dict[tuple[str | None, ...], str] = {}  # see store_key
+        # What store_key remembers: keys by what their upstream is made of, and by the
+        # Upstream objects seen (each held with its keys, or None: it has credentials).
+        self._by_made_of: dict[
+            tuple[str, str | None, str | None], dict[str | tuple[str, str], str]
+        ] = {}
+        self._seen: dict[int, tuple[Upstream, dict[str | tuple[str, str], str] | None]] = {}
+        self._remembered = 0
         self._warned_default = False
         self._warned_unread = False
 
@@ -241,31 +250,52 @@ class Lookups:
 
     def store_key(self, upstream: Upstream, key: object, partition: str | None = None) -> str:
         """The store key of ``key`` for ``upstream``, the caller partition and its credentials."""
-        # Most fetches: a short text key, no credentials. Their keys are remembered by what
-        # they are made of (text and None only: 1 == True would mix two keys), not by the
-        # Upstream object, which a copy or model_copy(update=...) would carry along.
-        memo = None
+        # Most fetches: a short text key (text and None only: 1 == True would mix two keys),
+        # no credentials. Their keys are remembered by what the upstream is made of, and
+        # through the Upstream object that made them (held, so its id stays its own): a
+        # pydantic model's field costs more to read than the look-up it keys.
         if (
-            type(key) is str
-            and (partition is None or type(partition) is str)
-            and upstream.credentials is None
-            and len(key) <= _MAX_REMEMBERED
+            type(key) is not str
+            or len(key) > _MAX_REMEMBERED
+            or not (partition is None or type(partition) is str)
         ):
-            memo = (upstream.name, upstream.url, upstream.url_digest, partition, key)
-            known = self._keys.get(memo)
-            if known is not None:
-                return known
+            return self._made_key(upstream, key, partition)
+        seen = self._seen.get(id(upstream))
+        if seen is not None and seen[0] is upstream:
+            keys: _Keys | None = seen[1]
+        else:
+            fields = upstream.__dict__  # (one read through pydantic's __getattr__, not four)
+            if fields["credentials"] is not None:  # never remembered
+                return self._made_key(upstream, key, partition)
+            made_of = (fields["name"], fields["url"], fields["url_digest"])
+            keys = self._by_made_of.get(made_of)
+        remembered = key if partition is None else (partition, key)
+        store_key = None if keys is None else keys.get(remembered)
+        if store_key is None:
+            store_key = self._made_key(upstream, key, partition)
+            self._remember(upstream, remembered, store_key)
+        return store_key
+
+    def _remember(self, upstream: Upstream, remembered: str | tuple[str, str], key: str) -> None:
+        """Remember ``key`` by what ``upstream`` is made of, and through ``upstream`` itself."""
+        if self._remembered >= _MAX_REMEMBERED_KEYS:  # bounded: forget them all at once
+            self._seen, self._by_made_of, self._remembered = {}, {}, 0
+        fields = upstream.__dict__
+        made_of = (fields["name"], fields["url"], fields["url_digest"])
+        keys = self._by_made_of.setdefault(made_of, {})
+        keys[remembered] = key
+        self._remembered += 1
+        if len(self._seen) >= _MAX_REMEMBERED_UPSTREAMS:
+            self._seen = {}
+        self._seen[id(upstream)] = (upstream, keys)
+
+    def _made_key(self, upstream: Upstream, key: object, partition: str | None) -> str:
         parts: tuple[object, ...] = (upstream.url, partition, key)
         if upstream.url_digest is not None:  # what the public URL leaves out tells it apart
             parts = (*parts, ("url", upstream.url_digest))
         if upstream.credentials is not None:
             parts = (*parts, ("credentials", upstream.credentials.get_secret_value()))
-        store_key = cache_key(self.keyspace, upstream.name, parts)
-        if memo is not None:
-            if len(self._keys) >= _MAX_REMEMBERED_KEYS:  # bounded: forget them all at once
-                self._keys.clear()
-            self._keys[memo] = store_key
-        return store_key
+        return cache_key(self.keyspace, upstream.name, parts)
 
     def policy(
         self, surface: str | SurfacePolicy | None, collector: AdvisoryCollector | None

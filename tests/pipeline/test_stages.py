@@ -90,6 +90,41 @@ async def test_look_up_keys_per_caller_unless_a_named_surface_shares(clock: Fake
     assert "tag=t" in mine.labels and mine.entry is None and isinstance(mine.step, Refresh)
 
 
+def test_remembered_store_keys_are_the_keys_made_afresh(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """store_key remembers keys by what an upstream is made of and through the object that
+    made them: every remembered key is the one made afresh, whichever object asks, and a
+    copy with another URL or credentials never takes another's key."""
+    import adcp_stale_cache.pipeline.lookup as lookup_module
+
+    monkeypatch.setattr(lookup_module, "_MAX_REMEMBERED_KEYS", 8)
+    monkeypatch.setattr(lookup_module, "_MAX_REMEMBERED_UPSTREAMS", 3)
+    stages, fresh = lookups(clock), lookups(clock)
+    upstreams = [
+        INVENTORY,
+        Upstream(name="inventory"),  # the same, built again (as per request)
+        INVENTORY.model_copy(update={"url": "https://other.example/mcp"}),
+        Upstream(name="inventory", url="https://inv.example/mcp?tenant=a"),
+        Upstream(name="inventory", url="https://inv.example/mcp?tenant=b"),
+        Upstream(name="inventory", credentials="token-a"),
+        Upstream(name="inventory", credentials="token-b"),
+        Upstream(name="creative"),
+    ]
+    made = set()
+    for _ in range(3):  # past both bounds, so remembered keys are forgotten and remade
+        for upstream in upstreams:
+            for key in ("k", "j", "x" * 2000):
+                for partition in (None, "tenant-a", "tenant-b"):
+                    fresh._by_made_of, fresh._seen = {}, {}  # never remembered
+                    expected = fresh.store_key(upstream, key, partition)
+                    assert stages.store_key(upstream, key, partition) == expected
+                    made.add((id(upstream), key, partition, expected))
+    assert stages.store_key(INVENTORY, "k") == stages.store_key(upstreams[1], "k")
+    assert len({key for *_, key in made}) == 3 * 3 * (len(upstreams) - 1)  # 0 and 1 alike
+    assert stages.store_key(INVENTORY, 1) != stages.store_key(INVENTORY, True)
+
+
 async def test_look_up_plans_a_fresh_hit_and_a_refresh_with_its_fallback(clock: FakeClock) -> None:
     stages = lookups(clock)
     key = stages.store_key(INVENTORY, "k")
