@@ -83,6 +83,16 @@ class CombinedMetrics(CacheMetrics):
 class Fanout(CombinedMetrics):
     """What a cache's stages report to: its ``metrics`` and the sinks attached since."""
 
+    def __init__(self, *sinks: CacheMetrics) -> None:
+        super().__init__(*sinks)
+        self._bind_hit()
+
     def attach(self, sink: CacheMetrics) -> None:
         """Send every event to ``sink`` too, from now on."""
         self.sinks = (*self.sinks, sink)
+        self._bind_hit()
+
+    def _bind_hit(self) -> None:
+        # Every fresh hit reports: straight to a lone sink, with no loop of ours between.
+        hit = self.sinks[0].hit if len(self.sinks) == 1 else super().hit
+        self.hit = hit  # type: ignore[method-assign]

@@ -108,3 +108,25 @@ async def test_no_recording_span_is_a_no_op(clock: FakeClock) -> None:
         return 1
 
     assert await cache.fetch(AGENT, "k", call) == 1  # no span open: nothing to record into
+
+
+def test_the_current_context_is_read_as_opentelemetry_reads_it(
+    spans: tuple[Any, InMemorySpanExporter],
+) -> None:
+    """Every hit asks for the current context: with the default runtime context, through its
+    variable directly; with any other, through ``get_current`` as before."""
+    import types
+
+    from opentelemetry import context
+
+    from adcp_stale_cache.pipeline.tracing import _current_context_getter
+
+    tracer, _ = spans
+    getter = _current_context_getter(context)
+    assert getter is not context.get_current  # the default runtime: its variable's get
+    assert getter() == context.get_current() and not getter()
+    with tracer.start_as_current_span("get_products"):
+        assert getter() is context.get_current() and getter()
+    other = types.SimpleNamespace(_RUNTIME_CONTEXT=object(), get_current=context.get_current)
+    assert _current_context_getter(other) is context.get_current
+    assert _current_context_getter(types.SimpleNamespace(get_current=len)) is len
