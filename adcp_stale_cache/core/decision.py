@@ -113,15 +113,19 @@ def in_revalidation_window(entry: Entry, now: float, policy: Freshness) -> bool:
     return entry.age(now) < target_seconds(entry, policy) + window
 
 
+def fresh_as_stored(entry: Entry, now: float, policy: Freshness) -> bool:
+    """True for most fresh entries: no upstream terms, not purged, younger than the target
+    (a negative or NaN age is not). ``plan`` decides every other entry."""
+    if entry.terms is None and not entry.revalidate:
+        age = now - entry.stored_at
+        return 0.0 <= age < policy.freshness_target_seconds
+    return False
+
+
 def plan(entry: Entry | None, now: float, policy: Freshness) -> Fresh | Refresh:
     """Before the upstream call: a fresh hit, or a refresh with its stale fallback."""
     if entry is None:
         return Refresh(fallback=None)
-    # The common case first, as is_fresh decides it (a negative or NaN age goes the long way).
-    if entry.terms is None and not entry.revalidate:
-        age = now - entry.stored_at
-        if 0.0 <= age < policy.freshness_target_seconds:
-            return Fresh(entry)
     if is_fresh(entry, now, policy):
         return Fresh(entry)
     if not is_servable(entry, now, policy):  # kept for its validators only

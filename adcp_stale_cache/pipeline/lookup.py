@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, overload
 
-from ..core.decision import Fresh, Refresh, plan
+from ..core.decision import Fresh, Refresh, fresh_as_stored, plan
 from ..core.entry import Entry
 from ..core.keys import cache_key
 from ..core.labels import entry_labels
@@ -116,12 +116,17 @@ class Hit(Generic[T]):
 
 @dataclass(frozen=True, slots=True)
 class PolicyFields:
-    """What a look-up reads of a policy, read once per surface rather than on every fetch."""
+    """What a look-up reads of a policy, read once per surface rather than on every fetch
+    (a pydantic model's field costs more to read than a plain one): the decision's too."""
 
     policy: SurfacePolicy
     name: str
     shared: bool  # entries shared across callers
     varies_by_version: bool
+    freshness_target_seconds: int
+    max_stale_seconds: int
+    min_freshness_seconds: int
+    max_freshness_seconds: int | None
 
     @classmethod
     def of(cls, policy: SurfacePolicy, identified: bool) -> PolicyFields:
@@ -129,7 +134,16 @@ class PolicyFields:
         that named no surface."""
         # Only a surface known by name may share entries: a misrouted request keys per caller.
         shared = policy.shared_across_callers and identified
-        return cls(policy, policy.name, shared, policy.varies_by_version)
+        return cls(
+            policy,
+            policy.name,
+            shared,
+            policy.varies_by_version,
+            policy.freshness_target_seconds,
+            policy.max_stale_seconds,
+            policy.min_freshness_seconds,
+            policy.max_freshness_seconds,
+        )
 
 
 class Lookups:
@@ -210,9 +224,15 @@ class Lookups:
             entry.tombstone or not (entry.stored_at <= now + MAX_CLOCK_SKEW_SECONDS)
         ):
             entry = _unusable(entry)
-        step = plan(entry, now, policy)
-        if codec is not None and isinstance(step, Fresh):
-            held = step.entry
+        # Most hits are fresh as stored: no plan is built for them (plan decides the rest;
+        # such an entry that fails to decode is a miss, as any other).
+        if codec is not None and entry is not None and fresh_as_stored(entry, now, fields):
+            held: Entry | None = entry
+            step: Fresh | Refresh = _UNREADABLE
+        else:
+            step = plan(entry, now, fields)
+            held = step.entry if isinstance(step, Fresh) else None
+        if codec is not None and held is not None:
             try:
                 value = codec.loads(held.data)  # decode(), inlined
             except Exception as exc:  # a miss: refreshed and overwritten

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from adcp_stale_cache.core.decision import (
     Fail,
@@ -92,3 +94,28 @@ def test_a_purged_entry_served_stale_states_a_target_no_greater_than_its_age() -
     assert (outcome.age_seconds, outcome.target_seconds) == (3, 3)
     plain = on_failure(ENTRY, STORED + 75, policy(60, 3600))
     assert isinstance(plain, ServeStale) and (plain.age_seconds, plain.target_seconds) == (75, 60)
+
+
+@given(
+    age=st.floats(allow_infinity=True) | st.sampled_from([-0.0, 0.0, 9.999, 10.0, -1e-9]),
+    target=st.integers(0, 100),
+    revalidate=st.booleans(),
+    max_age=st.none() | st.floats(0, 200),
+)
+def test_fresh_as_stored_is_plans_fresh_and_no_more(
+    age: float, target: int, revalidate: bool, max_age: float | None
+) -> None:
+    """Look-ups take most hits by ``fresh_as_stored`` alone, without a plan: whatever it calls
+    fresh, the plan calls fresh; entries with terms or a purge are left to the plan."""
+    from adcp_stale_cache.core.decision import fresh_as_stored
+    from adcp_stale_cache.core.entry import Terms
+
+    terms = None if max_age is None else Terms(max_age=max_age)
+    entry = Entry(b"{}", STORED, (), revalidate, False, terms)
+    rule, now = policy(target, 50), STORED + age
+    plainly = terms is None and not revalidate and 0.0 <= now - STORED < target
+    if fresh_as_stored(entry, now, rule):
+        assert isinstance(plan(entry, now, rule), Fresh)
+        assert plainly
+    elif plainly:
+        raise AssertionError("a plain young entry left to the plan")
