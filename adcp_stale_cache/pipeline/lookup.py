@@ -16,6 +16,7 @@ from ..core.keys import cache_key
 from ..core.labels import entry_labels
 from ..core.policy import SurfacePolicy, Upstream
 from ..core.values import Codec, unreadable
+from ..stores.memory import MemoryStore
 from .collector import AdvisoryCollector, current_collector
 from .context import UNREAD
 from .settings import Settings
@@ -157,6 +158,8 @@ class Lookups:
         self.store, self.surfaces = settings.store, settings.surfaces
         self.clock, self.keyspace = settings.clock, settings.keyspace
         self.key_of = key_of or self.store_key
+        # The memory store read in place, with no coroutine (a subclass's get is awaited).
+        self._get_now = self.store.get_now if type(self.store) is MemoryStore else None
         named = self.surfaces.policies
         self._named = {policy.name: PolicyFields.of(policy, True) for policy in named}
         self._default = PolicyFields.of(self.surfaces.default, False)
@@ -215,7 +218,8 @@ class Lookups:
         store_key = self.key_of(upstream, key, partition)
         # read(), inlined: a hit awaits one coroutine less and reads the clock once.
         try:
-            entry = await self.store.get(store_key)
+            get_now = self._get_now
+            entry = await self.store.get(store_key) if get_now is None else get_now(store_key)
         except Exception:
             logger.exception("store_error op=get")
             entry = None

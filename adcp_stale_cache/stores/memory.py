@@ -48,12 +48,10 @@ class MemoryStore:
 
     async def get(self, key: str) -> Entry | None:
         """The entry under ``key`` if it has not expired."""
-        if _LOCKED_READS:
-            with self._lock:
-                return self._read(key)
-        return self._read(key)
+        return self.get_now(key)
 
     def _read(self, key: str) -> Entry | None:
+        """:meth:`get`, without a coroutine: a read here never waits."""
         item = self._items.get(key)
         if item is None or not self.clock() < item[1]:
             return None
@@ -63,6 +61,13 @@ class MemoryStore:
         except KeyError:
             pass
         return item[0]
+
+    def _read_locked(self, key: str) -> Entry | None:
+        with self._lock:
+            return self._read(key)
+
+    #: :meth:`get`, without a coroutine: a read here never waits.
+    get_now = _read_locked if _LOCKED_READS else _read
 
     async def set(self, key: str, entry: Entry, ttl_seconds: float) -> None:
         """Keep ``entry``; evicts least recently used entries past either bound."""

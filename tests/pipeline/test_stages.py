@@ -152,6 +152,26 @@ async def test_read_finds_no_entry_in_a_tombstone_a_future_time_or_a_broken_stor
     assert await lookups(clock, Broken()).read("any") is None
 
 
+async def test_a_memory_store_subclass_get_is_what_a_look_up_awaits(clock: FakeClock) -> None:
+    """Look-ups read the memory store in place (no coroutine), but never a subclass's: its
+    ``get`` may add what a seller needs (a fault, a count), and is awaited."""
+    read: list[str] = []
+
+    class Counting(MemoryStore):
+        async def get(self, key: str) -> Entry | None:
+            read.append(key)
+            return await super().get(key)
+
+    for store in (MemoryStore(clock=clock), Counting(clock=clock)):
+        stages = lookups(clock, store)
+        await store.set(stages.store_key(INVENTORY, "k"), Entry(b'{"a": 1}', clock()), 60)
+        hit = await stages.look_up(INVENTORY, "k", "list_creative_formats", [], JSON)
+        assert isinstance(hit, Hit) and hit.value == {"a": 1}
+        miss = await stages.look_up(INVENTORY, "other", "list_creative_formats", [], JSON)
+        assert isinstance(miss, Lookup) and miss.entry is None
+    assert read == [stages.store_key(INVENTORY, "k"), stages.store_key(INVENTORY, "other")]
+
+
 # 2. Admit.
 
 

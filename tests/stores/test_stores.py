@@ -29,8 +29,10 @@ async def test_expiry(clock: FakeClock) -> None:
     await store.set("k", entry(10, clock), 5)
     clock.advance(4.9)
     assert await store.get("k") is not None
+    assert store.get_now("k") is await store.get("k")  # read in place: the same entry
     clock.advance(0.2)
     assert await store.get("k") is None
+    assert store.get_now("k") is None and store.get_now("never") is None
 
 
 async def test_entry_count_bound_evicts_least_recently_used(clock: FakeClock) -> None:
