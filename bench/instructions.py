@@ -120,7 +120,7 @@ async def _parts() -> dict[str, Any]:
     from adcp_stale_cache.asgi.middleware import route_path
     from adcp_stale_cache.asgi.peek import RequestPeek
     from adcp_stale_cache.asgi.responders import Answer
-    from adcp_stale_cache.core.decision import plan
+    from adcp_stale_cache.core.decision import fresh_as_stored
     from adcp_stale_cache.core.values import decode
     from adcp_stale_cache.pipeline.collector import (
         AdvisoryCollector,
@@ -173,7 +173,7 @@ async def _parts() -> dict[str, Any]:
         await lookups.look_up(upstream, "k", "get_products", (), codec)
 
     async def store_read() -> None:
-        await cache.store.get(key)
+        cache.store.get_now(key)  # as a look-up reads the memory store: in place
 
     async def store_key() -> None:
         lookups.store_key(upstream, "k", None)
@@ -185,7 +185,7 @@ async def _parts() -> dict[str, Any]:
         current_collector()
 
     async def decision() -> None:
-        plan(entry, now, POLICY)
+        fresh_as_stored(entry, now, found.surface)  # most hits' whole decision
 
     async def lookup_record() -> None:
         Hit(found.surface, upstream, key, None, found.entry, value)
