@@ -164,11 +164,9 @@ class Lookups:
         self._named = {policy.name: PolicyFields.of(policy, True) for policy in named}
         self._default = PolicyFields.of(self.surfaces.default, False)
         # What store_key remembers: keys by what their upstream is made of, and by the
-        # Upstream objects seen (each held with its keys, or None: it has credentials).
-        self._by_made_of: dict[
-            tuple[str, str | None, str | None], dict[str | tuple[str, str], str]
-        ] = {}
-        self._seen: dict[int, tuple[Upstream, dict[str | tuple[str, str], str] | None]] = {}
+        # Upstream objects that made them (each held with its keys).
+        self._by_made_of: dict[tuple[str, str | None, str | None], _Keys] = {}
+        self._seen: dict[int, tuple[Upstream, _Keys]] = {}
         self._remembered = 0
         self._warned_default = False
         self._warned_unread = False
