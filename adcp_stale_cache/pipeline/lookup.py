@@ -275,7 +275,8 @@ class Lookups:
         # Most fetches: a short text key (text and None only: 1 == True would mix two keys),
         # no credentials. Their keys are remembered by what the upstream is made of, and
         # through the Upstream object that made them (held, so its id stays its own): a
-        # pydantic model's field costs more to read than the look-up it keys.
+        # pydantic model's field costs more to read than the look-up it keys. Only a frozen
+        # Upstream, not a subclass (which may be mutable: its credentials set per tenant).
         if (
             type(key) is not str
             or len(key) > _MAX_REMEMBERED
@@ -285,6 +286,8 @@ class Lookups:
         seen = self._seen.get(id(upstream))
         if seen is not None and seen[0] is upstream:
             keys: _Keys | None = seen[1]
+        elif type(upstream) is not Upstream:
+            return self._made_key(upstream, key, partition)
         else:
             fields = upstream.__dict__  # (one read through pydantic's __getattr__, not four)
             if fields["credentials"] is not None:  # never remembered

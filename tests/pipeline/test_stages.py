@@ -125,6 +125,26 @@ def test_remembered_store_keys_are_the_keys_made_afresh(
     assert stages.store_key(INVENTORY, 1) != stages.store_key(INVENTORY, True)
 
 
+async def test_a_mutable_upstream_subclass_never_keeps_a_tenants_key(clock: FakeClock) -> None:
+    """Found by a hostile review: one Upstream object reused across requests, its credentials
+    set per tenant (a subclass that is not frozen), was keyed as the first tenant once its
+    keys were remembered through the object: tenant B read tenant A's entry."""
+    from pydantic import ConfigDict, SecretStr
+
+    class TenantUpstream(Upstream):
+        model_config = ConfigDict(frozen=False, validate_assignment=True)
+
+    stages, fresh = lookups(clock), lookups(clock)
+    upstream = TenantUpstream(name="inventory", url="https://inv.example/mcp")
+    for credentials in (None, "token-a", "token-b", None):
+        upstream.credentials = None if credentials is None else SecretStr(credentials)
+        fresh._by_made_of, fresh._seen = {}, {}
+        assert stages.store_key(upstream, "accounts") == fresh.store_key(upstream, "accounts")
+    upstream.url = "https://other.example/mcp"
+    fresh._by_made_of, fresh._seen = {}, {}
+    assert stages.store_key(upstream, "accounts") == fresh.store_key(upstream, "accounts")
+
+
 async def test_look_up_plans_a_fresh_hit_and_a_refresh_with_its_fallback(clock: FakeClock) -> None:
     stages = lookups(clock)
     key = stages.store_key(INVENTORY, "k")
