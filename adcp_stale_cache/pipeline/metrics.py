@@ -81,7 +81,8 @@ class CombinedMetrics(CacheMetrics):
 
 
 class Fanout(CombinedMetrics):
-    """What a cache's stages report to: its ``metrics`` and the sinks attached since."""
+    """What a cache's stages report to: its ``metrics`` and the sinks attached since. A lone
+    sink's ``hit`` is read when it is given or attached: patch it before (a test's mock)."""
 
     def __init__(self, *sinks: CacheMetrics) -> None:
         super().__init__(*sinks)

@@ -92,11 +92,14 @@ def with_tracing(metrics: CacheMetrics | None, tracing: bool | None) -> CacheMet
 
 
 def _current_context_getter(context: Any) -> Callable[[], Any]:
-    """``context.get_current``, or with the default runtime context its variable's own ``get``:
-    every hit asks it, and the two calls between cost a hit 4% of its time."""
+    """``context.get_current``, or with the default runtime context (exactly: a subclass may
+    read its context otherwise) its variable's own ``get``: every hit asks it, and the two
+    calls between cost a hit 4% of its time."""
+    from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
+
     runtime = getattr(context, "_RUNTIME_CONTEXT", None)
     variable = getattr(runtime, "_current_context", None)
-    if isinstance(variable, ContextVar):
+    if type(runtime) is ContextVarsRuntimeContext and type(variable) is ContextVar:
         return variable.get
     get_current: Callable[[], Any] = context.get_current
     return get_current

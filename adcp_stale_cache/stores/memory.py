@@ -25,7 +25,8 @@ class MemoryStore:
 
     ``clock`` must be the clock the cache stamps entries with, and never go back. ``entries``
     and ``bytes`` count an expired entry until the next write removes it; reads never serve
-    it."""
+    it. A cache reads this class's entries in place (:meth:`get_now`); a subclass's ``get``
+    is awaited, so a test injects a read fault by subclassing, not by patching ``get``."""
 
     def __init__(
         self,

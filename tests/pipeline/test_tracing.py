@@ -118,6 +118,7 @@ def test_the_current_context_is_read_as_opentelemetry_reads_it(
     import types
 
     from opentelemetry import context
+    from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
 
     from adcp_stale_cache.pipeline.tracing import _current_context_getter
 
@@ -129,4 +130,11 @@ def test_the_current_context_is_read_as_opentelemetry_reads_it(
         assert getter() is context.get_current() and getter()
     other = types.SimpleNamespace(_RUNTIME_CONTEXT=object(), get_current=context.get_current)
     assert _current_context_getter(other) is context.get_current
+
+    class Own(ContextVarsRuntimeContext):  # a runtime reading its context its own way
+        def get_current(self) -> Any:
+            return super().get_current()
+
+    own = types.SimpleNamespace(_RUNTIME_CONTEXT=Own(), get_current=context.get_current)
+    assert _current_context_getter(own) is context.get_current
     assert _current_context_getter(types.SimpleNamespace(get_current=len)) is len
