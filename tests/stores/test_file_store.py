@@ -420,6 +420,22 @@ async def test_a_purge_at_the_default_bound_reports_what_it_did(tmp_path: Path) 
     store.close()
 
 
+async def replaced_under(reader: SqliteStore) -> SqliteStore:
+    """Replace the file ``reader`` reads ("k": "old file") as an operator's rm or another
+    process's swap would, with "k": "new file"; ``reader`` reads the old file or the new one
+    within its ``replaced_file_check_seconds``, the new one after. The new file's writer."""
+    remove_wal(reader.path, including_the_file=True)
+    writer = SqliteStore(reader.path, busy_timeout_seconds=5)
+    await writer.set("k", Entry(b"new file", time.time()), 600)
+    early = await reader.get("k")  # within the period: the file it opened, or the new one
+    assert early is None or early.data in (b"old file", b"new file")
+    await asyncio.sleep(reader.replaced_file_check_seconds + 0.05)
+    found = await reader.get("k")
+    assert found is not None and found.data == b"new file"
+    assert reader.failures == 0
+    return writer
+
+
 async def test_a_reader_on_the_loop_notices_a_replaced_file_and_a_busy_read_is_no_outage(
     tmp_path: Path,
 ) -> None:
@@ -432,15 +448,7 @@ async def test_a_reader_on_the_loop_notices_a_replaced_file_and_a_busy_read_is_n
     reader.replaced_file_check_seconds = 0.2
     await reader.set("k", Entry(b"old file", time.time()), 600)
     assert (await reader.get("k")).data == b"old file"  # type: ignore[union-attr]
-    remove_wal(path, including_the_file=True)  # an operator's rm, or another process's swap
-    writer = SqliteStore(path, busy_timeout_seconds=5)
-    await writer.set("k", Entry(b"new file", time.time()), 600)
-    early = await reader.get("k")  # within the period: the file it opened, or the new one
-    assert early is None or early.data in (b"old file", b"new file")
-    await asyncio.sleep(0.25)
-    found = await reader.get("k")
-    assert found is not None and found.data == b"new file"
-    assert reader.failures == 0
+    writer = await replaced_under(reader)
 
     class Busy:  # the on-loop connection answers "database is locked" once
         def __init__(self, connection: Any) -> None:
@@ -491,15 +499,7 @@ async def test_reads_in_the_thread_check_the_file_once_a_period_and_writes_each_
     await reader.set("k2", Entry(b"{}", time.time()), 600)
     await reader.set("k3", Entry(b"{}", time.time()), 600)
     assert len(stats) >= 2  # each write checks
-    remove_wal(path, including_the_file=True)  # another process's swap
-    writer = SqliteStore(path, busy_timeout_seconds=5)
-    await writer.set("k", Entry(b"new file", time.time()), 600)
-    early = await reader.get("k")  # within the period: the file it opened, or the new one
-    assert early is None or early.data in (b"old file", b"new file")
-    await asyncio.sleep(0.35)
-    found = await reader.get("k")
-    assert found is not None and found.data == b"new file"
-    assert reader.failures == 0
+    writer = await replaced_under(reader)
     reader.close()
     writer.close()
 
