@@ -19,15 +19,18 @@ class SingleFlight(Generic[T]):
 
     def __init__(self) -> None:
         self._by_loop: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, dict[Hashable, asyncio.Task[T]]
+            asyncio.AbstractEventLoop, dict[Hashable, _Flight[T]]
         ] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()  # a new loop's first flight, from any thread
 
     def __len__(self) -> int:
         return sum(len(flights) for flights in list(self._by_loop.values()))
 
-    def flights(self) -> dict[Hashable, asyncio.Task[T]]:
-        """The flights of the running loop, by key."""
+    def flights(self) -> dict[Hashable, asyncio.Task[None]]:
+        """The flights of the running loop, by key: each one's task."""
+        return {key: flight.task for key, flight in self._flights().items()}
+
+    def _flights(self) -> dict[Hashable, _Flight[T]]:
         loop = asyncio.get_running_loop()
         flights = self._by_loop.get(loop)
         if flights is None:
@@ -37,20 +40,62 @@ class SingleFlight(Generic[T]):
 
     async def run(self, key: Hashable, call: Callable[[], Awaitable[T]]) -> T:
         """Join the flight for ``key``, starting it with ``call`` if there is none."""
-        flights = self.flights()
-        task = flights.get(key)
-        if task is None:
-            task = asyncio.ensure_future(call())
-            flights[key] = task
-            task.add_done_callback(lambda done: _land(flights, key, done))
-        return await asyncio.shield(task)
+        flights = self._flights()
+        flight = flights.get(key)
+        waiter: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        if flight is None:
+            flights[key] = _Flight(flights, key, call, waiter)
+        else:
+            flight.waiters.append(waiter)
+        return await waiter  # cancelled, it is this caller's future alone that is
 
 
-def _land(flights: dict[Hashable, asyncio.Task[T]], key: Hashable, task: asyncio.Task[T]) -> None:
-    if flights.get(key) is task:
-        del flights[key]
-    if not task.cancelled():
-        task.exception()  # retrieved: no "never retrieved" warning when all callers left
+class _Flight(Generic[T]):
+    """One call and the futures of the callers waiting on it. It settles each itself as it
+    ends: a done-callback would wake them a turn of the loop later."""
+
+    __slots__ = ("flights", "key", "task", "waiters")
+
+    def __init__(
+        self,
+        flights: dict[Hashable, _Flight[T]],
+        key: Hashable,
+        call: Callable[[], Awaitable[T]],
+        first: asyncio.Future[T],
+    ) -> None:
+        self.flights, self.key, self.waiters = flights, key, [first]
+        self.task = asyncio.ensure_future(self._fly(call))
+        self.task.add_done_callback(self._ended)
+
+    async def _fly(self, call: Callable[[], Awaitable[T]]) -> None:
+        try:
+            result = await call()
+        except BaseException as exc:
+            self._land()
+            for waiter in self.waiters:
+                if waiter.done():  # its caller left
+                    continue
+                if isinstance(exc, asyncio.CancelledError):  # only its loop ending cancels it
+                    waiter.cancel()
+                else:
+                    waiter.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        self._land()
+        for waiter in self.waiters:
+            if not waiter.done():
+                waiter.set_result(result)
+
+    def _ended(self, _: asyncio.Task[None]) -> None:
+        """Cancelled before it started, the call never ran to settle its callers: cancelled."""
+        self._land()
+        for waiter in self.waiters:
+            waiter.cancel()  # (a settled one stays as it is)
+
+    def _land(self) -> None:
+        if self.flights.get(self.key) is self:
+            del self.flights[self.key]
 
 
 async def call_with_deadline(
@@ -61,12 +106,6 @@ async def call_with_deadline(
     On timeout the call is cancelled but not awaited: a client's cleanup against a frozen
     upstream must not hold the answer. With ``on``, the call runs on that loop.
     """
-    if on is not None and not on.runs_here():
-        task: asyncio.Future[T] = asyncio.wrap_future(on.submit(call))
-    else:
-        task = asyncio.ensure_future(call())
-    # asyncio.wait's own waiter, timer and callback, without its sets and second coroutine:
-    # every upstream call waits here.
     loop = asyncio.get_running_loop()
     waiter = loop.create_future()
 
@@ -74,8 +113,14 @@ async def call_with_deadline(
         if not waiter.done():
             waiter.set_result(None)
 
+    # asyncio.wait's own waiter and timer, without its sets and second coroutine: every
+    # upstream call waits here.
+    if on is not None and not on.runs_here():
+        task: asyncio.Future[T] = asyncio.wrap_future(on.submit(call))
+        task.add_done_callback(wake)
+    else:
+        task = asyncio.ensure_future(_waking(call, wake))
     timer = loop.call_later(timeout, wake)
-    task.add_done_callback(wake)
     try:
         await waiter
     except asyncio.CancelledError:
@@ -91,6 +136,14 @@ async def call_with_deadline(
         # The client gave up on its own: a cancellation would look like the callers' own.
         raise ConnectionError("upstream call was cancelled by its client")
     return task.result()
+
+
+async def _waking(call: Callable[[], Awaitable[T]], wake: Callable[[], None]) -> T:
+    """``call()``, waking its waiter as it ends: a done-callback would take a turn more."""
+    try:
+        return await call()
+    finally:
+        wake()
 
 
 _abandoned: set[asyncio.Future[Any]] = set()
