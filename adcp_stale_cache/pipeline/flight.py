@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from ..core.advisory import AdcpError
+from ..core.callables import bounded
 from ..core.decision import Fail, ServeStale, on_failure, target_seconds
 from ..core.directives import Directives
 from ..core.entry import Entry, Terms
@@ -209,7 +210,7 @@ class Flights:
             return task, True
         if found.fallback is not None and admitted.timeout < found.timeout:
             # The budget bounds the wait too: a joined flight may run under the full deadline.
-            flight = asyncio.wait_for(flight, admitted.timeout)
+            flight = bounded(flight, admitted.timeout)
         return flight, False
 
     def run(self, store_key: str, refresh: RememberedRefresh, epoch: object) -> Awaitable[Any]:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..core.callables import bounded
 from ..core.entry import Entry, Terms
 from .label_index import selected_by
 
@@ -244,7 +245,7 @@ class SqliteStore:
         opened = self._inode is not None  # (set by the first open, kept through reopens)
         bound = self.busy_timeout_seconds * 2 + 0.1 if opened else self.open_timeout_seconds
         try:
-            result = await (work if operator else asyncio.wait_for(work, bound))
+            result = await (work if operator else bounded(work, bound))
         except (sqlite3.Error, OSError, asyncio.TimeoutError) as exc:  # 3.10: not builtin
             self._failed(op, exc)
             return None

@@ -5,10 +5,12 @@ that cancels its own call. Each leaves no timer on the loop and no callback on t
 from __future__ import annotations
 
 import asyncio
+import sys
 from typing import Any
 
 import pytest
 
+from adcp_stale_cache.core.callables import bounded
 from adcp_stale_cache.pipeline import singleflight
 from adcp_stale_cache.pipeline.singleflight import call_with_deadline
 
@@ -96,3 +98,48 @@ async def test_a_failing_call_raises_its_own_error() -> None:
 
     with pytest.raises(ConnectionRefusedError):
         await call_with_deadline(refused, 5.0)
+
+
+async def test_bounded_awaits_in_the_callers_own_task() -> None:
+    caller = asyncio.current_task()
+    ran_in: list[object] = []
+
+    async def answer() -> str:
+        ran_in.append(asyncio.current_task())
+        await asyncio.sleep(0)
+        return "answer"
+
+    before = timers()
+    assert await bounded(answer(), 5.0) == "answer"
+    if sys.version_info >= (3, 11):  # before, asyncio.wait_for's task of its own
+        assert ran_in == [caller]
+    assert timers() == before  # its timer went with it
+
+
+async def test_bounded_times_out_and_cancels_what_it_awaited() -> None:
+    cancelled = asyncio.Event()
+
+    async def frozen() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    with pytest.raises(asyncio.TimeoutError):  # TimeoutError itself from 3.11
+        await bounded(frozen(), 0.05)
+    assert cancelled.is_set()
+
+
+async def test_a_bounded_caller_cancelled_is_cancelled_not_timed_out() -> None:
+    entered = asyncio.Event()
+
+    async def slow() -> None:
+        entered.set()
+        await asyncio.sleep(3600)
+
+    waiting = asyncio.ensure_future(bounded(slow(), 60.0))
+    await entered.wait()
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
