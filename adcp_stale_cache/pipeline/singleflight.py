@@ -27,7 +27,8 @@ class SingleFlight(Generic[T]):
         return sum(len(flights) for flights in list(self._by_loop.values()))
 
     def flights(self) -> dict[Hashable, asyncio.Task[None]]:
-        """The flights of the running loop, by key: each one's task."""
+        """The flights of the running loop, by key: each one's task (cancelling it ends the
+        flight, its callers cancelled; it settles them, and itself returns None)."""
         return {key: flight.task for key, flight in self._flights().items()}
 
     def _flights(self) -> dict[Hashable, _Flight[T]]:
@@ -44,10 +45,15 @@ class SingleFlight(Generic[T]):
         flight = flights.get(key)
         waiter: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         if flight is None:
-            flights[key] = _Flight(flights, key, call, waiter)
+            flight = _Flight(flights, key, waiter)
+            flight.start(call)
         else:
-            flight.waiters.append(waiter)
-        return await waiter  # cancelled, it is this caller's future alone that is
+            flight.waiters[waiter] = None
+        try:
+            return await waiter
+        except asyncio.CancelledError:  # this caller's future alone: the call goes on
+            flight.waiters.pop(waiter, None)
+            raise
 
 
 class _Flight(Generic[T]):
@@ -56,25 +62,30 @@ class _Flight(Generic[T]):
 
     __slots__ = ("flights", "key", "task", "waiters")
 
+    task: asyncio.Task[None]
+
     def __init__(
-        self,
-        flights: dict[Hashable, _Flight[T]],
-        key: Hashable,
-        call: Callable[[], Awaitable[T]],
-        first: asyncio.Future[T],
+        self, flights: dict[Hashable, _Flight[T]], key: Hashable, first: asyncio.Future[T]
     ) -> None:
-        self.flights, self.key, self.waiters = flights, key, [first]
+        self.flights, self.key = flights, key
+        self.waiters: dict[asyncio.Future[T], None] = {first: None}  # a leaver's goes at once
+        flights[key] = self
+
+    def start(self, call: Callable[[], Awaitable[T]]) -> None:
+        """Start the call; joinable already (an eager task may end it before this returns)."""
         self.task = asyncio.ensure_future(self._fly(call))
         self.task.add_done_callback(self._ended)
 
     async def _fly(self, call: Callable[[], Awaitable[T]]) -> None:
         try:
             result = await call()
+        except GeneratorExit:  # closed unfinished, its loop gone: nothing left to settle
+            raise
         except BaseException as exc:
             self._land()
-            for waiter in self.waiters:
-                if waiter.done():  # its caller left
-                    continue
+            if isinstance(exc, StopIteration):  # no future takes it: as a coroutine says it
+                exc = RuntimeError("the flight's call raised StopIteration")
+            for waiter in self._waiting():
                 if isinstance(exc, asyncio.CancelledError):  # only its loop ending cancels it
                     waiter.cancel()
                 else:
@@ -83,15 +94,22 @@ class _Flight(Generic[T]):
                 raise
             return
         self._land()
-        for waiter in self.waiters:
-            if not waiter.done():
-                waiter.set_result(result)
+        for waiter in self._waiting():
+            waiter.set_result(result)
 
-    def _ended(self, _: asyncio.Task[None]) -> None:
-        """Cancelled before it started, the call never ran to settle its callers: cancelled."""
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """Retrieve what the task raised past its callers; cancel the callers of a task
+        cancelled before it started, which never ran to settle them."""
+        if not task.cancelled():
+            task.exception()
         self._land()
-        for waiter in self.waiters:
-            waiter.cancel()  # (a settled one stays as it is)
+        for waiter in self._waiting():
+            waiter.cancel()
+
+    def _waiting(self) -> list[asyncio.Future[T]]:
+        waiting = [waiter for waiter in self.waiters if not waiter.done()]
+        self.waiters.clear()
+        return waiting
 
     def _land(self) -> None:
         if self.flights.get(self.key) is self:
@@ -117,9 +135,9 @@ async def call_with_deadline(
     # upstream call waits here.
     if on is not None and not on.runs_here():
         task: asyncio.Future[T] = asyncio.wrap_future(on.submit(call))
-        task.add_done_callback(wake)
     else:
         task = asyncio.ensure_future(_waking(call, wake))
+    task.add_done_callback(wake)  # (a task cancelled before it started never ran _waking)
     timer = loop.call_later(timeout, wake)
     try:
         await waiter

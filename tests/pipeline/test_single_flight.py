@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import sys
 from typing import Any
 
 import pytest
@@ -151,3 +152,121 @@ async def test_a_flight_cancelled_under_its_callers_cancels_them(started: bool) 
         with pytest.raises(asyncio.CancelledError):
             await caller
     assert len(flight) == 0
+
+
+class Abort(BaseException):
+    """Not an Exception: what a task re-raises past its callers."""
+
+
+@pytest.mark.parametrize(
+    "raised, told",
+    [(Abort, Abort), (StopIteration, RuntimeError)],
+    ids=["a BaseException", "StopIteration"],
+)
+async def test_what_no_exception_handler_catches_still_reaches_every_caller(
+    raised: type[BaseException], told: type[BaseException]
+) -> None:
+    flight: SingleFlight[str] = SingleFlight()
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _, context: reported.append(context))
+
+    def call() -> Any:
+        raise raised()  # at once: a future cannot hold a StopIteration, a coroutine says so
+
+    try:
+        callers = [asyncio.ensure_future(flight.run("k", call)) for _ in range(2)]
+        outcomes = await asyncio.gather(*callers, return_exceptions=True)
+        assert [type(outcome) for outcome in outcomes] == [told, told]
+        for _ in range(3):
+            await asyncio.sleep(0)
+        del callers, outcomes
+        gc.collect()
+        assert reported == []  # the task's own exception retrieved too
+    finally:
+        loop.set_exception_handler(None)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="eager tasks are Python 3.12's (CI's lanes)")
+async def test_a_flight_ended_by_an_eager_task_at_once_answers_every_caller() -> None:
+    flight: SingleFlight[str] = SingleFlight()
+    loop = asyncio.get_running_loop()
+    loop.set_task_factory(asyncio.eager_task_factory)  # type: ignore[attr-defined,unused-ignore]
+
+    async def answer() -> str:
+        return "answer"  # no await: its task ends as it is made
+
+    async def refused() -> str:
+        raise ConnectionRefusedError("refused")
+
+    try:
+        assert await asyncio.gather(*(flight.run("k", answer) for _ in range(3))) == ["answer"] * 3
+        outcomes = await asyncio.gather(
+            *(flight.run("k", refused) for _ in range(3)), return_exceptions=True
+        )
+        assert [type(outcome) for outcome in outcomes] == [ConnectionRefusedError] * 3
+    finally:
+        loop.set_task_factory(None)
+    assert len(flight) == 0
+
+
+async def test_callers_that_leave_are_let_go_of_while_the_call_goes_on() -> None:
+    flight: SingleFlight[str] = SingleFlight()
+    release = asyncio.Event()
+
+    async def call() -> str:
+        await release.wait()
+        return "answer"
+
+    staying = asyncio.ensure_future(flight.run("k", call))
+    leaving = [asyncio.ensure_future(flight.run("k", call)) for _ in range(100)]
+    await asyncio.sleep(0)
+    for caller in leaving:
+        caller.cancel()
+    await asyncio.gather(*leaving, return_exceptions=True)
+    assert len(flight._flights()["k"].waiters) == 1  # the one still waiting
+    release.set()
+    assert await staying == "answer"
+
+
+async def test_a_deadlines_call_cancelled_before_it_started_answers_at_once() -> None:
+    async def call() -> str:
+        await asyncio.sleep(0)
+        return "never"
+
+    loop = asyncio.get_running_loop()
+    waiting = asyncio.ensure_future(call_with_deadline(call, 30.0))
+    await asyncio.sleep(0)  # the deadline made its call's task, which has not started
+    (task,) = [t for t in asyncio.all_tasks() if t.get_coro().__qualname__ == "_waking"]  # type: ignore[union-attr]
+    task.cancel()  # as a shutdown cancelling every task does
+    started = loop.time()
+    with pytest.raises(ConnectionError):
+        await waiting
+    assert loop.time() - started < 5.0  # not the deadline's 30 s
+
+
+def test_a_loop_closed_under_a_flight_leaves_it_quiet() -> None:
+    flight: SingleFlight[str] = SingleFlight()
+    unraisable: list[Any] = []
+    pending: list[asyncio.Future[str]] = []
+
+    async def frozen() -> str:
+        await asyncio.sleep(3600)
+        return "never"
+
+    async def start() -> None:
+        pending.append(asyncio.ensure_future(flight.run("k", frozen)))
+        await asyncio.sleep(0.01)
+
+    loop = asyncio.new_event_loop()
+    hook, sys.unraisablehook = sys.unraisablehook, unraisable.append
+    try:
+        loop.run_until_complete(start())
+        loop.close()  # its tasks never cancelled: closed as they are collected
+        pending.clear()
+        del loop
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
+    # (asyncio's own "Task was destroyed but it is pending" is logged, not unraisable.)
+    assert [str(u.exc_value) for u in unraisable] == []
