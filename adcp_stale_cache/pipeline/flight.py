@@ -454,12 +454,17 @@ def _conditional(
     call: Callable[[], Awaitable[T]],
     revalidate: Callable[[T], Awaitable[T]],
 ) -> Callable[[], Awaitable[T]]:
-    """``revalidate`` given the held value (``call`` when it cannot be read)."""
-    try:
-        held = decode(codec, previous, upstream)
-    except Unreadable:
-        return call
-    return lambda: revalidate(held)
+    """``revalidate`` given the held value, decoded as the flight calls (``call`` when it
+    cannot be read): a caller joining the flight decodes nothing, and each run its own copy."""
+
+    def conditional() -> Awaitable[T]:
+        try:
+            held = decode(codec, previous, upstream)
+        except Unreadable:
+            return call()
+        return revalidate(held)
+
+    return conditional
 
 
 class _Behind(Generic[T]):

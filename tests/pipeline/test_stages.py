@@ -30,7 +30,7 @@ from adcp_stale_cache.core.decision import Fresh, Refresh
 from adcp_stale_cache.core.entry import Entry
 from adcp_stale_cache.core.failures import BUDGET_SPENT, CIRCUIT_OPEN, Failure, UpstreamUnavailable
 from adcp_stale_cache.core.policy import FailureKind
-from adcp_stale_cache.core.values import JSON, Unreadable
+from adcp_stale_cache.core.values import JSON, JsonCodec, Unreadable
 from adcp_stale_cache.ops.control import CacheControl
 from adcp_stale_cache.pipeline.admission import Admitted, Breakers, Refused
 from adcp_stale_cache.pipeline.breaker import Breaker, BreakerPolicy
@@ -1067,3 +1067,37 @@ def test_the_tests_mirror_the_layers() -> None:
     folders = {path.name for path in tests.iterdir() if (path / "__init__.py").exists()}
     assert sorted(tests.glob("test_*.py")) == []  # each test module lives in its layer's folder
     assert folders == {TESTS_OF.get(name, name) for name in package} | BEYOND_THE_PACKAGE
+
+
+async def test_callers_joining_a_revalidation_decode_nothing_of_the_held_value(
+    clock: FakeClock,
+) -> None:
+    class CountingCodec(JsonCodec[Any]):
+        def __init__(self) -> None:
+            self.loads_count = 0
+
+        def loads(self, data: bytes) -> Any:
+            self.loads_count += 1
+            return super().loads(data)
+
+    codec, release, held_seen = CountingCodec(), asyncio.Event(), []
+    cache = hub(clock, PRODUCTS)
+
+    async def call() -> dict[str, Any]:
+        return {"products": [1]}
+
+    async def revalidate(held: dict[str, Any]) -> dict[str, Any]:
+        held_seen.append(held)
+        await release.wait()
+        return {"products": [2]}
+
+    fetch = {"surface": "get_products", "codec": codec, "revalidate": revalidate}
+    await cache.fetch(INVENTORY, "k", call, **fetch)
+    clock.advance(61)  # past the target: refreshed in front, by revalidating the held value
+    codec.loads_count = 0
+    callers = [asyncio.ensure_future(cache.fetch(INVENTORY, "k", call, **fetch)) for _ in range(5)]
+    await asyncio.sleep(0.05)
+    assert codec.loads_count == 1 and held_seen == [{"products": [1]}]  # the flight's alone
+    release.set()
+    assert await asyncio.gather(*callers) == [{"products": [2]}] * 5
+    assert codec.loads_count == 1 + 1 + 5  # the write read back (no round-trip promise), copies
