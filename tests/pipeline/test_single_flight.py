@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import sys
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -107,32 +108,45 @@ async def test_a_caller_that_leaves_does_not_cancel_the_call_for_the_others() ->
     assert not cancelled
 
 
-async def test_a_failure_reaches_every_caller_and_none_is_left_unretrieved() -> None:
-    flight: SingleFlight[str] = SingleFlight()
+@pytest.fixture
+async def loop_reports() -> AsyncIterator[list[dict[str, Any]]]:
+    """What the running loop's exception handler is told ("exception was never retrieved")."""
     loop = asyncio.get_running_loop()
     reported: list[dict[str, Any]] = []
     loop.set_exception_handler(lambda _, context: reported.append(context))
+    try:
+        yield reported
+    finally:
+        loop.set_exception_handler(None)
+
+
+async def collected() -> None:
+    """A few turns for done-callbacks, then a collection: an unread exception is told then."""
+    for _ in range(3):
+        await asyncio.sleep(0)
+    gc.collect()
+
+
+async def test_a_failure_reaches_every_caller_and_none_is_left_unretrieved(
+    loop_reports: list[dict[str, Any]],
+) -> None:
+    flight: SingleFlight[str] = SingleFlight()
     release = asyncio.Event()
 
     async def call() -> str:
         await release.wait()
         raise ConnectionRefusedError("refused")
 
-    try:
-        callers = [asyncio.ensure_future(flight.run("k", call)) for _ in range(3)]
-        alone = asyncio.ensure_future(flight.run("left", call))
-        await asyncio.sleep(0)
-        alone.cancel()  # its flight fails with no caller left to hear it
-        release.set()
-        outcomes = await asyncio.gather(*callers, return_exceptions=True)
-        assert all(isinstance(outcome, ConnectionRefusedError) for outcome in outcomes)
-        for _ in range(3):
-            await asyncio.sleep(0)
-        del callers, outcomes, alone
-        gc.collect()
-        assert reported == []  # no "exception was never retrieved"
-    finally:
-        loop.set_exception_handler(None)
+    callers = [asyncio.ensure_future(flight.run("k", call)) for _ in range(3)]
+    alone = asyncio.ensure_future(flight.run("left", call))
+    await asyncio.sleep(0)
+    alone.cancel()  # its flight fails with no caller left to hear it
+    release.set()
+    outcomes = await asyncio.gather(*callers, return_exceptions=True)
+    assert all(isinstance(outcome, ConnectionRefusedError) for outcome in outcomes)
+    del callers, outcomes, alone
+    await collected()
+    assert loop_reports == []  # no "exception was never retrieved"
 
 
 @pytest.mark.parametrize("started", [True, False], ids=["started", "before it started"])
@@ -164,27 +178,19 @@ class Abort(BaseException):
     ids=["a BaseException", "StopIteration"],
 )
 async def test_what_no_exception_handler_catches_still_reaches_every_caller(
-    raised: type[BaseException], told: type[BaseException]
+    raised: type[BaseException], told: type[BaseException], loop_reports: list[dict[str, Any]]
 ) -> None:
     flight: SingleFlight[str] = SingleFlight()
-    loop = asyncio.get_running_loop()
-    reported: list[dict[str, Any]] = []
-    loop.set_exception_handler(lambda _, context: reported.append(context))
 
     def call() -> Any:
         raise raised()  # at once: a future cannot hold a StopIteration, a coroutine says so
 
-    try:
-        callers = [asyncio.ensure_future(flight.run("k", call)) for _ in range(2)]
-        outcomes = await asyncio.gather(*callers, return_exceptions=True)
-        assert [type(outcome) for outcome in outcomes] == [told, told]
-        for _ in range(3):
-            await asyncio.sleep(0)
-        del callers, outcomes
-        gc.collect()
-        assert reported == []  # the task's own exception retrieved too
-    finally:
-        loop.set_exception_handler(None)
+    callers = [asyncio.ensure_future(flight.run("k", call)) for _ in range(2)]
+    outcomes = await asyncio.gather(*callers, return_exceptions=True)
+    assert [type(outcome) for outcome in outcomes] == [told, told]
+    del callers, outcomes
+    await collected()
+    assert loop_reports == []  # the task's own exception retrieved too
 
 
 @pytest.mark.skipif(sys.version_info < (3, 12), reason="eager tasks are Python 3.12's (CI's lanes)")
