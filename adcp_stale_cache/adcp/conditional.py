@@ -107,7 +107,7 @@ async def answer_wholesale(
     )
     if known is not None:
         return unchanged_answer(known.token, known.scope, context=request.get("context"))
-    trace = collector.trace
+    trace = collector.traced()
     outer = trace.composition, trace.labels
     trace.composition, trace.labels = [], set()
     try:

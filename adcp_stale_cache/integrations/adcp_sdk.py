@@ -123,7 +123,7 @@ def with_advisories(surfaces: Surfaces, tool: str | None = None) -> Callable[[Ha
             with opened as collector:
                 result = await method(*args, **kwargs)
             if outer is not None and collector.trace.served_context:
-                outer.trace.served_context = True  # the way out still checks the answer's context
+                outer.traced().served_context = True  # the way out checks the answer's context
             # A context in doubt goes: the SDK echoes the request's own into an answer without.
             context = NO_CONTEXT if collector.trace.served_context else KEEP
             found = Delivery(collector.errors(), context)

@@ -42,7 +42,7 @@ class AdvisoryLost(RuntimeError):
 class Trace:
     """What was served in one scope: a flight, or a conditional answer being composed."""
 
-    # Class defaults, no __init__: every request makes one, and most never write to it.
+    # Class defaults, no __init__: a trace is made on its first write (see traced).
     composition: list[Composed] | None = None
     labels: set[str] | None = None  # a flight's, which its answer carries too
     #: Wall clock of the oldest data a flight read: the answer it stores is as old.
@@ -63,6 +63,17 @@ class Trace:
             self.labels.update(labels)
             if read_at_source is not None and read_at_source < self.read_since:
                 self.read_since = read_at_source
+
+
+class _Untraced(Trace):
+    """The trace of a collector nothing was traced in yet: shared, so never written."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("the shared blank trace: write to collector.traced()")
+
+
+#: Every collector's trace until its first write: most requests never write one.
+UNTRACED: Trace = _Untraced()
 
 
 #: Reports an advisory's fate once its answer is written: None if carried, else why not.
@@ -88,7 +99,7 @@ class AdvisoryCollector:
         self.context = (
             context if context is not None else RequestContext(surface, partition, partition_of)
         )
-        self.trace = trace if trace is not None else Trace()
+        self.trace = trace if trace is not None else UNTRACED
         self._by_upstream: dict[Hashable, AdcpError] = {}
         # Fate reports by upstream, until the answer is written; None: counted as recorded.
         self.unsettled: dict[Hashable, Settle | None] | None = {} if counted_at_delivery else None
@@ -110,6 +121,14 @@ class AdvisoryCollector:
     def partition(self) -> str | None:
         """The cache partition of the request's caller (see :attr:`context`)."""
         return self.context.partition
+
+    def traced(self) -> Trace:
+        """The collector's own :attr:`trace`, to write to: made on first use."""
+        if self.trace is UNTRACED:
+            with _SETTLING:  # two threads of one request make one trace
+                if self.trace is UNTRACED:
+                    self.trace = Trace()
+        return self.trace
 
     def record(self, upstream: Hashable, advisory: AdcpError, report: Settle | None = None) -> bool:
         """Keep the oldest advisory per ``upstream`` (``Upstream.identity``, or a name); True

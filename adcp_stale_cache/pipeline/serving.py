@@ -206,7 +206,7 @@ class Serving:
             read_at = _at_source(refreshed.entry) if refreshed.entry is not None else None
             trace.read((*refreshed.labels, built_from(found.store_key)), read_at)
         if _CONTEXT in data if data is not None else _names_context(refreshed.value):
-            trace.served_context = True  # another caller's flight may have been asked
+            collector.traced().served_context = True  # another caller's flight's, maybe
         return refreshed.value if refreshed.data is None else codec.loads(refreshed.data)
 
 
@@ -241,7 +241,7 @@ def _composed(found: Lookup | Hit[Any], entry: Entry, codec: Codec[Any], *, fres
     if trace.labels is not None:
         trace.read((*entry.labels, built_from(found.store_key)), _at_source(entry))
     if _CONTEXT in entry.data:  # a byte search: a false alarm only costs the answer a check
-        trace.served_context = True
+        collector.traced().served_context = True
 
 
 def _at_source(entry: Entry) -> float:

@@ -217,7 +217,7 @@ async def test_each_answer_of_a_batch_gets_its_own_calls_context() -> None:
             result = {"content": [], "structuredContent": payload, "isError": False}
             answers.append({"jsonrpc": "2.0", "id": call["id"], "result": result})
         collector = request.scope["state"]["adcp_stale_cache"]
-        collector.trace.served_context = True  # as when the cache served a value holding one
+        collector.traced().served_context = True  # as when the cache served a value holding one
         return JSONResponse(answers)
 
     wrapped = StaleAdvisoryMiddleware(Starlette(routes=[Route("/rpc", batch_route,
@@ -274,7 +274,7 @@ async def test_a_null_context_is_no_context_and_unchanged_answers_keep_their_hea
 
     async def route(request: Request) -> Response:
         await request.body()
-        request.scope["state"]["adcp_stale_cache"].trace.served_context = True
+        request.scope["state"]["adcp_stale_cache"].traced().served_context = True
         return Response(b'{"products": [], "context": {"correlation_id": "c"}}',
                         headers={"age": "42", "cache-status": "edge; hit"},
                         media_type="application/json")  # fmt: skip
@@ -309,7 +309,7 @@ async def test_a_foreign_context_that_cannot_be_mended_is_said_loudly(
     async def route(request: Request) -> Response:
         await request.body()
         collector = request.scope["state"]["adcp_stale_cache"]
-        collector.trace.served_context = True
+        collector.traced().served_context = True
         if stale:
             policy = SurfacePolicy(name="get_products", field="products")
             collector.record(
@@ -344,7 +344,7 @@ def rpc_seller(answer_payload: dict[str, Any], *, media_type: str = "application
             if message.get("method") == "ping":
                 result = {}
             answers.append({"jsonrpc": "2.0", "id": message["id"], "result": result})
-        request.scope["state"]["adcp_stale_cache"].trace.served_context = True
+        request.scope["state"]["adcp_stale_cache"].traced().served_context = True
         out = answers[0] if single else answers
         text = json.dumps(out)  # (ids past 64 bits kept exactly, as a Python server does)
         return Response(text, media_type=media_type)
@@ -395,7 +395,7 @@ async def test_a_streamed_answer_in_doubt_that_cannot_be_rewritten_is_said_loudl
 
     async def route(request: Request) -> Response:
         message = json.loads(await request.body())
-        request.scope["state"]["adcp_stale_cache"].trace.served_context = True
+        request.scope["state"]["adcp_stale_cache"].traced().served_context = True
         result = {"content": [], "structuredContent": {**LEAKED, "x": nested(600)}}
         data = json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result})
         return Response(f"event: message\ndata: {data}\n\n", media_type="text/event-stream")
@@ -433,7 +433,7 @@ async def test_json_rpc_read_as_a_server_reads_it(body: bytes) -> None:
 async def test_an_answer_labelled_otherwise_is_read_as_json_when_in_doubt(media_type: str) -> None:
     async def route(request: Request) -> Response:
         await request.body()
-        request.scope["state"]["adcp_stale_cache"].trace.served_context = True
+        request.scope["state"]["adcp_stale_cache"].traced().served_context = True
         return Response(json.dumps(LEAKED), media_type=media_type)
 
     app = StaleAdvisoryMiddleware(Starlette(routes=[Route("/api/get_products", route,
@@ -483,7 +483,7 @@ async def test_a_context_served_after_the_answer_started_is_said(caplog: Any) ->
 
         async def parts() -> Any:
             yield b'{"products": [], '
-            collector.trace.served_context = True  # the cache served it mid-stream
+            collector.traced().served_context = True  # the cache served it mid-stream
             yield b'"context": {"correlation_id": "buyer-a"}}'
 
         return StreamingResponse(parts(), media_type="application/json")
@@ -571,7 +571,7 @@ async def test_a_value_nested_past_the_stack_is_read_not_a_500(where: str) -> No
 
     async def route(request: Request) -> Response:
         await request.body()
-        request.scope["state"]["adcp_stale_cache"].trace.served_context = True
+        request.scope["state"]["adcp_stale_cache"].traced().served_context = True
         return Response(DEEP_ANSWERS[where].replace(b"%s", deep), media_type="application/json")
 
     app = StaleAdvisoryMiddleware(Starlette(routes=[
@@ -590,7 +590,7 @@ def mcp_answer(result: dict[str, Any], *, events: bool = False, batch: bool = Fa
 
     async def route(request: Request) -> Response:
         body = json.loads(await request.body())
-        request.scope["state"]["adcp_stale_cache"].trace.served_context = True
+        request.scope["state"]["adcp_stale_cache"].traced().served_context = True
         answers = [f'{{"jsonrpc": "2.0", "id": {m["id"]}, "result": {result}}}'
                    for m in (body if batch else [body])]  # fmt: skip
         if events:
@@ -661,7 +661,7 @@ async def test_a_context_named_twice_goes_out_once_its_own(twice: bytes) -> None
 
     async def route(request: Request) -> Response:
         await request.body()
-        request.scope["state"]["adcp_stale_cache"].trace.served_context = True
+        request.scope["state"]["adcp_stale_cache"].traced().served_context = True
         return Response(b'{"products": [], ' + twice + b"}", media_type="application/json")
 
     app = StaleAdvisoryMiddleware(Starlette(routes=[Route("/api/get_products", route,
@@ -681,7 +681,7 @@ async def test_every_answer_under_a_reused_id_gets_its_context_advisory_or_not()
     async def route(request: Request) -> Response:
         message = json.loads(await request.body())
         collector = request.scope["state"]["adcp_stale_cache"]
-        collector.trace.served_context = True
+        collector.traced().served_context = True
         policy = SurfacePolicy(name="get_products", field="products")
         collector.record("inventory", stale_response(Upstream(name="inventory"), policy, 12, None))
         result = {"content": [], "structuredContent": LEAKED, "isError": False}
@@ -700,7 +700,7 @@ def served_in_doubt(request: Request, *, advisory: bool) -> None:
     """Mark ``request`` served a value holding a context, and record a stale advisory if
     ``advisory``."""
     collector = request.scope["state"]["adcp_stale_cache"]
-    collector.trace.served_context = True
+    collector.traced().served_context = True
     if advisory:
         policy = SurfacePolicy(name="get_products", field="products")
         collector.record("inventory", stale_response(Upstream(name="inventory"), policy, 12, None))
@@ -712,7 +712,7 @@ def raw_answer(template: str, *, events: bool = False) -> Any:
 
     async def route(request: Request) -> Response:
         body = json.loads(await request.body())
-        request.scope["state"]["adcp_stale_cache"].trace.served_context = True
+        request.scope["state"]["adcp_stale_cache"].traced().served_context = True
         ids = [m["id"] for m in (body if isinstance(body, list) else [body])]
         answers = [template.replace("@ID", str(id_)) for id_ in ids]
         if events:
@@ -1002,7 +1002,7 @@ async def test_a_batch_under_ids_1_and_1_0_passes_byte_for_byte() -> None:
 
     async def route(request: Request) -> Response:
         await request.body()
-        request.scope["state"]["adcp_stale_cache"].trace.served_context = True
+        request.scope["state"]["adcp_stale_cache"].traced().served_context = True
         return Response(text, media_type="application/json")
 
     app = StaleAdvisoryMiddleware(Starlette(routes=[Route("/rpc", route, methods=["POST"])]))

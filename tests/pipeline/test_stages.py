@@ -10,7 +10,9 @@ import inspect
 import json
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,7 @@ from adcp_stale_cache.core.failures import BUDGET_SPENT, CIRCUIT_OPEN, Failure, 
 from adcp_stale_cache.core.policy import FailureKind
 from adcp_stale_cache.core.values import JSON, JsonCodec, Unreadable
 from adcp_stale_cache.ops.control import CacheControl
+from adcp_stale_cache.pipeline import collector as collector_module
 from adcp_stale_cache.pipeline.admission import Admitted, Breakers, Refused
 from adcp_stale_cache.pipeline.breaker import Breaker, BreakerPolicy
 from adcp_stale_cache.pipeline.collector import AdvisoryCollector, current_collector, use_collector
@@ -1053,6 +1056,33 @@ def test_the_request_state_is_split_by_owner() -> None:
             for target in node.targets if isinstance(node, ast.Assign) else ():
                 if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Attribute):
                     assert target.value.attr != "context", f"{path.name} writes a context"
+
+
+def test_a_trace_is_made_on_its_first_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Most requests are served nothing to trace: they share one blank, which no write reaches.
+    first, second = AdvisoryCollector(), AdvisoryCollector()
+    assert first.trace is second.trace and not first.trace.served_context
+    with pytest.raises(AttributeError, match="traced"):
+        first.trace.served_context = True
+    first.traced().served_context = True
+    assert first.traced() is first.trace and first.trace.served_context
+    assert not second.trace.served_context and not AdvisoryCollector().trace.served_context
+
+    # Threads of one request writing at once make one trace: no write lands on a lost one.
+    class SlowTrace(collector_module.Trace):
+        def __init__(self) -> None:
+            time.sleep(0.002)  # every thread between its look and its write
+
+    monkeypatch.setattr(collector_module, "Trace", SlowTrace)
+    shared, start = AdvisoryCollector(), threading.Barrier(8)
+
+    def write() -> Any:
+        start.wait(timeout=10)
+        return shared.traced()
+
+    with ThreadPoolExecutor(8) as pool:
+        traces = list(pool.map(lambda _: write(), range(8)))
+    assert all(trace is shared.trace for trace in traces)
 
 
 #: The package's folders as tests/ names them: a tests/adcp package would hide the adcp SDK.
