@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import httpx
@@ -27,6 +27,11 @@ DEFAULT_VARY_HEADERS = CREDENTIAL_HEADERS
 _TRANSFER_HEADERS = frozenset(
     {b"content-length", b"content-encoding", b"transfer-encoding", b"connection"}
 )
+# A cookie is set by the exchange that received it: replayed by a hit, it would reset the
+# client's cookie jar to a session the upstream may have rotated since, or hand one
+# caller's new session to another (nginx and Varnish do not cache such answers at all).
+_COOKIE_HEADERS = frozenset({b"set-cookie", b"set-cookie2"})
+_NOT_STORED = _TRANSFER_HEADERS | _COOKIE_HEADERS
 
 
 class CachingTransport(httpx.AsyncBaseTransport):
@@ -85,23 +90,12 @@ class CachingTransport(httpx.AsyncBaseTransport):
         if varies:  # the variant's key: the values of the headers its answers vary on
             key = (*key, tuple(request.headers.get_list(name) for name in varies))
 
+        cookies: Sequence[tuple[bytes, bytes]] = ()  # set by the answer of this request's call
+
         async def send(held: httpx.Response | None) -> httpx.Response:
-            outgoing = _conditional(request, held) if held is not None else request
-            response = await self._transport.handle_async_request(outgoing)
-            await response.aread()
-            await response.aclose()
-            if response.status_code == 304 and held is not None and outgoing is not request:
-                if _validates(response, held):
-                    return _refreshed(held, response)  # the held body, updated headers
-                # RFC 9111 4.3.4: a 304 naming another representation: ask for it whole.
-                response = await self._transport.handle_async_request(request)
-                await response.aread()
-                await response.aclose()
-            _raise_for_outage(response, self.expect_json)
-            if self._validate is not None and response.is_success:
-                self._validate(response)
-            if held is not None and held.is_success and not response.is_success:
-                response.extensions[_KEEP_HELD] = True  # an error never replaces a good entry
+            nonlocal cookies
+            response = await self._exchange(request, held)
+            cookies = [(k, v) for k, v in response.headers.raw if k.lower() in _COOKIE_HEADERS]
             return response
 
         def cacheable(response: httpx.Response) -> bool:
@@ -123,7 +117,7 @@ class CachingTransport(httpx.AsyncBaseTransport):
                 return Directives(max_age=self.negative_ttl_seconds, stale_if_error=0)
             return parse(response.headers) if honor else None
 
-        return await self.cache.fetch(
+        answer = await self.cache.fetch(
             self.upstream,
             key,
             lambda: send(None),
@@ -134,6 +128,31 @@ class CachingTransport(httpx.AsyncBaseTransport):
             revalidate=send,
             directives=directives,
         )
+        if cookies and not any(k.lower() in _COOKIE_HEADERS for k, _ in answer.headers.raw):
+            answer.headers = httpx.Headers([*answer.headers.raw, *cookies])  # stored without
+        return answer
+
+    async def _exchange(
+        self, request: httpx.Request, held: httpx.Response | None
+    ) -> httpx.Response:
+        """One call upstream: conditional when an answer is held, raising on an outage."""
+        outgoing = _conditional(request, held) if held is not None else request
+        response = await self._transport.handle_async_request(outgoing)
+        await response.aread()
+        await response.aclose()
+        if response.status_code == 304 and held is not None and outgoing is not request:
+            if _validates(response, held):
+                return _refreshed(held, response)  # the held body, updated headers
+            # RFC 9111 4.3.4: a 304 naming another representation: ask for it whole.
+            response = await self._transport.handle_async_request(request)
+            await response.aread()
+            await response.aclose()
+        _raise_for_outage(response, self.expect_json)
+        if self._validate is not None and response.is_success:
+            self._validate(response)
+        if held is not None and held.is_success and not response.is_success:
+            response.extensions[_KEEP_HELD] = True  # an error never replaces a good entry
+        return response
 
     def _negative(self, response: httpx.Response) -> bool:
         # A 403 is kept exactly as a 404: nothing may tell "exists but denied" from "not
@@ -236,11 +255,11 @@ class ResponseCodec:
 
     def dumps(self, response: httpx.Response) -> bytes:
         """Serialise status, content headers (each as sent: a repeated one repeated, its bytes
-        as Latin-1) and body."""
+        as Latin-1; no cookie set) and body."""
         headers = [
             [k.decode("latin-1"), v.decode("latin-1")]
             for k, v in response.headers.raw
-            if k.lower() not in _TRANSFER_HEADERS
+            if k.lower() not in _NOT_STORED
         ]
         head = orjson.dumps([response.status_code, headers])
         return struct.pack(">I", len(head)) + head + response.content

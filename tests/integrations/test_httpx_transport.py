@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
@@ -317,12 +318,10 @@ def test_a_hit_falls_back_when_httpx_can_no_longer_build_it_so(
 
 async def test_headers_come_back_as_the_upstream_sent_them(clock: FakeClock) -> None:
     """Every header as sent, byte for byte: a Latin-1 byte (which made every call fail, the
-    entry unreadable once stored) and a repeated Set-Cookie or Link (merged into one)."""
+    entry unreadable once stored) and a repeated Link (merged into one)."""
     sent = [
         (b"content-type", b"application/json"),
         (b"x-name", b"caf\xe9"),
-        (b"set-cookie", b"a=1"),
-        (b"set-cookie", b"b=2"),
         (b"link", b"</a>; rel=next"),
         (b"link", b"</b>; rel=prev"),
     ]
@@ -338,12 +337,96 @@ async def test_headers_come_back_as_the_upstream_sent_them(clock: FakeClock) -> 
         cache, INVENTORY, transport=httpx.MockTransport(upstream), surface="get_products"
     )
     async with httpx.AsyncClient(transport=transport) as client:
-        for _ in range(2):  # a miss, then a hit (the cookie would key a caller of its own)
-            client.cookies.clear()
+        for _ in range(2):  # a miss, then a hit
             response = await client.get("http://u/products")
             assert [h for h in response.headers.raw if h[0] != b"Content-Length"] == sent
-            assert response.headers.get_list("set-cookie") == ["a=1", "b=2"]
+            assert response.headers.get_list("link") == ["</a>; rel=next", "</b>; rel=prev"]
     assert calls == 1
+
+
+SESSION = [(b"set-cookie", b"session=s1; Path=/"), (b"set-cookie", b"route=a; Path=/")]
+
+
+async def test_a_cookie_reaches_the_call_it_answered_and_no_hit_after(clock: FakeClock) -> None:
+    """A Set-Cookie goes to the request whose call received it, never stored: a hit that
+    replayed it would reset the client's jar to a session the upstream rotated since, or hand
+    one caller's session to another."""
+    sessions = iter(range(1, 100))
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        cookie = f"session=s{next(sessions)}; Path=/".encode()
+        headers = [(b"content-type", b"application/json"), (b"set-cookie", cookie)]
+        return httpx.Response(200, content=b'{"products": []}', headers=headers)
+
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock)
+    transport = CachingTransport(
+        cache, INVENTORY, transport=httpx.MockTransport(upstream), surface="get_products"
+    )
+    first, other = httpx.AsyncClient(transport=transport), httpx.AsyncClient(transport=transport)
+    async with first, other:  # two callers with no cookie yet share the entry
+        missed = await first.get("http://u/products")
+        assert missed.headers.get_list("set-cookie") == ["session=s1; Path=/"]
+        assert first.cookies.get("session") == "s1"
+        hit = await other.get("http://u/products")
+        assert "set-cookie" not in hit.headers and hit.json() == {"products": []}
+        assert not other.cookies  # the first caller's session is not handed to another
+        clock.advance(6)  # past the target: refreshed, and this call's cookie reaches it
+        refreshed = await other.get("http://u/products")
+        assert refreshed.headers.get_list("set-cookie") == ["session=s2; Path=/"]
+        other.cookies.clear()  # (a cookie sent is part of the key)
+        assert "set-cookie" not in (await other.get("http://u/products")).headers
+
+
+async def test_callers_joining_a_call_get_none_of_its_cookies(clock: FakeClock) -> None:
+    release = asyncio.Event()
+
+    async def upstream(request: httpx.Request) -> httpx.Response:
+        await release.wait()
+        headers = [(b"content-type", b"application/json"), *SESSION]
+        return httpx.Response(200, content=b'{"products": []}', headers=headers)
+
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock)
+    transport = CachingTransport(
+        cache, INVENTORY, transport=httpx.MockTransport(upstream), surface="get_products"
+    )
+    async with httpx.AsyncClient(transport=transport) as client:
+        calls = [asyncio.ensure_future(client.get("http://u/products")) for _ in range(3)]
+        await asyncio.sleep(0.01)
+        release.set()
+        first, *joined = await asyncio.gather(*calls)
+    assert first.headers.get_list("set-cookie") == [v.decode() for _, v in SESSION]
+    assert all("set-cookie" not in answer.headers for answer in joined)
+
+
+async def test_a_304s_cookie_reaches_its_caller_alone(clock: FakeClock) -> None:
+    def upstream(request: httpx.Request) -> httpx.Response:
+        if request.headers.get("if-none-match") == '"v1"':
+            return httpx.Response(304, headers=[(b"etag", b'"v1"'), SESSION[0]])
+        headers = [(b"content-type", b"application/json"), (b"etag", b'"v1"'), SESSION[1]]
+        return httpx.Response(200, content=b'{"products": []}', headers=headers)
+
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock)
+    transport = CachingTransport(
+        cache, INVENTORY, transport=httpx.MockTransport(upstream), surface="get_products"
+    )
+    async with httpx.AsyncClient(transport=transport) as client:
+        assert (await client.get("http://u/products")).headers["set-cookie"] == "route=a; Path=/"
+        clock.advance(6)
+        client.cookies.clear()  # (a cookie sent is part of the key)
+        revalidated = await client.get("http://u/products")
+        assert revalidated.headers.get_list("set-cookie") == ["session=s1; Path=/"]
+        assert revalidated.json() == {"products": []} and revalidated.headers["etag"] == '"v1"'
+        client.cookies.clear()
+        assert "set-cookie" not in (await client.get("http://u/products")).headers
+
+
+def test_no_cookie_is_stored() -> None:
+    from adcp_stale_cache.integrations.httpx_transport import RESPONSES
+
+    sent = httpx.Response(200, content=b"{}", headers=[*SESSION, (b"x", b"1")])
+    stored = RESPONSES.dumps(sent)
+    assert b"session=" not in stored and b"route=" not in stored
+    assert RESPONSES.loads(stored).headers["x"] == "1"
 
 
 def test_a_stored_answer_naming_its_encoding_is_decoded_by_httpx() -> None:
