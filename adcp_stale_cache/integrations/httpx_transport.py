@@ -96,6 +96,7 @@ class CachingTransport(httpx.AsyncBaseTransport):
             nonlocal cookies
             response = await self._exchange(request, held)
             cookies = [(k, v) for k, v in response.headers.raw if k.lower() in _COOKIE_HEADERS]
+            response.extensions[_CALLED_BY] = request  # an answer not stored goes to joiners
             return response
 
         def cacheable(response: httpx.Response) -> bool:
@@ -128,7 +129,10 @@ class CachingTransport(httpx.AsyncBaseTransport):
             revalidate=send,
             directives=directives,
         )
-        if cookies and not any(k.lower() in _COOKIE_HEADERS for k, _ in answer.headers.raw):
+        caller = answer.extensions.get(_CALLED_BY)  # None: a copy of what was stored
+        if caller is not None and caller is not request:  # another's call, not stored: shared
+            answer = _read(answer.status_code, _uncookied(answer.headers.raw), answer.content)
+        elif cookies and caller is None:
             answer.headers = httpx.Headers([*answer.headers.raw, *cookies])  # stored without
         return answer
 
@@ -223,6 +227,13 @@ _ASKS = {b"etag": b"if-none-match", b"last-modified": b"if-modified-since"}
 
 # Marks an answer that must not replace the entry held for its key.
 _KEEP_HELD = "adcp_stale_cache.keep_held"
+# Names the request whose call received an answer.
+_CALLED_BY = "adcp_stale_cache.called_by"
+
+
+def _uncookied(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    return [(name, value) for name, value in headers if name.lower() not in _COOKIE_HEADERS]
+
 
 # Never taken from a 304 into the stored answer (RFC 9111 3.2): they describe its transfer.
 _NOT_UPDATED = _TRANSFER_HEADERS | {b"content-type"}
@@ -242,7 +253,7 @@ def _refreshed(held: httpx.Response, not_modified: httpx.Response) -> httpx.Resp
     """The held answer, its headers updated in place by the 304 that validated it."""
     updates = [(k, v) for k, v in not_modified.headers.raw if k.lower() not in _NOT_UPDATED]
     replaced = {name.lower() for name, _ in updates}
-    kept = [(k, v) for k, v in held.headers.raw if k.lower() not in replaced]
+    kept = [(k, v) for k, v in _uncookied(held.headers.raw) if k.lower() not in replaced]
     held.headers = httpx.Headers(kept + updates)
     return held
 

@@ -377,13 +377,22 @@ async def test_a_cookie_reaches_the_call_it_answered_and_no_hit_after(clock: Fak
         assert "set-cookie" not in (await other.get("http://u/products")).headers
 
 
-async def test_callers_joining_a_call_get_none_of_its_cookies(clock: FakeClock) -> None:
+@pytest.mark.parametrize(
+    ("status", "extra"),
+    [(200, []), (200, [(b"cache-control", b"no-store")]), (401, [])],
+    ids=["stored", "no-store", "401"],
+)
+async def test_callers_joining_a_call_get_none_of_its_cookies(
+    clock: FakeClock, status: int, extra: list[tuple[bytes, bytes]]
+) -> None:
+    """Stored or not (then the call's own answer is what every caller gets), a caller joining
+    another's call is handed none of the cookies that call received."""
     release = asyncio.Event()
 
     async def upstream(request: httpx.Request) -> httpx.Response:
         await release.wait()
-        headers = [(b"content-type", b"application/json"), *SESSION]
-        return httpx.Response(200, content=b'{"products": []}', headers=headers)
+        headers = [(b"content-type", b"application/json"), *SESSION, *extra]
+        return httpx.Response(status, content=b'{"products": []}', headers=headers)
 
     cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock)
     transport = CachingTransport(
@@ -396,6 +405,9 @@ async def test_callers_joining_a_call_get_none_of_its_cookies(clock: FakeClock) 
         first, *joined = await asyncio.gather(*calls)
     assert first.headers.get_list("set-cookie") == [v.decode() for _, v in SESSION]
     assert all("set-cookie" not in answer.headers for answer in joined)
+    assert all(
+        answer.status_code == status and answer.json() == {"products": []} for answer in joined
+    )
 
 
 async def test_a_304s_cookie_reaches_its_caller_alone(clock: FakeClock) -> None:
@@ -418,6 +430,32 @@ async def test_a_304s_cookie_reaches_its_caller_alone(clock: FakeClock) -> None:
         assert revalidated.json() == {"products": []} and revalidated.headers["etag"] == '"v1"'
         client.cookies.clear()
         assert "set-cookie" not in (await client.get("http://u/products")).headers
+
+
+async def test_a_304_hands_out_no_cookie_an_earlier_build_stored(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from adcp_stale_cache.integrations import httpx_transport
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        if request.headers.get("if-none-match") == '"v1"':
+            return httpx.Response(304, headers=[(b"etag", b'"v1"')])
+        headers = [(b"content-type", b"application/json"), (b"etag", b'"v1"'), *SESSION]
+        return httpx.Response(200, content=b'{"products": []}', headers=headers)
+
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock)
+    transport = CachingTransport(
+        cache, INVENTORY, transport=httpx.MockTransport(upstream), surface="get_products"
+    )
+    with monkeypatch.context() as earlier:  # stored as an earlier build did: cookie and all
+        earlier.setattr(httpx_transport, "_NOT_STORED", httpx_transport._TRANSFER_HEADERS)
+        async with httpx.AsyncClient(transport=transport) as first:
+            assert (await first.get("http://u/products")).headers.get_list("set-cookie")
+    clock.advance(6)
+    async with httpx.AsyncClient(transport=transport) as other:
+        revalidated = await other.get("http://u/products")  # a 304, which set no cookie
+        assert revalidated.headers["etag"] == '"v1"' and "set-cookie" not in revalidated.headers
+        assert not other.cookies
 
 
 def test_no_cookie_is_stored() -> None:
