@@ -5,8 +5,10 @@ contract (RFC 9111, RFC 5861): validators always, directives and negative cachin
 
 from __future__ import annotations
 
+import datetime
 import functools
 import struct
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -79,6 +81,7 @@ class CachingTransport(httpx.AsyncBaseTransport):
         """Answer from cache or upstream, as the surface's policy decides."""
         if request.method not in self.methods:
             return await self._transport.handle_async_request(request)
+        started = time.perf_counter()
         body, url = await request.aread(), str(request.url)
         key: tuple[object, ...] = ("http", request.method, url, body, *self._varying(request))
         honor = self._honor
@@ -134,6 +137,8 @@ class CachingTransport(httpx.AsyncBaseTransport):
             answer = _read(answer.status_code, _uncookied(answer.headers.raw), answer.content)
         elif cookies and caller is None:
             answer.headers = httpx.Headers([*answer.headers.raw, *cookies])  # stored without
+        # Read already, so httpx never times it: without, reading .elapsed would raise.
+        answer.elapsed = datetime.timedelta(0, time.perf_counter() - started)
         return answer
 
     async def _exchange(

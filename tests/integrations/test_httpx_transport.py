@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 from typing import Any
 
 import httpx
@@ -430,6 +431,31 @@ async def test_a_304s_cookie_reaches_its_caller_alone(clock: FakeClock) -> None:
         assert revalidated.json() == {"products": []} and revalidated.headers["etag"] == '"v1"'
         client.cookies.clear()
         assert "set-cookie" not in (await client.get("http://u/products")).headers
+
+
+async def test_every_answer_is_timed_as_httpx_times_its_own(clock: FakeClock) -> None:
+    """A miss, a hit and a stale serve come back read already, which httpx never times:
+    reading ``.elapsed`` on them raised, where the same client without the cache answered."""
+    up = True
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200 if up else 503, json=GOOD)
+
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock)
+    transport = CachingTransport(
+        cache, INVENTORY, transport=httpx.MockTransport(upstream), surface="get_products"
+    )
+    async with httpx.AsyncClient(transport=transport) as client:
+        answers = [await client.get(URL), await client.get(URL)]
+        clock.advance(6)
+        up = False
+        with collect_advisories(PRODUCTS):
+            answers.append(await client.get(URL))
+    assert [answer.json() for answer in answers] == [GOOD] * 3
+    assert all(
+        datetime.timedelta(0) <= answer.elapsed < datetime.timedelta(seconds=5)
+        for answer in answers
+    )
 
 
 async def test_a_304_hands_out_no_cookie_an_earlier_build_stored(
