@@ -112,9 +112,13 @@ async def answer_wholesale(
     trace.composition, trace.labels = [], set()
     try:
         answer = await compose()
-        composition, labels = trace.composition, trace.labels
     finally:
+        composition, labels = trace.composition, trace.labels
         trace.composition, trace.labels = outer
+        if outer[0] is not None:  # within another composition: its answer holds these parts
+            outer[0].extend(composition)
+        if outer[1] is not None:  # within a flight: what it stores is built from these
+            outer[1].update(labels)
     if not _products_answer(answer):  # the rejected arm, a failure: no token, as composed
         if memo is not None:
             memo.forget(key)  # what was remembered is not the answer any more

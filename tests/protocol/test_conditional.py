@@ -17,6 +17,7 @@ from adcp_stale_cache import (
 )
 from adcp_stale_cache.adcp.conditional import InvalidConditionalRequest, answer_wholesale
 from adcp_stale_cache.adcp.wholesale import Scope, canonical
+from adcp_stale_cache.ops.control import CacheControl
 
 from ..conftest import FakeClock
 
@@ -553,3 +554,70 @@ async def test_an_account_scoped_token_is_never_another_principals_from_memory(
     q = await ask("principal-q", if_wholesale_feed_version=p_token)
     assert "unchanged" not in q and q["wholesale_feed_version"] != p_token
     assert q["cache_scope"] == "account" and len(q["products"]) == 3
+
+
+async def test_a_composition_within_another_counts_in_the_outer_token(clock: FakeClock) -> None:
+    """An answer composed partly by a nested ``answer_wholesale``: the nested parts went
+    uncounted in the outer token, so a changed answer kept its token and was called unchanged."""
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock,
+                          breaker=None)  # fmt: skip
+    version = {"now": 1}
+    request = {"buying_mode": "wholesale"}
+
+    async def fixed() -> list[dict[str, Any]]:
+        return [{"product_id": "a1"}]
+
+    async def moving() -> list[dict[str, Any]]:
+        return [{"product_id": f"b{version['now']}"}]
+
+    async def nested() -> dict[str, Any]:
+        return {
+            "products": await cache.fetch(Upstream(name="b"), "b", moving, surface="get_products")
+        }
+
+    async def compose() -> dict[str, Any]:
+        own = await cache.fetch(Upstream(name="a"), "a", fixed, surface="get_products")
+        return {"products": own + (await answer_wholesale(request, nested))["products"]}
+
+    async def ask(token: str | None = None) -> dict[str, Any]:
+        probe = {"if_wholesale_feed_version": token} if token else {}
+        with collect_advisories(PRODUCTS):
+            return await answer_wholesale({**request, **probe}, compose, scope=Scope.PUBLIC)
+
+    first = await ask()
+    version["now"] = 2
+    clock.advance(3)  # past the target: both parts refreshed, the nested one changed
+    second = await ask(first["wholesale_feed_version"])
+    assert [p["product_id"] for p in second["products"]] == ["a1", "b2"]
+    assert not second.get("unchanged")
+    assert second["wholesale_feed_version"] != first["wholesale_feed_version"]
+
+
+async def test_a_composition_within_a_cached_call_labels_what_it_stores(clock: FakeClock) -> None:
+    """Composed inside a cached call, the parts' labels went missing from the entry that call
+    stored: purging a part left the answer built from it a fresh hit."""
+    catalog = SurfacePolicy(name="catalog", field="products", freshness_target_seconds=600,
+                            max_stale_seconds=600, shared_across_callers=True)  # fmt: skip
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS, catalog),
+                          clock=clock, breaker=None)  # fmt: skip
+    version = {"now": 1}
+
+    async def inventory() -> list[dict[str, Any]]:
+        return [{"product_id": f"p-v{version['now']}"}]
+
+    async def compose() -> dict[str, Any]:
+        return {"products": await cache.fetch(INVENTORY, "all", inventory, surface="get_products")}
+
+    async def built() -> dict[str, Any]:
+        return await answer_wholesale({"buying_mode": "wholesale"}, compose, scope=Scope.PUBLIC)
+
+    async def ask() -> Any:
+        with collect_advisories(catalog):
+            answer = await cache.fetch(Upstream(name="catalog"), "all", built, surface="catalog")
+        return [product["product_id"] for product in answer["products"]]
+
+    assert await ask() == ["p-v1"]
+    version["now"] = 2
+    taken = await CacheControl(cache).invalidate(upstream="inventory", soft=False)
+    assert taken == 2  # the inventory's entry, and the answer built from it
+    assert await ask() == ["p-v2"]
