@@ -433,6 +433,35 @@ async def test_a_304s_cookie_reaches_its_caller_alone(clock: FakeClock) -> None:
         assert "set-cookie" not in (await client.get("http://u/products")).headers
 
 
+async def test_callers_joining_a_compressed_answer_not_stored_can_read_it(
+    clock: FakeClock,
+) -> None:
+    """A joiner's copy of an answer not stored is built as a stored one is: its body decoded,
+    so without the Content-Encoding that no longer describes it (httpx failed to decode it)."""
+    import gzip
+
+    release = asyncio.Event()
+
+    async def upstream(request: httpx.Request) -> httpx.Response:
+        await release.wait()
+        headers = [(b"content-type", b"application/json"), (b"content-encoding", b"gzip"), *SESSION]
+        return httpx.Response(401, content=gzip.compress(b'{"error": "no"}'), headers=headers)
+
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock)
+    transport = CachingTransport(
+        cache, INVENTORY, transport=httpx.MockTransport(upstream), surface="get_products"
+    )
+    async with httpx.AsyncClient(transport=transport) as client:
+        calls = [asyncio.ensure_future(client.get("http://u/products")) for _ in range(3)]
+        await asyncio.sleep(0.01)
+        release.set()
+        first, *joined = await asyncio.gather(*calls)
+    assert [answer.json() for answer in (first, *joined)] == [{"error": "no"}] * 3
+    assert first.headers.get_list("set-cookie") and not any(
+        "set-cookie" in answer.headers for answer in joined
+    )
+
+
 async def test_every_answer_is_timed_as_httpx_times_its_own(clock: FakeClock) -> None:
     """A miss, a hit and a stale serve come back read already, which httpx never times:
     reading ``.elapsed`` on them raised, where the same client without the cache answered."""
@@ -458,9 +487,11 @@ async def test_every_answer_is_timed_as_httpx_times_its_own(clock: FakeClock) ->
     )
 
 
-async def test_a_304_hands_out_no_cookie_an_earlier_build_stored(
+async def test_no_cookie_an_earlier_build_stored_is_handed_out(
     clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """An entry stored cookie and all (by 0.1.0, or an old process on a shared store during a
+    rolling upgrade): neither a hit nor a 304 refreshing it hands one caller's session out."""
     from adcp_stale_cache.integrations import httpx_transport
 
     def upstream(request: httpx.Request) -> httpx.Response:
@@ -477,6 +508,10 @@ async def test_a_304_hands_out_no_cookie_an_earlier_build_stored(
         earlier.setattr(httpx_transport, "_NOT_STORED", httpx_transport._TRANSFER_HEADERS)
         async with httpx.AsyncClient(transport=transport) as first:
             assert (await first.get("http://u/products")).headers.get_list("set-cookie")
+    async with httpx.AsyncClient(transport=transport) as other:
+        hit = await other.get("http://u/products")
+        assert hit.json() == {"products": []} and "set-cookie" not in hit.headers
+        assert not other.cookies
     clock.advance(6)
     async with httpx.AsyncClient(transport=transport) as other:
         revalidated = await other.get("http://u/products")  # a 304, which set no cookie
