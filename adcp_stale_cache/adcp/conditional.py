@@ -11,7 +11,7 @@ from typing import Any
 
 from ..core.advisory import STALE_RESPONSE, AdcpError
 from ..pipeline.cache import UpstreamCache
-from ..pipeline.collector import AdvisoryCollector, current_collector
+from ..pipeline.collector import AdvisoryCollector, Composed, current_collector
 from .probes import Known, ProbeMemo, memo_of
 from .wholesale import (
     GET_PRODUCTS,
@@ -108,17 +108,18 @@ async def answer_wholesale(
     if known is not None:
         return unchanged_answer(known.token, known.scope, context=request.get("context"))
     trace = collector.traced()
-    outer = trace.composition, trace.labels
-    trace.composition, trace.labels = [], set()
+    outer_parts, outer_labels = trace.composition, trace.labels
+    composition: list[Composed] = []
+    labels: set[str] = set()
+    trace.composition, trace.labels = composition, labels
     try:
         answer = await compose()
     finally:
-        composition, labels = trace.composition, trace.labels
-        trace.composition, trace.labels = outer
-        if outer[0] is not None:  # within another composition: its answer holds these parts
-            outer[0].extend(composition)
-        if outer[1] is not None:  # within a flight: what it stores is built from these
-            outer[1].update(labels)
+        trace.composition, trace.labels = outer_parts, outer_labels
+        if outer_parts is not None:  # within another composition: its answer holds these parts
+            outer_parts.extend(composition)
+        if outer_labels is not None:  # within a flight: what it stores is built from these
+            outer_labels.update(labels)
     if not _products_answer(answer):  # the rejected arm, a failure: no token, as composed
         if memo is not None:
             memo.forget(key)  # what was remembered is not the answer any more

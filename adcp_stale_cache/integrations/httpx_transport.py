@@ -134,7 +134,10 @@ class CachingTransport(httpx.AsyncBaseTransport):
         )
         caller = answer.extensions.get(_CALLED_BY)  # None: a copy of what was stored
         if caller is not None and caller is not request:  # another's call, not stored: shared
-            answer = _read(answer.status_code, _stored(answer.headers.raw), answer.content)
+            # Built as a stored copy is: its body decoded, its cookies another's.
+            answer = _read(
+                answer.status_code, _without(answer.headers.raw, _NOT_STORED), answer.content
+            )
         elif cookies and caller is None:
             answer.headers = httpx.Headers([*answer.headers.raw, *cookies])  # stored without
         # Read already, so httpx never times it: without, reading .elapsed would raise.
@@ -236,13 +239,15 @@ _KEEP_HELD = "adcp_stale_cache.keep_held"
 _CALLED_BY = "adcp_stale_cache.called_by"
 
 
-def _uncookied(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    return [(name, value) for name, value in headers if name.lower() not in _COOKIE_HEADERS]
+# Until the transport times its answer.
+_NO_TIME = datetime.timedelta(0)
 
 
-def _stored(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """The headers a stored copy keeps: its body is decoded, its cookies another's."""
-    return [(name, value) for name, value in headers if name.lower() not in _NOT_STORED]
+def _without(
+    headers: list[tuple[bytes, bytes]], names: frozenset[bytes] | set[bytes]
+) -> list[tuple[bytes, bytes]]:
+    """``headers`` less those ``names`` names (lower case)."""
+    return [(name, value) for name, value in headers if name.lower() not in names]
 
 
 # Never taken from a 304 into the stored answer (RFC 9111 3.2): they describe its transfer.
@@ -263,7 +268,7 @@ def _refreshed(held: httpx.Response, not_modified: httpx.Response) -> httpx.Resp
     """The held answer, its headers updated in place by the 304 that validated it."""
     updates = [(k, v) for k, v in not_modified.headers.raw if k.lower() not in _NOT_UPDATED]
     replaced = {name.lower() for name, _ in updates}
-    kept = [(k, v) for k, v in _uncookied(held.headers.raw) if k.lower() not in replaced]
+    kept = _without(held.headers.raw, replaced | _COOKIE_HEADERS)
     held.headers = httpx.Headers(kept + updates)
     return held
 
@@ -277,9 +282,8 @@ class ResponseCodec:
     def dumps(self, response: httpx.Response) -> bytes:
         """Serialise status, content headers (each as sent: a repeated one repeated, its bytes
         as Latin-1; no cookie set) and body."""
-        headers = [
-            [k.decode("latin-1"), v.decode("latin-1")] for k, v in _stored(response.headers.raw)
-        ]
+        stored = _without(response.headers.raw, _NOT_STORED)
+        headers = [[k.decode("latin-1"), v.decode("latin-1")] for k, v in stored]
         head = orjson.dumps([response.status_code, headers])
         return struct.pack(">I", len(head)) + head + response.content
 
@@ -290,7 +294,7 @@ class ResponseCodec:
         status, headers = orjson.loads(head)
         raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
         if head.lower().find(b"set-cookie") >= 0:  # (find: `in` is twice as slow on bytes)
-            raw = _uncookied(raw)
+            raw = _without(raw, _COOKIE_HEADERS)
         return _read(status, raw, data[4 + size :])
 
     def content(self, data: bytes) -> bytes:
@@ -354,4 +358,3 @@ def _read(status: int, headers: list[Any], body: bytes) -> httpx.Response:
 
 
 RESPONSES = ResponseCodec()
-_NO_TIME = datetime.timedelta(0)  # until the transport times its answer
