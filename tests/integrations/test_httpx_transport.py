@@ -378,6 +378,25 @@ async def test_a_cookie_reaches_the_call_it_answered_and_no_hit_after(clock: Fak
         assert "set-cookie" not in (await other.get("http://u/products")).headers
 
 
+async def three_callers_of_one_call(clock: FakeClock, answer: httpx.Response) -> list[Any]:
+    """Three concurrent GETs of one key, answered by one upstream call: ``answer``."""
+    release = asyncio.Event()
+
+    async def upstream(request: httpx.Request) -> httpx.Response:
+        await release.wait()
+        return answer
+
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock)
+    transport = CachingTransport(
+        cache, INVENTORY, transport=httpx.MockTransport(upstream), surface="get_products"
+    )
+    async with httpx.AsyncClient(transport=transport) as client:
+        calls = [asyncio.ensure_future(client.get("http://u/products")) for _ in range(3)]
+        await asyncio.sleep(0.01)
+        release.set()
+        return list(await asyncio.gather(*calls))
+
+
 @pytest.mark.parametrize(
     ("status", "extra"),
     [(200, []), (200, [(b"cache-control", b"no-store")]), (401, [])],
@@ -388,22 +407,9 @@ async def test_callers_joining_a_call_get_none_of_its_cookies(
 ) -> None:
     """Stored or not (then the call's own answer is what every caller gets), a caller joining
     another's call is handed none of the cookies that call received."""
-    release = asyncio.Event()
-
-    async def upstream(request: httpx.Request) -> httpx.Response:
-        await release.wait()
-        headers = [(b"content-type", b"application/json"), *SESSION, *extra]
-        return httpx.Response(status, content=b'{"products": []}', headers=headers)
-
-    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock)
-    transport = CachingTransport(
-        cache, INVENTORY, transport=httpx.MockTransport(upstream), surface="get_products"
-    )
-    async with httpx.AsyncClient(transport=transport) as client:
-        calls = [asyncio.ensure_future(client.get("http://u/products")) for _ in range(3)]
-        await asyncio.sleep(0.01)
-        release.set()
-        first, *joined = await asyncio.gather(*calls)
+    headers = [(b"content-type", b"application/json"), *SESSION, *extra]
+    answer = httpx.Response(status, content=b'{"products": []}', headers=headers)
+    first, *joined = await three_callers_of_one_call(clock, answer)
     assert first.headers.get_list("set-cookie") == [v.decode() for _, v in SESSION]
     assert all("set-cookie" not in answer.headers for answer in joined)
     assert all(
@@ -440,22 +446,9 @@ async def test_callers_joining_a_compressed_answer_not_stored_can_read_it(
     so without the Content-Encoding that no longer describes it (httpx failed to decode it)."""
     import gzip
 
-    release = asyncio.Event()
-
-    async def upstream(request: httpx.Request) -> httpx.Response:
-        await release.wait()
-        headers = [(b"content-type", b"application/json"), (b"content-encoding", b"gzip"), *SESSION]
-        return httpx.Response(401, content=gzip.compress(b'{"error": "no"}'), headers=headers)
-
-    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock)
-    transport = CachingTransport(
-        cache, INVENTORY, transport=httpx.MockTransport(upstream), surface="get_products"
-    )
-    async with httpx.AsyncClient(transport=transport) as client:
-        calls = [asyncio.ensure_future(client.get("http://u/products")) for _ in range(3)]
-        await asyncio.sleep(0.01)
-        release.set()
-        first, *joined = await asyncio.gather(*calls)
+    headers = [(b"content-type", b"application/json"), (b"content-encoding", b"gzip"), *SESSION]
+    answer = httpx.Response(401, content=gzip.compress(b'{"error": "no"}'), headers=headers)
+    first, *joined = await three_callers_of_one_call(clock, answer)
     assert [answer.json() for answer in (first, *joined)] == [{"error": "no"}] * 3
     assert first.headers.get_list("set-cookie") and not any(
         "set-cookie" in answer.headers for answer in joined
