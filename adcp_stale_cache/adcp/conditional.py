@@ -11,7 +11,7 @@ from typing import Any
 
 from ..core.advisory import STALE_RESPONSE, AdcpError
 from ..pipeline.cache import UpstreamCache
-from ..pipeline.collector import AdvisoryCollector, Composed, current_collector
+from ..pipeline.collector import AdvisoryCollector, Composition, current_collector
 from .probes import Known, ProbeMemo, memo_of
 from .wholesale import (
     GET_PRODUCTS,
@@ -108,18 +108,13 @@ async def answer_wholesale(
     if known is not None:
         return unchanged_answer(known.token, known.scope, context=request.get("context"))
     trace = collector.traced()
-    outer_parts, outer_labels = trace.composition, trace.labels
-    composition: list[Composed] = []
-    labels: set[str] = set()
-    trace.composition, trace.labels = composition, labels
+    composition = Composition(trace)
+    composing = trace.open(composition)
     try:
         answer = await compose()
     finally:
-        trace.composition, trace.labels = outer_parts, outer_labels
-        if outer_parts is not None:  # within another composition: its answer holds these parts
-            outer_parts.extend(composition)
-        if outer_labels is not None:  # within a flight: what it stores is built from these
-            outer_labels.update(labels)
+        trace.close(composition, composing)
+    labels = composition.labels
     if not _products_answer(answer):  # the rejected arm, a failure: no token, as composed
         if memo is not None:
             memo.forget(key)  # what was remembered is not the answer any more
@@ -131,7 +126,7 @@ async def answer_wholesale(
         _contradiction(scope, keyed, strict)
     if scope is Scope.ACCOUNT and account is None:
         account = _account_of(request, collector, tool)
-    contents = [part.data for part in composition]
+    contents = [part.data for part in composition.parts]
     if not contents:  # composed of nothing cached: its own content is the version
         contents = [json.dumps(answer.get("products"), sort_keys=True, default=str).encode()]
     try:
@@ -141,7 +136,7 @@ async def answer_wholesale(
     current = not _stale(collector)
     if memo is not None and current:  # a stale composition is never remembered
         partition = collector.context.partition if per_caller(labels) else None
-        memo.remember(key, token, scope, partition, composition)
+        memo.remember(key, token, scope, partition, composition.parts)
     if evaluate(request, token, known=current) is Outcome.UNCHANGED:
         return unchanged_answer(token, scope, context=request.get("context"))
     return {**answer, "wholesale_feed_version": token, "cache_scope": scope.value}

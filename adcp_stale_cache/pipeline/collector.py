@@ -10,8 +10,8 @@ import sys
 import threading
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass
+from contextvars import ContextVar, Token
+from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
 from ..core.advisory import AdcpError
@@ -40,10 +40,10 @@ class AdvisoryLost(RuntimeError):
 
 
 class Trace:
-    """What was served in one scope: a flight, or a conditional answer being composed."""
+    """What was served in one scope: a request, or a flight."""
 
     # Class defaults, no __init__: a trace is made on its first write (see traced).
-    composition: list[Composed] | None = None
+    compositions: list[Composition] | None = None  # open: conditional answers being composed
     labels: set[str] | None = None  # a flight's, which its answer carries too
     #: Wall clock of the oldest data a flight read: the answer it stores is as old.
     read_since: float = math.inf
@@ -63,6 +63,47 @@ class Trace:
             self.labels.update(labels)
             if read_at_source is not None and read_at_source < self.read_since:
                 self.read_since = read_at_source
+
+    def composed(self, part: Composed, labels: tuple[str, ...]) -> None:
+        """An entry read while conditional answers are composed: a part of the reading task's
+        own, else of each one open (a thread carrying the collector alone cannot tell which)."""
+        own = _composing.get()
+        into = (own,) if own is not None and own.trace is self else self.compositions or ()
+        for composition in into:
+            composition.parts.append(part)
+            composition.labels.update(labels)
+
+    def open(self, composition: Composition) -> Token[Composition | None]:
+        """Start composing ``composition`` in the current task (and the tasks it starts)."""
+        if self.compositions is None:
+            self.compositions = []
+        self.compositions.append(composition)
+        return _composing.set(composition)
+
+    def close(self, composition: Composition, token: Token[Composition | None]) -> None:
+        """``composition`` is composed: the one it was composed within holds its parts too."""
+        _composing.reset(token)
+        if self.compositions is not None:
+            self.compositions.remove(composition)
+        enclosing = _composing.get()
+        if enclosing is not None and enclosing.trace is self:
+            held = {id(part) for part in enclosing.parts}  # read by a thread: held already
+            enclosing.parts.extend(part for part in composition.parts if id(part) not in held)
+            enclosing.labels.update(composition.labels)
+
+
+@dataclass(eq=False, slots=True)
+class Composition:
+    """A conditional answer being composed (``answer_wholesale``): the entries it read, and
+    their labels. Concurrent ones in one request, under ``asyncio.gather``, keep their own."""
+
+    trace: Trace
+    parts: list[Composed] = field(default_factory=list)
+    labels: set[str] = field(default_factory=set)
+
+
+#: The composition the current task reads into: a task's own, whatever its siblings compose.
+_composing: ContextVar[Composition | None] = ContextVar("adcp_composing", default=None)
 
 
 class _Untraced(Trace):

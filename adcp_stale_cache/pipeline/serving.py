@@ -190,21 +190,19 @@ class Serving:
         # Not stored: encoded once, for both a conditional answer and the context search.
         data = refreshed.data if refreshed.data is not None else _encoded(refreshed.value, codec)
         trace = collector.trace
-        if trace.composition is not None:
+        labels = (*refreshed.labels, built_from(found.store_key))
+        if trace.compositions:
             stored = refreshed.entry
             if stored is not None:
-                trace.composition.append(_part(found, stored, codec, fresh=True))
+                trace.composed(_part(found, stored, codec, fresh=True), labels)
             else:  # its content all the same, never remembered
-                trace.composition.append(
-                    Composed(
-                        content_of(codec, data)
-                        if data is not None
-                        else repr(refreshed.value).encode()
-                    )
+                content = (
+                    content_of(codec, data) if data is not None else repr(refreshed.value).encode()
                 )
+                trace.composed(Composed(content), labels)
         if trace.labels is not None:
             read_at = _at_source(refreshed.entry) if refreshed.entry is not None else None
-            trace.read((*refreshed.labels, built_from(found.store_key)), read_at)
+            trace.read(labels, read_at)
         if _CONTEXT in data if data is not None else _names_context(refreshed.value):
             collector.traced().served_context = True  # another caller's flight's, maybe
         return refreshed.value if refreshed.data is None else codec.loads(refreshed.data)
@@ -236,10 +234,11 @@ def _composed(found: Lookup | Hit[Any], entry: Entry, codec: Codec[Any], *, fres
     if collector is None:
         return
     trace = collector.trace
-    if trace.composition is not None:
-        trace.composition.append(_part(found, entry, codec, fresh=fresh))
-    if trace.labels is not None:
-        trace.read((*entry.labels, built_from(found.store_key)), _at_source(entry))
+    if trace.compositions or trace.labels is not None:
+        labels = (*entry.labels, built_from(found.store_key))
+        if trace.compositions:
+            trace.composed(_part(found, entry, codec, fresh=fresh), labels)
+        trace.read(labels, _at_source(entry))
     if _CONTEXT in entry.data:  # a byte search: a false alarm only costs the answer a check
         collector.traced().served_context = True
 

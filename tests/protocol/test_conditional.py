@@ -621,3 +621,89 @@ async def test_a_composition_within_a_cached_call_labels_what_it_stores(clock: F
     taken = await CacheControl(cache).invalidate(upstream="inventory", soft=False)
     assert taken == 2  # the inventory's entry, and the answer built from it
     assert await ask() == ["p-v2"]
+
+
+def per_account(clock: FakeClock) -> tuple[UpstreamCache, SurfacePolicy]:
+    """A cache whose ``accounts`` surface keys per caller (its entries label the partition)."""
+    accounts = SurfacePolicy(name="accounts", field="products", freshness_target_seconds=600,
+                             max_stale_seconds=600)  # fmt: skip
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS, accounts),
+                          clock=clock, breaker=None)  # fmt: skip
+    return cache, accounts
+
+
+async def test_concurrent_compositions_in_one_request_keep_their_own_parts(
+    clock: FakeClock,
+) -> None:
+    """Found by a review (session 52): two ``answer_wholesale`` calls under ``asyncio.gather``
+    in one request shared its trace. Each took the other's parts (a token that moves with the
+    other's data; a public answer scoped ``account`` by the other's per-caller entries), or
+    raised. Each answer's token and scope are now what it gets asked alone."""
+    import asyncio
+
+    cache, _ = per_account(clock)
+    both = asyncio.Barrier(2)  # each reads only once the other has started composing
+
+    def composer(name: str, surface: str) -> Any:
+        async def read() -> list[dict[str, Any]]:
+            return [{"product_id": name}]
+
+        async def compose() -> dict[str, Any]:
+            await both.wait()
+            products = await cache.fetch(Upstream(name=name), name, read, surface=surface)
+            await asyncio.sleep(0)  # the other reads meanwhile
+            return {"products": products}
+
+        return compose
+
+    async def ask(name: str, surface: str) -> dict[str, Any]:
+        return await answer_wholesale(
+            wholesale(account={"account_id": "a"}), composer(name, surface)
+        )
+
+    with collect_advisories(PRODUCTS, partition="tenant-a"):
+        public, private = await asyncio.gather(ask("a", "get_products"), ask("b", "accounts"))
+    assert (public["cache_scope"], private["cache_scope"]) == ("public", "account")
+    both = asyncio.Barrier(1)
+    with collect_advisories(PRODUCTS, partition="tenant-a"):
+        alone = await ask("a", "get_products"), await ask("b", "accounts")
+    assert public["wholesale_feed_version"] == alone[0]["wholesale_feed_version"]
+    assert private["wholesale_feed_version"] == alone[1]["wholesale_feed_version"]
+
+
+async def test_a_read_by_a_thread_carrying_the_collector_alone_counts_in_the_answer(
+    clock: FakeClock,
+) -> None:
+    """A thread given the request's collector by ``use_collector`` (no copy of the context)
+    cannot tell which composition it reads for: its read counts in each one open, so a per-
+    caller part still scopes the answer ``account`` and moves its token."""
+    import asyncio
+
+    from adcp_stale_cache import current_collector, use_collector
+
+    cache, _ = per_account(clock)
+    version = {"now": 1}
+
+    async def read() -> list[dict[str, Any]]:
+        return [{"product_id": f"p-v{version['now']}"}]
+
+    def in_thread(collector: Any) -> list[dict[str, Any]]:
+        with use_collector(collector):
+            fetched = cache.fetch(INVENTORY, "all", read, surface="accounts")
+            return asyncio.run(fetched)  # type: ignore[arg-type]
+
+    async def compose() -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        return {"products": await loop.run_in_executor(None, in_thread, current_collector())}
+
+    async def ask(token: str | None = None) -> dict[str, Any]:
+        probe = {"if_wholesale_feed_version": token} if token else {}
+        with collect_advisories(PRODUCTS, partition="tenant-a"):
+            return await answer_wholesale(wholesale(account={"account_id": "a"}, **probe), compose)
+
+    first = await ask()
+    assert first["cache_scope"] == "account"
+    version["now"] = 2
+    clock.advance(601)
+    second = await ask(first["wholesale_feed_version"])
+    assert not second.get("unchanged") and second["products"] == [{"product_id": "p-v2"}]
