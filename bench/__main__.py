@@ -39,7 +39,15 @@ from adcp_stale_cache import (
 )
 from adcp_stale_cache.codecs import inject_json
 from adcp_stale_cache.core.entry import Entry
+from adcp_stale_cache.core.keys import caller_partition
 from adcp_stale_cache.demo.data import products
+from adcp_stale_cache.pipeline.collector import (
+    STATE_KEY,
+    AdvisoryCollector,
+    enter_request,
+    leave_request,
+)
+from adcp_stale_cache.pipeline.context import RequestContext
 
 Op = Callable[[], Awaitable[Any]]
 POLICY = SurfacePolicy(name="get_products", field="products", paths=("/api/get_products",),
@@ -164,14 +172,81 @@ class LeastLayer:
             _LEAST_REQUEST.reset(token)
 
 
+class JobFloorLayer:
+    """The least a layer doing the middleware's whole documented job does per request: the
+    least layer's work, and what the library and its users are promised besides.
+
+    - The collector the cache's API reads (an ``AdvisoryCollector``), at ``request.state``
+      and in the ContextVar, still at ``request.state`` once the request ends.
+    - Its context (a ``RequestContext``): the route's surface, the request's fields read off
+      the kept body, the caller's partition asked of the live scope on first use.
+    - The answer's start checked for advisories and for a served ``context``.
+    - The collector closed as the request ends: what is recorded later counts as lost.
+    - The request's objects freed as it ends, not by the garbage collector, while a partition
+      asked late still reads the scope: a copy of it, less the collector.
+
+    Closures where the middleware makes objects: its body reader and its answer."""
+
+    def __init__(self, app: Any, surfaces: Any) -> None:
+        self.app = app
+        self.by_path = {path: policy for policy in surfaces.policies for path in policy.paths}
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        surface = self.by_path.get(scope["path"])
+        body: list[bytes] = []
+        live = [scope]  # the scope a partition is asked of: a copy once the request ends
+        context = RequestContext(
+            surface, None, lambda: caller_partition(live[0]), lambda name: _field(body, name)
+        )
+        collector = AdvisoryCollector(None, None, None, True, context)
+        state = scope.get("state")
+        if state is None:
+            scope["state"] = state = {}
+        state[STATE_KEY] = collector
+        token = enter_request(collector)
+
+        async def kept() -> Any:
+            message = await receive()
+            if message["type"] == "http.request":
+                body.append(message.get("body", b""))
+            return message
+
+        async def watched(message: Any) -> None:
+            if message["type"] == "http.response.start" and (
+                collector.unsettled or collector.trace.served_context
+            ):
+                raise NotImplementedError("the floor never has advisories to add")
+            await send(message)
+
+        try:
+            await self.app(scope, kept, watched)
+        finally:
+            leave_request(token)
+            collector.close()
+            late = dict(scope)
+            late["state"] = (
+                {k: v for k, v in state.items() if k != STATE_KEY} if len(state) > 1 else {}
+            )
+            live[0] = late
+
+
+def _field(body: list[bytes], name: str) -> Any:
+    request = orjson.loads(b"".join(body) or b"{}")
+    return request.get(name) if isinstance(request, dict) else None
+
+
 async def passthrough(n: int, rounds: int) -> dict[str, float]:
     bare, wrapped = passthrough_ops()
     t_bare, t_wrapped = await side_by_side(bare, wrapped, n, rounds)
     t_bare2, t_least = await side_by_side(
         bare, asgi_caller(LeastLayer(json_app(), SURFACES)), n, rounds
     )
+    t_bare3, t_job = await side_by_side(
+        bare, asgi_caller(JobFloorLayer(json_app(), SURFACES)), n, rounds
+    )
     return {"passthrough_ratio": t_bare / t_wrapped,  # requests/s with / without
-            "least_layer_passthrough_ratio": t_bare2 / t_least}  # fmt: skip
+            "least_layer_passthrough_ratio": t_bare2 / t_least,
+            "job_floor_passthrough_ratio": t_bare3 / t_job}  # fmt: skip
 
 
 def uvicorn_passthrough(requests: int, rounds: int) -> dict[str, float]:
@@ -738,7 +813,7 @@ async def wholesale_probe(n: int, rounds: int) -> dict[str, float]:
 TARGETS = {
     "passthrough_ratio": ">= 0.97", "passthrough_ratio_uvicorn": ">= 0.97",
     "inject_ratio_1k": "<= 1.5", "inject_ratio_100k": "<= 1.5", "inject_ratio_1m": "<= 1.5", "inject_ratio_mcp_sse_100k": "<= 1.5",
-    "least_layer_passthrough_ratio": "(floor)",
+    "least_layer_passthrough_ratio": "(floor)", "job_floor_passthrough_ratio": "(floor)",
     "transport_hit_vs_floor": "<= 1.15", "dict_cache_hit_vs_floor": "(info)", "hishel_vs_transport_hit": ">= 4",
     "revalidate_304_vs_full_refresh": "<= 0.3", "bare_304_vs_full_refresh": "(floor)", "bare_304_us": "(us)",
     "wrapper_hit_us": "(us)", "cashews_vs_wrapper_hit": ">= 10", "cashews_vs_decode_alone": "(floor)", "wrapper_hit_shared_us": "(us)",

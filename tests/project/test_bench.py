@@ -3,11 +3,13 @@ speed is judged by the ratios the suite prints (docs/benchmarks.md)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -69,3 +71,60 @@ def test_curve_entries_own_their_bytes_and_labels_as_fetched_entries_do() -> Non
         assert entry.data is not model.data  # type: ignore[attr-defined]
         assert entry.labels is not model.labels  # type: ignore[attr-defined]
         assert not any(a is b for a, b in zip(entry.labels, model.labels, strict=True))  # type: ignore[attr-defined]
+
+
+def test_the_pass_through_job_floor_does_the_job_it_stands_for() -> None:
+    """``job_floor_passthrough_ratio`` is a floor only while its layer does the middleware's
+    documented job: one doing less would set the figure beside the target too high."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from adcp_stale_cache import Upstream, current_collector
+    from adcp_stale_cache.core.advisory import stale_response
+    from adcp_stale_cache.core.keys import caller_partition
+    from adcp_stale_cache.pipeline.collector import STATE_KEY
+    from bench.__main__ import POLICY, SURFACES, JobFloorLayer
+
+    from ..asgi.test_request_lifetime import cyclic_garbage
+
+    seen: dict[str, Any] = {}
+
+    async def route(request: Request) -> JSONResponse:
+        await request.body()
+        collector = current_collector()
+        assert collector is not None and request.state.adcp_stale_cache is collector
+        if request.query_params.get("keep"):  # (else the garbage check would see them held)
+            seen["collector"], seen["scope"] = collector, request.scope
+        seen["surface"] = collector.context.surface
+        seen["brief"] = collector.context.request_field("brief")
+        if request.query_params.get("stale"):
+            collector.record(
+                "inventory", stale_response(Upstream(name="inventory"), POLICY, 9, None)
+            )
+        return JSONResponse({"products": []})
+
+    app = JobFloorLayer(Starlette(routes=[Route("/api/get_products", route, methods=["POST"])]),
+                        SURFACES)  # fmt: skip
+
+    async def ask(query: bytes = b"") -> None:
+        scope = {"type": "http", "method": "POST", "path": "/api/get_products", "root_path": "",
+                 "query_string": query, "headers": [(b"host", b"seller.example")]}  # fmt: skip
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b'{"brief": "b"}', "more_body": False}
+
+        async def send(message: Any) -> None:
+            pass
+
+        await app(scope, receive, send)
+
+    assert cyclic_garbage(ask) == []  # freed as it ends
+    asyncio.run(ask(b"keep=1"))
+    collector, scope = seen["collector"], seen["scope"]
+    assert seen["surface"] is POLICY and seen["brief"] == "b"
+    assert collector.closed and scope["state"][STATE_KEY] is collector
+    assert collector.context.partition == caller_partition(scope)  # asked late, of a copy
+    with pytest.raises(NotImplementedError):  # an advisory seen at the answer's start
+        asyncio.run(ask(b"stale=1"))
