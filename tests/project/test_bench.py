@@ -22,7 +22,8 @@ FIGURES = [
     "transport_hit_vs_floor", "hishel_vs_transport_hit", "wrapper_hit_us", "cashews_vs_wrapper_hit",
     "outage_vs_hit_p50", "stampede_upstream_calls", "memory_per_entry_ratio",
     "file_hit_vs_memory_hit", "thread_hop_vs_memory_hit", "hishel_vs_file_hit", "restart_to_first_stale_ms",
-    "least_layer_passthrough_ratio", "dict_cache_hit_vs_floor", "cashews_vs_decode_alone",  # floors beside
+    "least_layer_passthrough_ratio", "job_floor_passthrough_ratio", "dict_cache_hit_vs_floor",
+    "cashews_vs_decode_alone",  # floors beside
 ]  # fmt: skip
 
 
