@@ -66,27 +66,32 @@ class Trace:
 
     def composed(self, part: Composed, labels: tuple[str, ...]) -> None:
         """An entry read while conditional answers are composed: a part of the reading task's
-        own, else of each one open (a thread carrying the collector alone cannot tell which)."""
-        own = _composing.get()
-        into = (own,) if own is not None and own.trace is self else self.compositions or ()
-        for composition in into:
+        own (a task composing none reads for none of them)."""
+        for composition in self._composing():
             composition.parts.append(part)
             composition.labels.update(labels)
 
-    def open(self, composition: Composition) -> Token[Composition | None]:
+    def _composing(self) -> list[Composition]:
+        """The open compositions of this trace the current context composes: its own, or
+        each one open in a block given the collector by hand (see :func:`use_collector`)."""
+        own = _composing.get()
+        if own is EVERY_OPEN:
+            return list(self.compositions or ())
+        return [own] if isinstance(own, Composition) and own.trace is self else []
+
+    def open(self, composition: Composition) -> Token[Composing]:
         """Start composing ``composition`` in the current task (and the tasks it starts)."""
         if self.compositions is None:
             self.compositions = []
         self.compositions.append(composition)
         return _composing.set(composition)
 
-    def close(self, composition: Composition, token: Token[Composition | None]) -> None:
+    def close(self, composition: Composition, token: Token[Composing]) -> None:
         """``composition`` is composed: the one it was composed within holds its parts too."""
         _composing.reset(token)
         if self.compositions is not None:
             self.compositions.remove(composition)
-        enclosing = _composing.get()
-        if enclosing is not None and enclosing.trace is self:
+        for enclosing in self._composing():
             held = {id(part) for part in enclosing.parts}  # read by a thread: held already
             enclosing.parts.extend(part for part in composition.parts if id(part) not in held)
             enclosing.labels.update(composition.labels)
@@ -102,8 +107,15 @@ class Composition:
     labels: set[str] = field(default_factory=set)
 
 
+class _EveryOpen:
+    """What a block given a request's collector by hand composes: it cannot tell which."""
+
+
+#: In a :func:`use_collector` block, reads count in every open composition of its collector.
+EVERY_OPEN = _EveryOpen()
+Composing = Composition | _EveryOpen | None
 #: The composition the current task reads into: a task's own, whatever its siblings compose.
-_composing: ContextVar[Composition | None] = ContextVar("adcp_composing", default=None)
+_composing: ContextVar[Composing] = ContextVar("adcp_composing", default=None)
 
 
 class _Untraced(Trace):
@@ -382,11 +394,15 @@ def collect_advisories(
 @contextmanager
 def use_collector(collector: AdvisoryCollector | None) -> Iterator[AdvisoryCollector | None]:
     """Make ``collector`` (a request's ``current_collector()``) the current one inside the
-    block: carry it into a worker thread or a new event loop by hand."""
+    block: carry it into a worker thread or a new event loop by hand. What is read in the
+    block counts in every conditional answer the request is composing (``carry_context``
+    keeps to the one the caller composes)."""
     token = _current.set(collector)
+    composing = _composing.set(EVERY_OPEN)  # a thread cannot tell which answer it reads for
     try:
         yield collector
     finally:
+        _composing.reset(composing)
         _current.reset(token)
 
 

@@ -707,3 +707,79 @@ async def test_a_read_by_a_thread_carrying_the_collector_alone_counts_in_the_ans
     clock.advance(601)
     second = await ask(first["wholesale_feed_version"])
     assert not second.get("unchanged") and second["products"] == [{"product_id": "p-v2"}]
+
+
+async def test_a_composition_nested_in_a_thread_counts_in_the_outer_token(
+    clock: FakeClock,
+) -> None:
+    """Found by a review (session 53): an ``answer_wholesale`` run in a thread given the
+    collector alone (``use_collector``), nested in another, kept its parts from the outer
+    answer, so a changed nested part was answered ``unchanged`` with the old token."""
+    import asyncio
+
+    from adcp_stale_cache import current_collector, use_collector
+
+    cache, _ = per_account(clock)
+    version = {"now": 1}
+
+    async def read(name: str) -> list[dict[str, Any]]:
+        return [{"product_id": f"{name}-v{version['now'] if name == 'moving' else 1}"}]
+
+    def fetch(name: str) -> Any:
+        return cache.fetch(Upstream(name=name), name, lambda: read(name), surface="get_products")
+
+    async def nested() -> dict[str, Any]:
+        return {"products": await fetch("moving")}
+
+    def in_thread(collector: Any) -> dict[str, Any]:
+        with use_collector(collector):
+            return asyncio.run(answer_wholesale(wholesale(), nested))
+
+    async def compose() -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        inner = await loop.run_in_executor(None, in_thread, current_collector())
+        return {"products": await fetch("fixed") + inner["products"]}
+
+    async def ask(token: str | None = None) -> dict[str, Any]:
+        probe = {"if_wholesale_feed_version": token} if token else {}
+        with collect_advisories(PRODUCTS):
+            return await answer_wholesale(wholesale(**probe), compose, scope=Scope.PUBLIC)
+
+    first = await ask()
+    version["now"] = 2
+    clock.advance(3)  # past the target: both parts refreshed, the nested one changed
+    second = await ask(first["wholesale_feed_version"])
+    assert not second.get("unchanged") and second["products"][1] == {"product_id": "moving-v2"}
+
+
+async def test_a_sibling_task_composing_nothing_reads_for_no_composition(
+    clock: FakeClock,
+) -> None:
+    """Found by a review (session 53): a plain fetch of a per-caller entry, run beside an
+    ``answer_wholesale`` in one request, counted in the open composition: the public answer
+    was scoped ``account`` and its token moved."""
+    import asyncio
+
+    cache, _ = per_account(clock)
+    started = asyncio.Event()
+
+    async def read() -> list[dict[str, Any]]:
+        return [{"product_id": "p"}]
+
+    async def compose() -> dict[str, Any]:
+        started.set()
+        products = await cache.fetch(Upstream(name="pub"), "pub", read, surface="get_products")
+        await asyncio.sleep(0.01)  # the sibling reads meanwhile
+        return {"products": products}
+
+    async def sibling() -> Any:
+        await started.wait()
+        return await cache.fetch(Upstream(name="mine"), "mine", read, surface="accounts")
+
+    request = wholesale(account={"account_id": "a"})
+    with collect_advisories(PRODUCTS, partition="tenant-a"):
+        together, _ = await asyncio.gather(answer_wholesale(request, compose), sibling())
+    with collect_advisories(PRODUCTS, partition="tenant-a"):
+        alone = await answer_wholesale(request, compose)
+    assert together["cache_scope"] == alone["cache_scope"] == "public"
+    assert together["wholesale_feed_version"] == alone["wholesale_feed_version"]
