@@ -37,6 +37,8 @@ from adcp_stale_cache import (
     Upstream,
     UpstreamCache,
 )
+from adcp_stale_cache.asgi.middleware import route_path
+from adcp_stale_cache.asgi.peek import MAX_PEEK_BYTES
 from adcp_stale_cache.codecs import inject_json
 from adcp_stale_cache.core.entry import Entry
 from adcp_stale_cache.core.keys import caller_partition
@@ -47,7 +49,7 @@ from adcp_stale_cache.pipeline.collector import (
     enter_request,
     leave_request,
 )
-from adcp_stale_cache.pipeline.context import RequestContext
+from adcp_stale_cache.pipeline.context import UNREAD, RequestContext
 
 Op = Callable[[], Awaitable[Any]]
 POLICY = SurfacePolicy(name="get_products", field="products", paths=("/api/get_products",),
@@ -176,27 +178,41 @@ class JobFloorLayer:
     """The least a layer doing the middleware's whole documented job does per request: the
     least layer's work, and what the library and its users are promised besides.
 
+    - Other scopes passed through; a route's surface found without the app's ``root_path``.
     - The collector the cache's API reads (an ``AdvisoryCollector``), at ``request.state``
       and in the ContextVar, still at ``request.state`` once the request ends.
     - Its context (a ``RequestContext``): the route's surface, the request's fields read off
-      the kept body, the caller's partition asked of the live scope on first use.
-    - The answer's start checked for advisories and for a served ``context``.
+      the body kept as it passes (up to a bound; parsed once, ``UNREAD`` if it is not JSON),
+      the caller's partition asked of the live scope on first use.
+    - The answer's start checked for advisories and for a served ``context``, and the end for
+      a ``context`` served after the start.
     - The collector closed as the request ends: what is recorded later counts as lost.
     - The request's objects freed as it ends, not by the garbage collector, while a partition
       asked late still reads the scope: a copy of it, less the collector.
 
-    Closures where the middleware makes objects: its body reader and its answer."""
+    Closures where the middleware makes objects (its body reader and its answer); ``send``
+    handed the downstream's own awaitable, as the middleware's is. Not done: JSON-RPC calls
+    read off the body, the responders that write advisories, the 503 of an outage, the
+    ``partition_from_call`` hook: none runs on a declared route with nothing to add."""
 
-    def __init__(self, app: Any, surfaces: Any) -> None:
+    def __init__(self, app: Any, surfaces: Any, limit: int = MAX_PEEK_BYTES) -> None:
         self.app = app
+        self.limit = limit
         self.by_path = {path: policy for policy in surfaces.policies for path in policy.paths}
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        surface = self.by_path.get(scope["path"])
-        body: list[bytes] = []
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        root = scope.get("root_path")
+        surface = self.by_path.get(route_path(scope) if root else scope["path"])
+        body: list[Any] = [0]  # its size, then its messages' bodies as they pass
         live = [scope]  # the scope a partition is asked of: a copy once the request ends
         context = RequestContext(
-            surface, None, lambda: caller_partition(live[0]), lambda name: _field(body, name)
+            surface,
+            None,
+            lambda: caller_partition(live[0]),
+            lambda name: _field(body, name, self.limit),
         )
         collector = AdvisoryCollector(None, None, None, True, context)
         state = scope.get("state")
@@ -208,15 +224,18 @@ class JobFloorLayer:
         async def kept() -> Any:
             message = await receive()
             if message["type"] == "http.request":
-                body.append(message.get("body", b""))
+                chunk = message.get("body", b"")
+                body[0] += len(chunk)
+                if body[0] <= self.limit:
+                    body.append(chunk)
             return message
 
-        async def watched(message: Any) -> None:
+        def watched(message: Any) -> Any:
             if message["type"] == "http.response.start" and (
                 collector.unsettled or collector.trace.served_context
             ):
                 raise NotImplementedError("the floor never has advisories to add")
-            await send(message)
+            return send(message)
 
         try:
             await self.app(scope, kept, watched)
@@ -228,11 +247,20 @@ class JobFloorLayer:
                 {k: v for k, v in state.items() if k != STATE_KEY} if len(state) > 1 else {}
             )
             live[0] = late
+        if collector.trace.served_context:
+            raise NotImplementedError("the floor never serves a context")
 
 
-def _field(body: list[bytes], name: str) -> Any:
-    request = orjson.loads(b"".join(body) or b"{}")
-    return request.get(name) if isinstance(request, dict) else None
+def _field(body: list[Any], name: str, limit: int) -> Any:
+    """A field of the request's body, parsed once (kept as ``body[1]`` in place of its parts)."""
+    if body[0] >= 0:  # not parsed yet
+        try:
+            request = orjson.loads(b"".join(body[1:]) or b"{}") if body[0] <= limit else None
+        except orjson.JSONDecodeError:
+            request = None
+        body[:] = [-1, request]
+    request = body[1]
+    return request.get(name) if isinstance(request, dict) else UNREAD
 
 
 async def passthrough(n: int, rounds: int) -> dict[str, float]:

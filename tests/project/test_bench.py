@@ -86,6 +86,7 @@ def test_the_pass_through_job_floor_does_the_job_it_stands_for() -> None:
     from adcp_stale_cache.core.advisory import stale_response
     from adcp_stale_cache.core.keys import caller_partition
     from adcp_stale_cache.pipeline.collector import STATE_KEY
+    from adcp_stale_cache.pipeline.context import UNREAD
     from bench.__main__ import POLICY, SURFACES, JobFloorLayer
 
     from ..asgi.test_request_lifetime import cyclic_garbage
@@ -109,12 +110,13 @@ def test_the_pass_through_job_floor_does_the_job_it_stands_for() -> None:
     app = JobFloorLayer(Starlette(routes=[Route("/api/get_products", route, methods=["POST"])]),
                         SURFACES)  # fmt: skip
 
-    async def ask(query: bytes = b"") -> None:
-        scope = {"type": "http", "method": "POST", "path": "/api/get_products", "root_path": "",
-                 "query_string": query, "headers": [(b"host", b"seller.example")]}  # fmt: skip
+    async def ask(query: bytes = b"", root: str = "", body: bytes = b'{"brief": "b"}') -> None:
+        scope = {"type": "http", "method": "POST", "path": f"{root}/api/get_products",
+                 "root_path": root, "query_string": query,
+                 "headers": [(b"host", b"seller.example")]}  # fmt: skip
 
         async def receive() -> dict[str, Any]:
-            return {"type": "http.request", "body": b'{"brief": "b"}', "more_body": False}
+            return {"type": "http.request", "body": body, "more_body": False}
 
         async def send(message: Any) -> None:
             pass
@@ -129,3 +131,12 @@ def test_the_pass_through_job_floor_does_the_job_it_stands_for() -> None:
     assert collector.context.partition == caller_partition(scope)  # asked late, of a copy
     with pytest.raises(NotImplementedError):  # an advisory seen at the answer's start
         asyncio.run(ask(b"stale=1"))
+    asyncio.run(ask(b"keep=1", root="/seller", body=b"not json"))  # mounted under a prefix
+    assert seen["surface"] is POLICY and seen["brief"] is UNREAD
+    passed: list[str] = []
+
+    async def raw(scope: Any, receive: Any, send: Any) -> None:
+        passed.append(scope["type"])
+
+    asyncio.run(JobFloorLayer(raw, SURFACES)({"type": "lifespan"}, None, None))
+    assert passed == ["lifespan"]
