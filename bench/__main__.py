@@ -182,7 +182,8 @@ class JobFloorLayer:
     - The collector the cache's API reads (an ``AdvisoryCollector``), at ``request.state``
       and in the ContextVar, still at ``request.state`` once the request ends.
     - Its context (a ``RequestContext``): the route's surface, the request's fields read off
-      the body kept as it passes (up to a bound; parsed once, ``UNREAD`` if it is not JSON),
+      the body kept as it passes (up to a bound; parsed once it has all passed, ``UNREAD``
+      before that or if it is not JSON),
       the caller's partition asked of the live scope on first use.
     - The answer's start checked for advisories and for a served ``context``, and the end for
       a ``context`` served after the start.
@@ -207,12 +208,13 @@ class JobFloorLayer:
         root = scope.get("root_path")
         surface = self.by_path.get(route_path(scope) if root else scope["path"])
         body: list[Any] = [0]  # its size, then its messages' bodies as they pass
+        whole = [False]  # its last message passed
         live = [scope]  # the scope a partition is asked of: a copy once the request ends
         context = RequestContext(
             surface,
             None,
             lambda: caller_partition(live[0]),
-            lambda name: _field(body, name, self.limit),
+            lambda name: _field(body, name, self.limit) if whole[0] else UNREAD,
         )
         collector = AdvisoryCollector(None, None, None, True, context)
         state = scope.get("state")
@@ -228,6 +230,7 @@ class JobFloorLayer:
                 body[0] += len(chunk)
                 if body[0] <= self.limit:
                     body.append(chunk)
+                whole[0] = not message.get("more_body", False)
             return message
 
         def watched(message: Any) -> Any:

@@ -65,30 +65,34 @@ class Trace:
                 self.read_since = read_at_source
 
     def composed(self, part: Composed, labels: tuple[str, ...]) -> None:
-        """An entry read while conditional answers are composed: a part of the reading task's
-        own (a task composing none reads for none of them)."""
+        """An entry read while conditional answers are composed: a part of the ones the
+        reading context may compose (see :meth:`_composing`)."""
         for composition in self._composing():
             composition.parts.append(part)
             composition.labels.update(labels)
 
     def _composing(self) -> list[Composition]:
-        """The open compositions of this trace the current context composes: its own, or
-        each one open in a block given the collector by hand (see :func:`use_collector`)."""
+        """The compositions of this trace the current context may compose: its own, else every
+        one open. A context naming none open (a task or thread started before, beside, or by
+        one composed already, or given the collector by hand) may be reading for any: counted
+        in each, a scope only widens and a token only moves more, where counted in none a
+        per-caller answer would go out public and a changed one unchanged."""
         own = _composing.get()
-        if own is EVERY_OPEN:
-            return list(self.compositions or ())
-        return [own] if isinstance(own, Composition) and own.trace is self else []
+        if own is not None and own.trace is self and not own.closed:
+            return [own]
+        return list(self.compositions or ())
 
-    def open(self, composition: Composition) -> Token[Composing]:
+    def open(self, composition: Composition) -> Token[Composition | None]:
         """Start composing ``composition`` in the current task (and the tasks it starts)."""
         if self.compositions is None:
             self.compositions = []
         self.compositions.append(composition)
         return _composing.set(composition)
 
-    def close(self, composition: Composition, token: Token[Composing]) -> None:
+    def close(self, composition: Composition, token: Token[Composition | None]) -> None:
         """``composition`` is composed: the one it was composed within holds its parts too."""
         _composing.reset(token)
+        composition.closed = True
         if self.compositions is not None:
             self.compositions.remove(composition)
         for enclosing in self._composing():
@@ -105,17 +109,11 @@ class Composition:
     trace: Trace
     parts: list[Composed] = field(default_factory=list)
     labels: set[str] = field(default_factory=set)
+    closed: bool = False  # composed: a task it started, reading on, reads for the others
 
 
-class _EveryOpen:
-    """What a block given a request's collector by hand composes: it cannot tell which."""
-
-
-#: In a :func:`use_collector` block, reads count in every open composition of its collector.
-EVERY_OPEN = _EveryOpen()
-Composing = Composition | _EveryOpen | None
 #: The composition the current task reads into: a task's own, whatever its siblings compose.
-_composing: ContextVar[Composing] = ContextVar("adcp_composing", default=None)
+_composing: ContextVar[Composition | None] = ContextVar("adcp_composing", default=None)
 
 
 class _Untraced(Trace):
@@ -395,14 +393,12 @@ def collect_advisories(
 def use_collector(collector: AdvisoryCollector | None) -> Iterator[AdvisoryCollector | None]:
     """Make ``collector`` (a request's ``current_collector()``) the current one inside the
     block: carry it into a worker thread or a new event loop by hand. What is read in the
-    block counts in every conditional answer the request is composing (``carry_context``
-    keeps to the one the caller composes)."""
+    block counts in every conditional answer the request is composing then
+    (``carry_context`` keeps to the one the caller composes)."""
     token = _current.set(collector)
-    composing = _composing.set(EVERY_OPEN)  # a thread cannot tell which answer it reads for
     try:
         yield collector
     finally:
-        _composing.reset(composing)
         _current.reset(token)
 
 

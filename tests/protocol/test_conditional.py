@@ -632,43 +632,57 @@ def per_account(clock: FakeClock) -> tuple[UpstreamCache, SurfacePolicy]:
     return cache, accounts
 
 
-async def test_concurrent_compositions_in_one_request_keep_their_own_parts(
+async def test_concurrent_compositions_in_one_request_each_answer_safely(
     clock: FakeClock,
 ) -> None:
     """Found by a review (session 52): two ``answer_wholesale`` calls under ``asyncio.gather``
-    in one request shared its trace. Each took the other's parts (a token that moves with the
-    other's data; a public answer scoped ``account`` by the other's per-caller entries), or
-    raised. Each answer's token and scope are now what it gets asked alone."""
+    in one request swapped the trace's composition under each other, and one could raise.
+    Each now reads into its own; one ending first counts in the other too (it cannot tell a
+    sibling from an answer it is nested in), so a scope only widens and a token only moves:
+    the per-caller answer is ``account``, and neither is ``unchanged`` once its data moved."""
     import asyncio
 
     cache, _ = per_account(clock)
-    both = asyncio.Barrier(2)  # each reads only once the other has started composing
+    version = {"now": 1}
 
-    def composer(name: str, surface: str) -> Any:
+    def composer(name: str, surface: str, both: asyncio.Barrier, turns: int) -> Any:
         async def read() -> list[dict[str, Any]]:
-            return [{"product_id": name}]
+            return [{"product_id": f"{name}-v{version['now']}"}]
 
         async def compose() -> dict[str, Any]:
-            await both.wait()
+            await both.wait()  # each reads only once the other has started composing
             products = await cache.fetch(Upstream(name=name), name, read, surface=surface)
-            await asyncio.sleep(0)  # the other reads meanwhile
+            for _ in range(turns):  # the other reads meanwhile
+                await asyncio.sleep(0)
             return {"products": products}
 
         return compose
 
-    async def ask(name: str, surface: str) -> dict[str, Any]:
-        return await answer_wholesale(
-            wholesale(account={"account_id": "a"}), composer(name, surface)
-        )
+    async def ask(tokens: tuple[str, str] | None = None) -> list[dict[str, Any]]:
+        both = asyncio.Barrier(2)
+        asked = [
+            answer_wholesale(
+                wholesale(account={"account_id": "a"}, if_wholesale_feed_version=token)
+                if token
+                else wholesale(account={"account_id": "a"}),
+                composer(name, surface, both, turns),
+            )
+            for name, surface, turns, token in zip(
+                ("a", "b"), ("accounts", "get_products"), (1, 3), tokens or ("", ""), strict=True
+            )
+        ]
+        with collect_advisories(PRODUCTS, partition="tenant-a"):
+            return list(await asyncio.gather(*asked))
 
-    with collect_advisories(PRODUCTS, partition="tenant-a"):
-        public, private = await asyncio.gather(ask("a", "get_products"), ask("b", "accounts"))
-    assert (public["cache_scope"], private["cache_scope"]) == ("public", "account")
-    both = asyncio.Barrier(1)
-    with collect_advisories(PRODUCTS, partition="tenant-a"):
-        alone = await ask("a", "get_products"), await ask("b", "accounts")
-    assert public["wholesale_feed_version"] == alone[0]["wholesale_feed_version"]
-    assert private["wholesale_feed_version"] == alone[1]["wholesale_feed_version"]
+    # The per-caller one opens first and ends first: its reads went to the other's.
+    private, public = await ask()
+    assert private["cache_scope"] == "account"
+    assert [p["product_id"] for p in private["products"] + public["products"]] == ["a-v1", "b-v1"]
+    version["now"] = 2
+    clock.advance(601)  # past both targets: both refreshed, both changed
+    again = await ask((private["wholesale_feed_version"], public["wholesale_feed_version"]))
+    assert not any(answer.get("unchanged") for answer in again)
+    assert [p["product_id"] for answer in again for p in answer["products"]] == ["a-v2", "b-v2"]
 
 
 async def test_a_read_by_a_thread_carrying_the_collector_alone_counts_in_the_answer(
@@ -752,34 +766,33 @@ async def test_a_composition_nested_in_a_thread_counts_in_the_outer_token(
     assert not second.get("unchanged") and second["products"][1] == {"product_id": "moving-v2"}
 
 
-async def test_a_sibling_task_composing_nothing_reads_for_no_composition(
-    clock: FakeClock,
-) -> None:
-    """Found by a review (session 53): a plain fetch of a per-caller entry, run beside an
-    ``answer_wholesale`` in one request, counted in the open composition: the public answer
-    was scoped ``account`` and its token moved."""
+async def test_a_task_started_before_composing_counts_in_the_answer(clock: FakeClock) -> None:
+    """Found by a review (session 53): a per-caller read started as a task before
+    ``answer_wholesale`` (its context names no composition), then awaited in ``compose``,
+    counted in none: the answer went out ``public``, and unchanged when the rows changed."""
     import asyncio
 
     cache, _ = per_account(clock)
-    started = asyncio.Event()
+    version = {"now": 1}
 
-    async def read() -> list[dict[str, Any]]:
-        return [{"product_id": "p"}]
+    async def rows() -> list[dict[str, Any]]:
+        return [{"product_id": f"mine-v{version['now']}"}]
 
-    async def compose() -> dict[str, Any]:
-        started.set()
-        products = await cache.fetch(Upstream(name="pub"), "pub", read, surface="get_products")
-        await asyncio.sleep(0.01)  # the sibling reads meanwhile
-        return {"products": products}
+    async def ask(token: str | None = None) -> dict[str, Any]:
+        probe = {"if_wholesale_feed_version": token} if token else {}
+        with collect_advisories(PRODUCTS, partition="tenant-a"):
+            mine = asyncio.create_task(
+                cache.fetch(Upstream(name="mine"), "mine", rows, surface="accounts")
+            )
 
-    async def sibling() -> Any:
-        await started.wait()
-        return await cache.fetch(Upstream(name="mine"), "mine", read, surface="accounts")
+            async def compose() -> dict[str, Any]:
+                return {"products": await mine}
 
-    request = wholesale(account={"account_id": "a"})
-    with collect_advisories(PRODUCTS, partition="tenant-a"):
-        together, _ = await asyncio.gather(answer_wholesale(request, compose), sibling())
-    with collect_advisories(PRODUCTS, partition="tenant-a"):
-        alone = await answer_wholesale(request, compose)
-    assert together["cache_scope"] == alone["cache_scope"] == "public"
-    assert together["wholesale_feed_version"] == alone["wholesale_feed_version"]
+            return await answer_wholesale(wholesale(account={"account_id": "a"}, **probe), compose)
+
+    first = await ask()
+    assert first["cache_scope"] == "account"
+    version["now"] = 2
+    clock.advance(601)
+    second = await ask(first["wholesale_feed_version"])
+    assert not second.get("unchanged") and second["products"] == [{"product_id": "mine-v2"}]
