@@ -632,6 +632,21 @@ def per_account(clock: FakeClock) -> tuple[UpstreamCache, SurfacePolicy]:
     return cache, accounts
 
 
+class Rendezvous:
+    """Where ``count`` tasks wait for each other (``asyncio.Barrier`` is 3.11's)."""
+
+    def __init__(self, count: int) -> None:
+        import asyncio
+
+        self.count, self.everyone = count, asyncio.Event()
+
+    async def arrive(self) -> None:
+        self.count -= 1
+        if self.count == 0:
+            self.everyone.set()
+        await self.everyone.wait()
+
+
 async def test_concurrent_compositions_in_one_request_each_answer_safely(
     clock: FakeClock,
 ) -> None:
@@ -645,12 +660,12 @@ async def test_concurrent_compositions_in_one_request_each_answer_safely(
     cache, _ = per_account(clock)
     version = {"now": 1}
 
-    def composer(name: str, surface: str, both: asyncio.Barrier, turns: int) -> Any:
+    def composer(name: str, surface: str, both: Rendezvous, turns: int) -> Any:
         async def read() -> list[dict[str, Any]]:
             return [{"product_id": f"{name}-v{version['now']}"}]
 
         async def compose() -> dict[str, Any]:
-            await both.wait()  # each reads only once the other has started composing
+            await both.arrive()  # each reads only once the other has started composing
             products = await cache.fetch(Upstream(name=name), name, read, surface=surface)
             for _ in range(turns):  # the other reads meanwhile
                 await asyncio.sleep(0)
@@ -659,7 +674,7 @@ async def test_concurrent_compositions_in_one_request_each_answer_safely(
         return compose
 
     async def ask(tokens: tuple[str, str] | None = None) -> list[dict[str, Any]]:
-        both = asyncio.Barrier(2)
+        both = Rendezvous(2)
         asked = [
             answer_wholesale(
                 wholesale(account={"account_id": "a"}, if_wholesale_feed_version=token)
