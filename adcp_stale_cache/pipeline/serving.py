@@ -190,19 +190,20 @@ class Serving:
         # Not stored: encoded once, for both a conditional answer and the context search.
         data = refreshed.data if refreshed.data is not None else _encoded(refreshed.value, codec)
         trace = collector.trace
-        labels = (*refreshed.labels, built_from(found.store_key))
-        if trace.compositions:
+        if trace.compositions or trace.labels is not None:
+            labels = (*refreshed.labels, built_from(found.store_key))
             stored = refreshed.entry
-            if stored is not None:
-                trace.composed(_part(found, stored, codec, fresh=True), labels)
-            else:  # its content all the same, never remembered
-                content = (
-                    content_of(codec, data) if data is not None else repr(refreshed.value).encode()
-                )
-                trace.composed(Composed(content), labels)
-        if trace.labels is not None:
-            read_at = _at_source(refreshed.entry) if refreshed.entry is not None else None
-            trace.read(labels, read_at)
+            if trace.compositions:
+                if stored is not None:
+                    trace.composed(_part(found, stored, codec, fresh=True), labels)
+                else:  # its content all the same, never remembered
+                    content = (
+                        content_of(codec, data)
+                        if data is not None
+                        else repr(refreshed.value).encode()
+                    )
+                    trace.composed(Composed(content), labels)
+            trace.read(labels, _at_source(stored) if stored is not None else None)
         if _CONTEXT in data if data is not None else _names_context(refreshed.value):
             collector.traced().served_context = True  # another caller's flight's, maybe
         return refreshed.value if refreshed.data is None else codec.loads(refreshed.data)
