@@ -3,6 +3,7 @@ wrapped in answer_wholesale, over a real UpstreamCache and an upstream that chan
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -623,13 +624,29 @@ async def test_a_composition_within_a_cached_call_labels_what_it_stores(clock: F
     assert await ask() == ["p-v2"]
 
 
-def per_account(clock: FakeClock) -> tuple[UpstreamCache, SurfacePolicy]:
+def per_account(clock: FakeClock) -> UpstreamCache:
     """A cache whose ``accounts`` surface keys per caller (its entries label the partition)."""
     accounts = SurfacePolicy(name="accounts", field="products", freshness_target_seconds=600,
                              max_stale_seconds=600)  # fmt: skip
     cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS, accounts),
                           clock=clock, breaker=None)  # fmt: skip
-    return cache, accounts
+    return cache
+
+
+async def account_scoped_and_moved(
+    ask: Callable[..., Awaitable[dict[str, Any]]],
+    version: dict[str, int],
+    clock: FakeClock,
+    product: str,
+) -> None:
+    """``ask()``'s answer is scoped ``account``; once its per-caller part moves to version 2
+    (past its target), a probe with the old token gets ``product``, not ``unchanged``."""
+    first = await ask()
+    assert first["cache_scope"] == "account"
+    version["now"] = 2
+    clock.advance(601)
+    second = await ask(first["wholesale_feed_version"])
+    assert not second.get("unchanged") and second["products"] == [{"product_id": product}]
 
 
 class Rendezvous:
@@ -657,7 +674,7 @@ async def test_concurrent_compositions_in_one_request_each_answer_safely(
     the per-caller answer is ``account``, and neither is ``unchanged`` once its data moved."""
     import asyncio
 
-    cache, _ = per_account(clock)
+    cache = per_account(clock)
     version = {"now": 1}
 
     def composer(name: str, surface: str, both: Rendezvous, turns: int) -> Any:
@@ -710,7 +727,7 @@ async def test_a_read_by_a_thread_carrying_the_collector_alone_counts_in_the_ans
 
     from adcp_stale_cache import current_collector, use_collector
 
-    cache, _ = per_account(clock)
+    cache = per_account(clock)
     version = {"now": 1}
 
     async def read() -> list[dict[str, Any]]:
@@ -730,12 +747,7 @@ async def test_a_read_by_a_thread_carrying_the_collector_alone_counts_in_the_ans
         with collect_advisories(PRODUCTS, partition="tenant-a"):
             return await answer_wholesale(wholesale(account={"account_id": "a"}, **probe), compose)
 
-    first = await ask()
-    assert first["cache_scope"] == "account"
-    version["now"] = 2
-    clock.advance(601)
-    second = await ask(first["wholesale_feed_version"])
-    assert not second.get("unchanged") and second["products"] == [{"product_id": "p-v2"}]
+    await account_scoped_and_moved(ask, version, clock, "p-v2")
 
 
 async def test_a_composition_nested_in_a_thread_counts_in_the_outer_token(
@@ -748,7 +760,7 @@ async def test_a_composition_nested_in_a_thread_counts_in_the_outer_token(
 
     from adcp_stale_cache import current_collector, use_collector
 
-    cache, _ = per_account(clock)
+    cache = per_account(clock)
     version = {"now": 1}
 
     async def read(name: str) -> list[dict[str, Any]]:
@@ -787,7 +799,7 @@ async def test_a_task_started_before_composing_counts_in_the_answer(clock: FakeC
     counted in none: the answer went out ``public``, and unchanged when the rows changed."""
     import asyncio
 
-    cache, _ = per_account(clock)
+    cache = per_account(clock)
     version = {"now": 1}
 
     async def rows() -> list[dict[str, Any]]:
@@ -805,9 +817,4 @@ async def test_a_task_started_before_composing_counts_in_the_answer(clock: FakeC
 
             return await answer_wholesale(wholesale(account={"account_id": "a"}, **probe), compose)
 
-    first = await ask()
-    assert first["cache_scope"] == "account"
-    version["now"] = 2
-    clock.advance(601)
-    second = await ask(first["wholesale_feed_version"])
-    assert not second.get("unchanged") and second["products"] == [{"product_id": "mine-v2"}]
+    await account_scoped_and_moved(ask, version, clock, "mine-v2")
