@@ -10,7 +10,7 @@ T = TypeVar("T")
 
 class Codec(Protocol[T]):
     """Turns a value into the bytes a store keeps, and back (a fresh copy per caller); it may
-    also be :class:`RoundTripping` or :class:`ContentReading`."""
+    also be :class:`RoundTripping`, :class:`HandingOver` or :class:`ContentReading`."""
 
     def dumps(self, value: T) -> bytes:
         """Serialise; raise to refuse a value (it is then not cached)."""
@@ -27,6 +27,15 @@ class RoundTripping(Protocol):
     what it writes is not read back to check."""
 
     round_trips: bool
+
+
+@runtime_checkable
+class HandingOver(Protocol):
+    """A round-tripping codec that may promise (``hands_over = True``) that a value it wrote
+    serves a caller as well as a copy read back, so one caller of the call that made it takes
+    the value itself: a decode fewer per miss or refresh."""
+
+    hands_over: bool
 
 
 @runtime_checkable

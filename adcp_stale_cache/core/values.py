@@ -7,12 +7,14 @@ import json
 import logging
 import math
 import threading
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import orjson
 
 from .codec import Codec as Codec
 from .codec import ContentReading as ContentReading
+from .codec import HandingOver as HandingOver
 from .codec import RoundTripping as RoundTripping
 from .entry import Entry
 from .policy import Upstream
@@ -29,11 +31,16 @@ def content_of(codec: Codec[Any], data: bytes) -> bytes:
 
 # A protocol check reads every member of the protocol, too slow for each value: each codec
 # object is checked once (held, so its id is not reused; few codecs exist, the bound is a guard).
-_known: dict[int, tuple[object, RoundTripping | None, ContentReading | None]] = {}
+_known: dict[
+    int, tuple[object, RoundTripping | None, ContentReading | None, HandingOver | None]
+] = {}
 
 
-def capabilities(codec: object) -> tuple[RoundTripping | None, ContentReading | None]:
-    """``codec`` as a :class:`RoundTripping` and as a :class:`ContentReading` (None: not)."""
+def capabilities(
+    codec: object,
+) -> tuple[RoundTripping | None, ContentReading | None, HandingOver | None]:
+    """``codec`` as a :class:`RoundTripping`, a :class:`ContentReading` and a
+    :class:`HandingOver` (None: not)."""
     known = _known.get(id(codec))
     if known is None or known[0] is not codec:
         if len(_known) >= 256:
@@ -42,9 +49,10 @@ def capabilities(codec: object) -> tuple[RoundTripping | None, ContentReading | 
             codec,
             codec if isinstance(codec, RoundTripping) else None,
             codec if isinstance(codec, ContentReading) else None,
+            codec if isinstance(codec, HandingOver) else None,
         )
         _known[id(codec)] = known
-    return known[1], known[2]
+    return known[1], known[2], known[3]
 
 
 class JsonCodec(Generic[T]):
@@ -138,9 +146,18 @@ def unreadable(codec: Codec[Any], upstream: Upstream, exc: Exception) -> None:
     )
 
 
-def encode(codec: Codec[T], value: T, upstream: Upstream) -> bytes | None:
+@dataclass(frozen=True, slots=True)
+class Encoded(Generic[T]):
+    """A value's stored form, and a value of it that no one holds yet (none, or one)."""
+
+    data: bytes
+    spare: tuple[T, ...]
+
+
+def encode(codec: Codec[T], value: T, upstream: Upstream) -> Encoded[T] | None:
     """The stored form of ``value``, or None (logged) when the codec refuses it or cannot
-    read it back (unless it is :class:`RoundTripping` and promises it)."""
+    read it back (unless it is :class:`RoundTripping` and promises it). Its spare is the
+    copy read back, or ``value`` itself from a :class:`HandingOver` codec."""
     try:
         data = codec.dumps(value)
     except Exception as exc:
@@ -148,16 +165,16 @@ def encode(codec: Codec[T], value: T, upstream: Upstream) -> bytes | None:
         return None
     if not isinstance(data, bytes):  # a buffer the codec may reuse: kept as it is now
         data = bytes(data)
-    promising = capabilities(codec)[0]
+    promising, _, handing = capabilities(codec)
     if promising is not None and promising.round_trips:
-        return data
+        return Encoded(data, (value,) if handing is not None and handing.hands_over else ())
     try:
-        codec.loads(data)
+        copy = codec.loads(data)
     except Exception as exc:
         _not_cacheable(codec, upstream, "does not round-trip", exc)
         return None
     # orjson's bytes hold its whole 4 KiB write buffer: an exact copy holds what Entry.size says.
-    return bytes(memoryview(data)) if type(data) is bytes else data
+    return Encoded(bytes(memoryview(data)) if type(data) is bytes else data, (copy,))
 
 
 _warned: set[tuple[str, str, str]] = set()

@@ -278,6 +278,9 @@ class ResponseCodec:
 
     #: Every write loads back: a store need not check it (a third of a 304's work).
     round_trips = True
+    #: The answer its own request's call received serves that request: the transport tells it
+    #: apart from a stored copy (its cookies are its own).
+    hands_over = True
 
     def dumps(self, response: httpx.Response) -> bytes:
         """Serialise status, content headers (each as sent: a repeated one repeated, its bytes

@@ -67,7 +67,7 @@ class StaleAtSource:
 class Refreshed(Generic[T]):
     """What one flight hands to every caller sharing it (``data`` None: not stored)."""
 
-    __slots__ = ("advisories", "at_source", "data", "entry", "labels", "value")
+    __slots__ = ("advisories", "at_source", "data", "entry", "labels", "spare", "value")
 
     def __init__(
         self,
@@ -77,6 +77,7 @@ class Refreshed(Generic[T]):
         labels: tuple[str, ...] = (),
         entry: Entry | None = None,
         at_source: StaleAtSource | None = None,
+        spare: tuple[T, ...] = (),
     ) -> None:
         self.value = value
         self.data = data
@@ -84,6 +85,17 @@ class Refreshed(Generic[T]):
         self.labels = labels
         self.entry = entry
         self.at_source = at_source
+        self.spare = list(spare)  # a stored value no one holds: handed to one caller
+
+    def own(self, codec: Codec[T]) -> T:
+        """One caller's value: the spare (to the first to ask), else a copy read back from
+        ``data``; the value itself when it was not stored."""
+        if self.data is None:
+            return self.value
+        try:
+            return self.spare.pop()  # (atomic: callers on other threads share a flight)
+        except IndexError:
+            return codec.loads(self.data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,10 +297,10 @@ class Flights:
         before = await self.purges.count()
         stamp = self.clock()
         value = await call_with_deadline(call, found.timeout, self.call_loop)
-        data = encode(codec, value, found.upstream)
-        if data is None:
+        encoded = encode(codec, value, found.upstream)
+        if encoded is None:
             return None
-        entry = Entry(data, stamp, found.labels)
+        entry = Entry(encoded.data, stamp, found.labels)
         await self._store(Target.of(found), entry, before)
         return entry
 
@@ -341,7 +353,7 @@ class Flights:
         value = decode(answer.codec, entry, found.upstream)
         said = answer.directives(value) if answer.directives is not None else None
         at_source = _at_source(found, said, entry, self.clock())
-        return Refreshed(value, entry.data, (), entry.labels, entry, at_source)
+        return Refreshed(value, entry.data, (), entry.labels, entry, at_source, (value,))
 
     async def _call_and_store(
         self,
@@ -375,17 +387,17 @@ class Flights:
         at_source = _at_source(found, said, Entry(b"", now, terms=terms), now)
         if said is not None and not said.storable(found.shared):
             return Refreshed(value, None, (), labels, at_source=at_source)
-        data = encode(answer.codec, value, found.upstream)
-        if data is None:
+        encoded = encode(answer.codec, value, found.upstream)
+        if encoded is None:
             return Refreshed(value, None, (), labels, at_source=at_source)
         # Built from cached entries: as old as the oldest, not fresh for a whole target.
         built_age = now - inner.trace.read_since
         if built_age > (terms.age if terms is not None else 0.0):
             terms = dataclasses.replace(terms or Terms(), age=built_age)
-        entry = Entry(data, now, labels, terms=terms)
+        entry = Entry(encoded.data, now, labels, terms=terms)
         if not await self._store(found, entry, before):  # a purge landed meanwhile: it wins
             return Refreshed(value, None, (), labels, at_source=at_source)
-        return Refreshed(value, data, (), labels, entry, at_source)
+        return Refreshed(value, encoded.data, (), labels, entry, at_source, encoded.spare)
 
     async def _store(self, found: Target, entry: Entry, before: object) -> bool:
         """Store unless a purge landed since ``before``; True when stored (never raises)."""

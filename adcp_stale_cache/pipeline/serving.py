@@ -186,7 +186,7 @@ class Serving:
             serve = StaleServe(surface, upstream, age, code)
             self.told(collector, name, advisory, serve)
         if collector is None:
-            return refreshed.value if refreshed.data is None else codec.loads(refreshed.data)
+            return refreshed.own(codec)
         # Not stored: encoded once, for both a conditional answer and the context search.
         data = refreshed.data if refreshed.data is not None else _encoded(refreshed.value, codec)
         trace = collector.trace
@@ -206,7 +206,7 @@ class Serving:
             trace.read(labels, _at_source(stored) if stored is not None else None)
         if _CONTEXT in data if data is not None else _names_context(refreshed.value):
             collector.traced().served_context = True  # another caller's flight's, maybe
-        return refreshed.value if refreshed.data is None else codec.loads(refreshed.data)
+        return refreshed.own(codec)
 
 
 def _encoded(value: T, codec: Codec[T]) -> bytes | None:

@@ -246,19 +246,26 @@ def test_a_stored_response_is_not_read_back_to_check_it() -> None:
 
     response = httpx.Response(200, json={"products": []}, headers={"etag": '"v1"'})
     codec = Counting()
-    assert encode(codec, response, Upstream(name="u")) == RESPONSES.dumps(response)
-    assert Counting.loads_calls == 0
+    encoded = encode(codec, response, Upstream(name="u"))
+    assert encoded is not None and encoded.data == RESPONSES.dumps(response)
+    assert Counting.loads_calls == 0 and encoded.spare == (response,)  # handed over as it is
     codec.round_trips = False  # without the promise: read back once
     encode(codec, response, Upstream(name="u"))
     assert Counting.loads_calls == 1
 
 
 def test_a_codecs_optional_capabilities_are_protocols() -> None:
-    from adcp_stale_cache.core.values import JSON, ContentReading, RoundTripping, content_of
+    from adcp_stale_cache.core.values import (
+        JSON,
+        ContentReading,
+        HandingOver,
+        RoundTripping,
+        content_of,
+    )
     from adcp_stale_cache.integrations.httpx_transport import RESPONSES
 
-    assert isinstance(RESPONSES, RoundTripping) and isinstance(RESPONSES, ContentReading)
-    assert not isinstance(JSON, RoundTripping) and not isinstance(JSON, ContentReading)
+    for capability in (RoundTripping, ContentReading, HandingOver):
+        assert isinstance(RESPONSES, capability) and not isinstance(JSON, capability)
     data = RESPONSES.dumps(httpx.Response(200, content=b"x", headers={"date": "today"}))
     assert content_of(RESPONSES, data) == b"200\nx" and content_of(JSON, b"[1]") == b"[1]"
 

@@ -1129,5 +1129,8 @@ async def test_callers_joining_a_revalidation_decode_nothing_of_the_held_value(
     await asyncio.sleep(0.05)
     assert codec.loads_count == 1 and held_seen == [{"products": [1]}]  # the flight's alone
     release.set()
-    assert await asyncio.gather(*callers) == [{"products": [2]}] * 5
-    assert codec.loads_count == 1 + 1 + 5  # the write read back (no round-trip promise), copies
+    values = await asyncio.gather(*callers)
+    assert values == [{"products": [2]}] * 5
+    assert len({id(value) for value in values}) == 5  # each caller a value of its own
+    # The write read back (no round-trip promise), handed to one caller; copies for the rest.
+    assert codec.loads_count == 1 + 1 + 4
