@@ -443,6 +443,34 @@ def upstream_handler(request: httpx.Request) -> httpx.Response:
 _UPSTREAM_BODY = orjson.dumps({"products": products(3)})
 
 
+VALIDATED_URL = "http://inventory.internal/validated"
+_VALIDATED_BODY = orjson.dumps({"products": products(95)})  # about 100 KB, as validator_app's
+
+
+def validated_handler(request: httpx.Request) -> httpx.Response:
+    """The in-memory upstream of the counted 304: about 100 KB of products tagged "v1", a 304
+    (no body) to a request naming the tag."""
+    if request.headers.get("if-none-match") == '"v1"':
+        return httpx.Response(304, headers={"etag": '"v1"'})
+    return httpx.Response(200, content=_VALIDATED_BODY,
+                          headers={"content-type": "application/json", "etag": '"v1"'})  # fmt: skip
+
+
+async def revalidate_ops() -> tuple[Op, Op]:
+    """A refresh answered 304 through ``CachingTransport`` (target 0: each call revalidates
+    its held 100 KB answer), and the floor: the same conditional GET, no cache, to the same
+    in-memory upstream."""
+    always = SurfacePolicy(name="get_products", freshness_target_seconds=0)
+    cache = UpstreamCache(surfaces=Surfaces.of(always), breaker=None)
+    upstream = httpx.MockTransport(validated_handler)
+    ours = httpx.AsyncClient(transport=CachingTransport(
+        cache, Upstream(name="inv"), transport=upstream, surface="get_products"))  # fmt: skip
+    floor = httpx.AsyncClient(transport=upstream)
+    await ours.get(VALIDATED_URL)
+    tag = {"If-None-Match": '"v1"'}
+    return lambda: ours.get(VALIDATED_URL), lambda: floor.get(VALIDATED_URL, headers=tag)
+
+
 class DictCachingTransport(httpx.AsyncBaseTransport):
     """A caching transport of a few lines, beside the transport hit: a dict looked up by
     method and URL, each hit's response built by httpx from the stored bytes."""

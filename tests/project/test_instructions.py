@@ -21,7 +21,8 @@ def synthetic() -> dict[str, Any]:
     """A measurement as ``measure`` returns one, with round numbers."""
     per_op = {"passthrough_bare": 100_000, "passthrough_wrapped": 104_000,
               "transport_floor": 60_000, "transport_hit": 70_000, "cashews_hit": 17_000,
-              "wrapper_hit": 12_000, "wrapper_hit_shared": 5_000}  # fmt: skip
+              "wrapper_hit": 12_000, "wrapper_hit_shared": 5_000, "refresh_304_floor": 70_000,
+              "refresh_304": 150_000}  # fmt: skip
     out = instructions.figures(per_op)
     out["versions"] = {"python": "3.11.7", "implementation": "CPython", "machine": "x86_64",
                        "packages": {"httpx": "0.28.1", "cashews": "7.6.0"}, "commit": "abc1234"}  # fmt: skip
@@ -35,6 +36,7 @@ def test_figures_are_ratios_of_the_sides() -> None:
     assert figures["wrapper_hit_vs_cashews"] == pytest.approx(17_000 / 12_000)
     assert figures["wrapper_hit_shared_vs_cashews"] == pytest.approx(17_000 / 5_000)
     assert figures["passthrough_added"] == 4_000 and figures["transport_hit_added"] == 10_000
+    assert figures["refresh_304_added"] == 80_000
 
 
 def remeasured(**per_op: int) -> dict[str, Any]:
@@ -170,6 +172,7 @@ def test_the_harness_counts_every_side_under_valgrind() -> None:
     assert all(count > 1_000 for count in per_op.values()), per_op
     assert per_op["passthrough_wrapped"] > per_op["passthrough_bare"]
     assert per_op["transport_hit"] > per_op["transport_floor"] * 0.5
+    assert per_op["refresh_304"] > per_op["refresh_304_floor"]  # a flight, a write, an answer
     figures = instructions.figures(per_op)
     assert 0.5 < figures["passthrough_ratio"] < 1
 
