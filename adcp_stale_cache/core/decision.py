@@ -35,10 +35,11 @@ class Fresh:
     entry: Entry
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Refresh:
     """Call the upstream; ``fallback`` is served stale if it fails, ``previous`` (even past
-    max-stale) makes the call conditional, ``background`` serves ``fallback`` now."""
+    max-stale) makes the call conditional, ``background`` serves ``fallback`` now. Not frozen,
+    as :class:`Fresh`: every miss and refresh builds one."""
 
     fallback: Entry | None
     previous: Entry | None = None

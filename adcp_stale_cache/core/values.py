@@ -146,9 +146,10 @@ def unreadable(codec: Codec[Any], upstream: Upstream, exc: Exception) -> None:
     )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Encoded(Generic[T]):
-    """A value's stored form, and a value of it that no one holds yet (none, or one)."""
+    """A value's stored form, and a value of it that no one holds yet (none, or one); not
+    frozen, as ``decision.Refresh``: every miss builds one."""
 
     data: bytes
     spare: tuple[T, ...]

@@ -98,9 +98,11 @@ class Refreshed(Generic[T]):
             return codec.loads(self.data)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Answer(Generic[T]):
-    """How one fetch calls its upstream and reads what it answers (see ``fetch``)."""
+    """How one fetch calls its upstream and reads what it answers (see ``fetch``). Not frozen,
+    as the records every miss builds are not: a frozen one sets each field through
+    ``object.__setattr__`` (six fields: 1.7 us, against 0.4)."""
 
     call: Callable[[], Awaitable[T]]
     codec: Codec[T]
@@ -110,10 +112,10 @@ class Answer(Generic[T]):
     directives: Callable[[T], Directives | None] | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Target:
     """Where and how a flight's answer is stored; never the request's collector or entry, which
-    a remembered refresh would keep alive."""
+    a remembered refresh would keep alive (not frozen, as ``Answer``)."""
 
     upstream: Upstream
     policy: SurfacePolicy
