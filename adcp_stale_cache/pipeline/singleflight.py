@@ -92,10 +92,19 @@ class _Flight(Generic[T]):
                     waiter.set_exception(exc)
             if not isinstance(exc, Exception):
                 raise
+            self._settled()
             return
         self._land()
         for waiter in self._waiting():
             waiter.set_result(result)
+        self._settled()
+
+    def _settled(self) -> None:
+        """Every caller settled, the task ending with nothing to retrieve: ``_ended`` would
+        only cost the loop a callback."""
+        task = asyncio.current_task()
+        if task is not None:
+            task.remove_done_callback(self._ended)
 
     def _ended(self, task: asyncio.Task[None]) -> None:
         """Retrieve what the task raised past its callers; cancel the callers of a task
@@ -156,12 +165,16 @@ async def call_with_deadline(
     return task.result()
 
 
-async def _waking(call: Callable[[], Awaitable[T]], wake: Callable[[], None]) -> T:
-    """``call()``, waking its waiter as it ends: a done-callback would take a turn more."""
+async def _waking(call: Callable[[], Awaitable[T]], wake: Callable[[object], None]) -> T:
+    """``call()``, waking its waiter as it ends: a done-callback would take a turn more (and
+    the one kept for a task cancelled before it started goes, woken already)."""
     try:
         return await call()
     finally:
-        wake()
+        wake(None)
+        task = asyncio.current_task()
+        if task is not None:
+            task.remove_done_callback(wake)
 
 
 _abandoned: set[asyncio.Future[Any]] = set()
