@@ -64,7 +64,7 @@ class Entry:
     @property
     def size(self) -> int:
         """Bytes this entry accounts for in a store's byte bound."""
-        return len(self.data) + sum(len(label) for label in self.labels) + _OVERHEAD
+        return len(self.data) + sum(map(len, self.labels)) + _OVERHEAD
 
 
 # Rough per-entry bookkeeping (object headers, key, dict slot).

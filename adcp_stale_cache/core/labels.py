@@ -26,6 +26,8 @@ def labels(
 
 def _escaped(tag: str) -> str:
     escaped = tag.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+    if escaped.isascii():  # no surrogate: most labels skip the regex
+        return escaped
     # A lone surrogate (JSON allows "\ud800") has no UTF-8 form: no store could write it.
     return _SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", escaped)
 

@@ -386,7 +386,7 @@ class Flights:
         said = answer.directives(value) if answer.directives is not None else None
         terms = _terms(said, found.policy)
         now = self.clock()
-        at_source = _at_source(found, said, Entry(b"", now, terms=terms), now)
+        at_source = _at_source(found, said, None, now, terms)
         if said is not None and not said.storable(found.shared):
             return Refreshed(value, None, (), labels, at_source=at_source)
         encoded = encode(answer.codec, value, found.upstream)
@@ -447,12 +447,19 @@ def _terms(said: Directives | None, policy: SurfacePolicy) -> Terms | None:
 
 
 def _at_source(
-    found: Target, said: Directives | None, entry: Entry, now: float
+    found: Target,
+    said: Directives | None,
+    entry: Entry | None,
+    now: float,
+    terms: Terms | None = None,
 ) -> StaleAtSource | None:
-    """What a caller must be told of an answer stale at its source (None: within our target).
-    Raises :class:`StaleBeyondBound` when it is past max-stale."""
+    """What a caller must be told of an answer stale at its source (None: within our target),
+    ``entry`` as stored (None: stored ``now`` with ``terms``). Raises
+    :class:`StaleBeyondBound` when it is past max-stale."""
     if said is None or said.stale_at_source is None:
         return None
+    if entry is None:  # built only here: most answers say nothing of their staleness
+        entry = Entry(b"", now, terms=terms)
     outcome = on_failure(entry, now, found.policy)
     if isinstance(outcome, Fail):
         raise StaleBeyondBound(said.stale_at_source.code, "stale at its source past max-stale")
