@@ -385,6 +385,27 @@ async def test_a_cookie_reaches_the_call_it_answered_and_no_hit_after(clock: Fak
         assert "set-cookie" not in (await other.get("http://u/products")).headers
 
 
+async def test_a_miss_answers_its_caller_as_the_upstream_sent_it(clock: FakeClock) -> None:
+    """The caller whose call made a stored answer is handed that answer itself: its headers in
+    the upstream's order, its cookie where the upstream put it (a copy read back from the
+    store had the cookie appended after the stored headers)."""
+    sent = [(b"content-type", b"application/json"), SESSION[0], (b"etag", b'"v1"')]
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=b'{"products": []}', headers=sent)
+
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock)
+    transport = CachingTransport(
+        cache, INVENTORY, transport=httpx.MockTransport(upstream), surface="get_products"
+    )
+    first, other = httpx.AsyncClient(transport=transport), httpx.AsyncClient(transport=transport)
+    async with first, other:  # (the first now sends its cookie: part of the key)
+        missed = await first.get("http://u/products")
+        assert [h for h in missed.headers.raw if h[0].lower() != b"content-length"] == sent
+        hit = await other.get("http://u/products")
+        assert "set-cookie" not in hit.headers and hit.json() == {"products": []}
+
+
 async def three_callers_of_one_call(clock: FakeClock, answer: httpx.Response) -> list[Any]:
     """Three concurrent GETs of one key, answered by one upstream call: ``answer``."""
     release = asyncio.Event()
