@@ -53,13 +53,14 @@ class SpanEvents(CacheMetrics):
             self._event("miss", surface=surface, upstream=upstream)
 
     def refresh(self, surface: str, upstream: str, seconds: float, ok: bool) -> None:
-        self._event(
-            "refresh",
-            surface=surface,
-            upstream=upstream,
-            outcome="ok" if ok else "failed",
-            duration_ms=round(seconds * 1000, 3),
-        )
+        if self._current_context():  # (as hit: every refresh pays this alone)
+            self._event(
+                "refresh",
+                surface=surface,
+                upstream=upstream,
+                outcome="ok" if ok else "failed",
+                duration_ms=round(seconds * 1000, 3),
+            )
 
     def upstream_failure(self, upstream: str, code: str) -> None:
         self._event("upstream_failure", upstream=upstream, code=code)
