@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 T = TypeVar("T")
 
@@ -31,11 +31,13 @@ class RoundTripping(Protocol):
 
 @runtime_checkable
 class HandingOver(Protocol):
-    """A round-tripping codec that may promise (``hands_over = True``) that a value it wrote
-    serves a caller as well as a copy read back, so one caller of the call that made it takes
-    the value itself: a decode fewer per miss or refresh."""
+    """A round-tripping codec that can tell when a value it wrote serves a caller as well as
+    a copy read back, so one caller of the call that made it takes the value itself: a decode
+    fewer per miss or refresh."""
 
-    hands_over: bool
+    def hands_over(self, value: Any) -> bool:
+        """True when ``value`` reads as its copy read back would."""
+        ...
 
 
 @runtime_checkable

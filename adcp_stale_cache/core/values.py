@@ -168,7 +168,7 @@ def encode(codec: Codec[T], value: T, upstream: Upstream) -> Encoded[T] | None:
         data = bytes(data)
     promising, _, handing = capabilities(codec)
     if promising is not None and promising.round_trips:
-        return Encoded(data, (value,) if handing is not None and handing.hands_over else ())
+        return Encoded(data, (value,) if handing is not None and handing.hands_over(value) else ())
     try:
         copy = codec.loads(data)
     except Exception as exc:

@@ -34,6 +34,8 @@ _TRANSFER_HEADERS = frozenset(
 # caller's new session to another (nginx and Varnish do not cache such answers at all).
 _COOKIE_HEADERS = frozenset({b"set-cookie", b"set-cookie2"})
 _NOT_STORED = _TRANSFER_HEADERS | _COOKIE_HEADERS
+# What a copy read back lacks (its Content-Length is its body's, as an unencoded answer's is).
+_TRANSFER_ONLY = _TRANSFER_HEADERS - {b"content-length"}
 
 
 class CachingTransport(httpx.AsyncBaseTransport):
@@ -133,12 +135,14 @@ class CachingTransport(httpx.AsyncBaseTransport):
             directives=directives,
         )
         caller = answer.extensions.get(_CALLED_BY)  # None: a copy of what was stored
-        if caller is not None and caller is not request:  # another's call, not stored: shared
+        if caller is request:  # this call's own answer, no other caller's: the mark is ours
+            del answer.extensions[_CALLED_BY]
+        elif caller is not None:  # another's call's own answer
             # Built as a stored copy is: its body decoded, its cookies another's.
             answer = _read(
                 answer.status_code, _without(answer.headers.raw, _NOT_STORED), answer.content
             )
-        elif cookies and caller is None:
+        elif cookies:
             answer.headers = httpx.Headers([*answer.headers.raw, *cookies])  # stored without
         # Read already, so httpx never times it: without, reading .elapsed would raise.
         answer.elapsed = datetime.timedelta(0, time.perf_counter() - started)
@@ -278,9 +282,12 @@ class ResponseCodec:
 
     #: Every write loads back: a store need not check it (a third of a 304's work).
     round_trips = True
-    #: The answer its own request's call received serves that request: the transport tells it
-    #: apart from a stored copy (its cookies are its own).
-    hands_over = True
+
+    def hands_over(self, response: httpx.Response) -> bool:
+        """True when ``response`` reads as its stored copy would, but for its cookies (the
+        transport keeps them to its own request): no header of its transfer, which a copy
+        drops (a body labelled gzip, decoded already)."""
+        return not any(name.lower() in _TRANSFER_ONLY for name, _ in response.headers.raw)
 
     def dumps(self, response: httpx.Response) -> bytes:
         """Serialise status, content headers (each as sent: a repeated one repeated, its bytes

@@ -67,7 +67,17 @@ class StaleAtSource:
 class Refreshed(Generic[T]):
     """What one flight hands to every caller sharing it (``data`` None: not stored)."""
 
-    __slots__ = ("advisories", "at_source", "data", "entry", "labels", "spare", "value")
+    __slots__ = (
+        "_copies",
+        "_unwritten",
+        "advisories",
+        "at_source",
+        "data",
+        "entry",
+        "labels",
+        "spare",
+        "value",
+    )
 
     def __init__(
         self,
@@ -85,17 +95,36 @@ class Refreshed(Generic[T]):
         self.labels = labels
         self.entry = entry
         self.at_source = at_source
-        self.spare = list(spare)  # a stored value no one holds: handed to one caller
+        # A value no one holds, for one caller: one read back, or the value itself.
+        self.spare = list(spare) if data is not None else [value]
+        self._copies, self._unwritten = data, data is None
+
+    def written(self, codec: Codec[T]) -> bytes | None:
+        """What callers' copies are read from: ``data``, or the value not stored as ``codec``
+        writes it, written once, before any caller holds it (None: it cannot be written)."""
+        if self._unwritten:
+            self._unwritten = False
+            try:
+                written = codec.dumps(self.value)
+                self._copies = written if type(written) is bytes else bytes(written)
+            except Exception:
+                self._copies = None
+        return self._copies
 
     def own(self, codec: Codec[T]) -> T:
-        """One caller's value: the spare (to the first to ask), else a copy read back from
-        ``data``; the value itself when it was not stored."""
-        if self.data is None:
+        """One caller's value of its own: the spare (to the first to ask), else a copy read
+        back; the value itself, shared, when its codec cannot copy it."""
+        copies = self.written(codec)  # before the spare can be handed out and changed
+        try:
+            return self.spare.pop()
+        except IndexError:
+            pass
+        if copies is None:
             return self.value
         try:
-            return self.spare.pop()  # (atomic: callers on other threads share a flight)
-        except IndexError:
-            return codec.loads(self.data)
+            return codec.loads(copies)
+        except Exception:  # a value not stored was never read back: it may not read
+            return self.value
 
 
 @dataclass(slots=True)

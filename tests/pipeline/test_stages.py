@@ -1134,3 +1134,33 @@ async def test_callers_joining_a_revalidation_decode_nothing_of_the_held_value(
     assert len({id(value) for value in values}) == 5  # each caller a value of its own
     # The write read back (no round-trip promise), handed to one caller; copies for the rest.
     assert codec.loads_count == 1 + 1 + 4
+
+
+@pytest.mark.parametrize("kept", [False, True], ids=["not-stored", "stored"])
+async def test_callers_of_one_call_each_get_a_value_of_their_own(
+    clock: FakeClock, kept: bool
+) -> None:
+    """Stored or not (``cacheable`` False), the callers sharing one upstream call each get a
+    value of their own: one caller's change reaches no other (a value not stored was once
+    handed to every caller as one object)."""
+    cache, release = hub(clock, PRODUCTS), asyncio.Event()
+
+    async def call() -> dict[str, Any]:
+        await release.wait()
+        return {"products": [1]}
+
+    def cacheable(value: Any) -> bool:
+        return kept
+
+    callers = [
+        asyncio.ensure_future(
+            cache.fetch(INVENTORY, "k", call, surface="get_products", cacheable=cacheable)
+        )
+        for _ in range(3)
+    ]
+    await asyncio.sleep(0.01)
+    release.set()
+    values = await asyncio.gather(*callers)
+    assert len({id(value) for value in values}) == 3
+    values[0]["products"].append("changed by the first")
+    assert values[1:] == [{"products": [1]}] * 2
