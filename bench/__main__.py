@@ -327,7 +327,7 @@ def uvicorn_passthrough(requests: int, rounds: int) -> dict[str, float]:
 
 
 def validator_app() -> Any:
-    """An upstream answering about 100 KB of products as a Starlette service does, building
+    """An upstream answering about 79 KB of products as a Starlette service does, building
     its JSON per answer: ``/etag`` tags answers with the data's version (and answers 304 to
     a matching If-None-Match without building the body), ``/plain`` has no validators
     (every refresh is a full 200)."""
@@ -336,7 +336,7 @@ def validator_app() -> Any:
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
-    data = {"products": products(95)}  # about 100 KB as JSON
+    data = {"products": products(95)}  # 79 KB as JSON
     tag = '"v1"'  # the data's version, as a service stamps its rows
 
     async def etag(request: Request) -> Response:
@@ -351,7 +351,7 @@ def validator_app() -> Any:
 
 
 def revalidate_304(requests: int, rounds: int) -> dict[str, float]:
-    """A refresh answered 304 against a full 200 refresh of the same 100 KB entry, through
+    """A refresh answered 304 against a full 200 refresh of the same 79 KB entry, through
     CachingTransport to a real uvicorn upstream on loopback (its own process). Target 0: each
     request refreshes."""
     from adcp_stale_cache.demo.processes import free_port, wait_for_port
@@ -444,11 +444,11 @@ _UPSTREAM_BODY = orjson.dumps({"products": products(3)})
 
 
 VALIDATED_URL = "http://inventory.internal/validated"
-_VALIDATED_BODY = orjson.dumps({"products": products(95)})  # about 100 KB, as validator_app's
+_VALIDATED_BODY = orjson.dumps({"products": products(95)})  # 79 KB, as validator_app's
 
 
 def validated_handler(request: httpx.Request) -> httpx.Response:
-    """The in-memory upstream of the counted 304: about 100 KB of products tagged "v1", a 304
+    """The in-memory upstream of the counted 304: 79 KB of products tagged "v1", a 304
     (no body) to a request naming the tag."""
     if request.headers.get("if-none-match") == '"v1"':
         return httpx.Response(304, headers={"etag": '"v1"'})
@@ -458,7 +458,7 @@ def validated_handler(request: httpx.Request) -> httpx.Response:
 
 async def revalidate_ops() -> tuple[Op, Op]:
     """A refresh answered 304 through ``CachingTransport`` (target 0: each call revalidates
-    its held 100 KB answer), and the floor: the same conditional GET, no cache, to the same
+    its held 79 KB answer), and the floor: the same conditional GET, no cache, to the same
     in-memory upstream."""
     always = SurfacePolicy(name="get_products", freshness_target_seconds=0)
     cache = UpstreamCache(surfaces=Surfaces.of(always), breaker=None)

@@ -65,7 +65,7 @@ SIDES = (
     "wrapper_hit",  # cache.fetch, a fresh hit (default codec: a copy per caller)
     "wrapper_hit_shared",  # the same with SharedJsonCodec
     "refresh_304_floor",  # an httpx conditional GET answered 304 by a MockTransport
-    "refresh_304",  # a held 100 KB answer refreshed through CachingTransport by that 304
+    "refresh_304",  # a held 79 KB answer refreshed through CachingTransport by that 304
 )
 #: figure -> (numerator, denominator, whether higher is better)
 RATIOS = {
