@@ -135,14 +135,12 @@ class CachingTransport(httpx.AsyncBaseTransport):
             directives=directives,
         )
         caller = answer.extensions.get(_CALLED_BY)  # None: a copy of what was stored
-        if caller is request:  # this call's own answer, no other caller's: the mark is ours
-            del answer.extensions[_CALLED_BY]
-        elif caller is not None:  # another's call's own answer
+        if caller is not None and caller is not request:  # another's call's own answer
             # Built as a stored copy is: its body decoded, its cookies another's.
             answer = _read(
                 answer.status_code, _without(answer.headers.raw, _NOT_STORED), answer.content
             )
-        elif cookies:
+        elif cookies and caller is None:
             answer.headers = httpx.Headers([*answer.headers.raw, *cookies])  # stored without
         # Read already, so httpx never times it: without, reading .elapsed would raise.
         answer.elapsed = datetime.timedelta(0, time.perf_counter() - started)
@@ -285,9 +283,20 @@ class ResponseCodec:
 
     def hands_over(self, response: httpx.Response) -> bool:
         """True when ``response`` reads as its stored copy would, but for its cookies (the
-        transport keeps them to its own request): no header of its transfer, which a copy
-        drops (a body labelled gzip, decoded already)."""
-        return not any(name.lower() in _TRANSFER_ONLY for name, _ in response.headers.raw)
+        transport keeps them to its own request) and where its Content-Length stands: no
+        header of its transfer, which a copy drops (a body labelled gzip, decoded already),
+        and a body whose length it states (a copy states none of an empty one)."""
+        length = None
+        for name, value in response.headers.raw:
+            name = name.lower()
+            if name in _TRANSFER_ONLY:
+                return False
+            if name == b"content-length":
+                if length is not None:
+                    return False
+                length = value
+        body = response.content
+        return bool(body) and length == str(len(body)).encode()
 
     def dumps(self, response: httpx.Response) -> bytes:
         """Serialise status, content headers (each as sent: a repeated one repeated, its bytes

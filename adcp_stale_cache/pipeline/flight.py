@@ -65,13 +65,16 @@ class StaleAtSource:
 
 
 class Refreshed(Generic[T]):
-    """What one flight hands to every caller sharing it (``data`` None: not stored)."""
+    """What one flight hands to every caller sharing it (``data`` None: not stored), each a
+    value of its own (see :meth:`own`)."""
 
     __slots__ = (
         "_copies",
         "_unwritten",
+        "_written",
         "advisories",
         "at_source",
+        "codec",
         "data",
         "entry",
         "labels",
@@ -81,6 +84,7 @@ class Refreshed(Generic[T]):
 
     def __init__(
         self,
+        codec: Codec[T],
         value: T,
         data: bytes | None,
         advisories: tuple[tuple[Hashable, AdcpError], ...] = (),
@@ -89,6 +93,7 @@ class Refreshed(Generic[T]):
         at_source: StaleAtSource | None = None,
         spare: tuple[T, ...] = (),
     ) -> None:
+        self.codec = codec
         self.value = value
         self.data = data
         self.advisories = advisories
@@ -97,34 +102,46 @@ class Refreshed(Generic[T]):
         self.at_source = at_source
         # A value no one holds, for one caller: one read back, or the value itself.
         self.spare = list(spare) if data is not None else [value]
-        self._copies, self._unwritten = data, data is None
+        self._written, self._unwritten = data, data is None
+        self._copies = data  # what the callers after the first read theirs from
 
-    def written(self, codec: Codec[T]) -> bytes | None:
-        """What callers' copies are read from: ``data``, or the value not stored as ``codec``
-        writes it, written once, before any caller holds it (None: it cannot be written)."""
+    def written(self) -> bytes | None:
+        """``data``, or the value not stored as its codec writes it (written once; None: it
+        cannot be written)."""
         if self._unwritten:
             self._unwritten = False
             try:
-                written = codec.dumps(self.value)
-                self._copies = written if type(written) is bytes else bytes(written)
+                written = self.codec.dumps(self.value)
+                self._written = written if type(written) is bytes else bytes(written)
             except Exception:
-                self._copies = None
-        return self._copies
+                self._written = None
+        return self._written
 
-    def own(self, codec: Codec[T]) -> T:
-        """One caller's value of its own: the spare (to the first to ask), else a copy read
-        back; the value itself, shared, when its codec cannot copy it."""
-        copies = self.written(codec)  # before the spare can be handed out and changed
+    def shared_by(self, callers: int) -> None:
+        """Told how many callers the flight answers, before any of them holds the value: for
+        more than one, a value not stored is written for their copies, when a copy reads back
+        equal to it (else they share it: a copy of another type would differ from the first's)."""
+        if callers < 2 or self.data is not None:
+            return
+        written = self.written()
+        if written is None:
+            return
         try:
-            return self.spare.pop()
-        except IndexError:
+            if self.codec.loads(written) == self.value:
+                self._copies = written
+        except Exception:  # never read back before: it may not read, or not compare
             pass
+
+    def own(self) -> T:
+        """One caller's value of its own: the spare to the first to ask, a copy read back to
+        the others. A value not stored is its caller's alone, or shared if it has no copies."""
+        copies = self._copies
         if copies is None:
             return self.value
         try:
-            return codec.loads(copies)
-        except Exception:  # a value not stored was never read back: it may not read
-            return self.value
+            return self.spare.pop()
+        except IndexError:
+            return self.codec.loads(copies)
 
 
 @dataclass(slots=True)
@@ -201,7 +218,7 @@ class Flights:
                 self._longest_ttl[name] = max(self._longest_ttl.get(name, 0), declared.ttl_seconds)
         self.call_loop, self.lease = settings.call_loop, settings.coordinate_refreshes
         self.memory: RefreshMemory | None = None
-        self.flights: SingleFlight[Refreshed[Any]] = SingleFlight()
+        self.flights: SingleFlight[Refreshed[Any]] = SingleFlight(Refreshed.shared_by)
         self.tasks: set[asyncio.Future[Any]] = set()  # what runs behind an answer
         self._detached: set[concurrent.futures.Future[Any]] = set()
         # Once a loop ended under work behind an answer, such work runs in front instead, or
@@ -384,7 +401,9 @@ class Flights:
         value = decode(answer.codec, entry, found.upstream)
         said = answer.directives(value) if answer.directives is not None else None
         at_source = _at_source(found, said, entry, self.clock())
-        return Refreshed(value, entry.data, (), entry.labels, entry, at_source, (value,))
+        return Refreshed(
+            answer.codec, value, entry.data, (), entry.labels, entry, at_source, (value,)
+        )
 
     async def _call_and_store(
         self,
@@ -409,26 +428,28 @@ class Flights:
         read = inner.trace.labels.difference(found.labels) if inner.trace.labels else ()
         labels = (*found.labels, *sorted(read)) if read else found.labels
         if inner:  # built on stale data: served with its advisories, never stored fresh
-            return Refreshed(value, None, tuple(inner.recorded()), labels)
+            return Refreshed(answer.codec, value, None, tuple(inner.recorded()), labels)
         if found.private or (answer.cacheable is not None and not answer.cacheable(value)):
-            return Refreshed(value, None, (), labels)
+            return Refreshed(answer.codec, value, None, (), labels)
         said = answer.directives(value) if answer.directives is not None else None
         terms = _terms(said, found.policy)
         now = self.clock()
         at_source = _at_source(found, said, None, now, terms)
         if said is not None and not said.storable(found.shared):
-            return Refreshed(value, None, (), labels, at_source=at_source)
+            return Refreshed(answer.codec, value, None, (), labels, at_source=at_source)
         encoded = encode(answer.codec, value, found.upstream)
         if encoded is None:
-            return Refreshed(value, None, (), labels, at_source=at_source)
+            return Refreshed(answer.codec, value, None, (), labels, at_source=at_source)
         # Built from cached entries: as old as the oldest, not fresh for a whole target.
         built_age = now - inner.trace.read_since
         if built_age > (terms.age if terms is not None else 0.0):
             terms = dataclasses.replace(terms or Terms(), age=built_age)
         entry = Entry(encoded.data, now, labels, terms=terms)
         if not await self._store(found, entry, before):  # a purge landed meanwhile: it wins
-            return Refreshed(value, None, (), labels, at_source=at_source)
-        return Refreshed(value, encoded.data, (), labels, entry, at_source, encoded.spare)
+            return Refreshed(answer.codec, value, None, (), labels, at_source=at_source)
+        return Refreshed(
+            answer.codec, value, encoded.data, (), labels, entry, at_source, encoded.spare
+        )
 
     async def _store(self, found: Target, entry: Entry, before: object) -> bool:
         """Store unless a purge landed since ``before``; True when stored (never raises)."""

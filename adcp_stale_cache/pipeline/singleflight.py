@@ -17,7 +17,9 @@ class SingleFlight(Generic[T]):
     """Coalesce concurrent calls for the same key into one, per event loop; a cancelled caller
     stops waiting while the call goes on for the others."""
 
-    def __init__(self) -> None:
+    def __init__(self, settling: Callable[[T, int], object] | None = None) -> None:
+        # Told each result and how many callers it settles, before any of them resumes.
+        self.settling = settling
         self._by_loop: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, dict[Hashable, _Flight[T]]
         ] = weakref.WeakKeyDictionary()
@@ -45,7 +47,7 @@ class SingleFlight(Generic[T]):
         flight = flights.get(key)
         waiter: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         if flight is None:
-            flight = _Flight(flights, key, waiter)
+            flight = _Flight(flights, key, waiter, self.settling)
             flight.start(call)
         else:
             flight.waiters[waiter] = None
@@ -60,14 +62,18 @@ class _Flight(Generic[T]):
     """One call and the futures of the callers waiting on it. It settles each itself as it
     ends: a done-callback would wake them a turn of the loop later."""
 
-    __slots__ = ("flights", "key", "task", "waiters")
+    __slots__ = ("flights", "key", "settling", "task", "waiters")
 
     task: asyncio.Task[None]
 
     def __init__(
-        self, flights: dict[Hashable, _Flight[T]], key: Hashable, first: asyncio.Future[T]
+        self,
+        flights: dict[Hashable, _Flight[T]],
+        key: Hashable,
+        first: asyncio.Future[T],
+        settling: Callable[[T, int], object] | None = None,
     ) -> None:
-        self.flights, self.key = flights, key
+        self.flights, self.key, self.settling = flights, key, settling
         self.waiters: dict[asyncio.Future[T], None] = {first: None}  # a leaver's goes at once
         flights[key] = self
 
@@ -95,7 +101,10 @@ class _Flight(Generic[T]):
             self._settled()
             return
         self._land()
-        for waiter in self._waiting():
+        waiting = self._waiting()
+        if self.settling is not None:
+            self.settling(result, len(waiting))
+        for waiter in waiting:
             waiter.set_result(result)
         self._settled()
 

@@ -407,14 +407,14 @@ async def test_a_miss_answers_its_caller_as_the_upstream_sent_it(clock: FakeCloc
         assert "set-cookie" not in hit.headers and hit.json() == {"products": []}
 
 
-@pytest.mark.parametrize("framing", ["gzip", "chunked"])
+@pytest.mark.parametrize("framing", ["gzip", "chunked", "empty"])
 async def test_a_miss_reads_as_the_hit_after_it_whatever_its_framing(
     clock: FakeClock, framing: str
 ) -> None:
-    """An answer sent gzipped or chunked reaches its own caller as its stored copy reaches the
-    next: its body decoded, so no header of its transfer (a body labelled gzip, decoded
-    already, would mislead whoever passes it on), and none of the transport's own marks."""
-    body = b'{"products": [1, 2, 3]}'
+    """An answer sent gzipped, chunked or empty reaches its own caller as its stored copy
+    reaches the next: its body decoded, so no header of its transfer (a body labelled gzip,
+    decoded already, would mislead whoever passes it on), and a Content-Length only of a body."""
+    body = b"" if framing == "empty" else b'{"products": [1, 2, 3]}'
 
     async def chunks() -> Any:
         yield body[:10]
@@ -425,6 +425,8 @@ async def test_a_miss_reads_as_the_hit_after_it_whatever_its_framing(
         if framing == "gzip":
             headers = {**json_type, "content-encoding": "gzip"}
             return httpx.Response(200, content=gzip.compress(body), headers=headers)
+        if framing == "empty":
+            return httpx.Response(204, headers={**json_type, "content-length": "0"})
         return httpx.Response(200, content=chunks(), headers=json_type)
 
     cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock)
@@ -435,8 +437,7 @@ async def test_a_miss_reads_as_the_hit_after_it_whatever_its_framing(
         miss, hit = [await client.get("http://u/products") for _ in range(2)]
     for answer in (miss, hit):
         assert answer.content == body and answer.headers.raw == hit.headers.raw
-        assert answer.headers["content-length"] == str(len(body))
-        assert not any(name.startswith("adcp_stale_cache") for name in answer.extensions)
+        assert answer.headers.get("content-length") == (str(len(body)) if body else None)
 
 
 async def three_callers_of_one_call(clock: FakeClock, answer: httpx.Response) -> list[Any]:

@@ -461,7 +461,7 @@ async def test_every_caller_of_a_flight_gets_its_advisories_and_its_own_copy(
 ) -> None:
     down = Failure(FailureKind.CONNECTION, "CONNECTION_REFUSED", "refused")
     advisory = stale_response(INVENTORY, PRODUCTS, 90, down, 60)
-    refreshed = Refreshed({"products": []}, b'{"products": []}', (("account", advisory),))
+    refreshed = Refreshed(JSON, {"products": []}, b'{"products": []}', (("account", advisory),))
     collector, serving = AdvisoryCollector(), Serving(settings(clock))
     with use_collector(collector):
         first = serving.flown(await lookups(clock).look_up(INVENTORY, "k", PRODUCTS, [], JSON),
@@ -1164,3 +1164,42 @@ async def test_callers_of_one_call_each_get_a_value_of_their_own(
     assert len({id(value) for value in values}) == 3
     values[0]["products"].append("changed by the first")
     assert values[1:] == [{"products": [1]}] * 2
+
+
+async def test_callers_of_a_value_not_stored_share_it_rather_than_read_another_type(
+    clock: FakeClock,
+) -> None:
+    """A value not stored whose copy would read back as something else (a tuple as a list)
+    is shared by the callers of its call, as it is: none reads a type the first does not.
+    A lone caller's is never written at all."""
+
+    class Counting(JsonCodec[Any]):
+        writes = 0
+
+        def dumps(self, value: Any) -> bytes:
+            Counting.writes += 1
+            return super().dumps(value)
+
+    cache, release = hub(clock, PRODUCTS), asyncio.Event()
+
+    async def call() -> dict[str, Any]:
+        await release.wait()
+        return {"products": (1, 2)}
+
+    def fetch() -> Any:
+        return cache.fetch(
+            INVENTORY, "k", call, surface="get_products", codec=Counting(), cacheable=never
+        )
+
+    def never(value: Any) -> bool:
+        return False
+
+    release.set()
+    alone = await fetch()
+    assert alone == {"products": (1, 2)} and Counting.writes == 0
+    release.clear()
+    callers = [asyncio.ensure_future(fetch()) for _ in range(3)]
+    await asyncio.sleep(0.01)
+    release.set()
+    values = await asyncio.gather(*callers)
+    assert [type(value["products"]) for value in values] == [tuple] * 3
