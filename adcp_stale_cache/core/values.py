@@ -7,7 +7,6 @@ import json
 import logging
 import math
 import threading
-from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import orjson
@@ -146,13 +145,13 @@ def unreadable(codec: Codec[Any], upstream: Upstream, exc: Exception) -> None:
     )
 
 
-@dataclass(slots=True)
 class Encoded(Generic[T]):
-    """A value's stored form, and a value of it that no one holds yet (none, or one); not
-    frozen, as ``decision.Refresh``: every miss builds one."""
+    """A value's stored form, and a value of it that no one holds yet (none, or one). A plain
+    class: the compiled build (mypyc) cannot make a generic dataclass with slots."""
 
-    data: bytes
-    spare: tuple[T, ...]
+    def __init__(self, data: bytes, spare: tuple[T, ...]) -> None:
+        self.data = data
+        self.spare = spare
 
 
 def encode(codec: Codec[T], value: T, upstream: Upstream) -> Encoded[T] | None:

@@ -34,8 +34,6 @@ _TRANSFER_HEADERS = frozenset(
 # caller's new session to another (nginx and Varnish do not cache such answers at all).
 _COOKIE_HEADERS = frozenset({b"set-cookie", b"set-cookie2"})
 _NOT_STORED = _TRANSFER_HEADERS | _COOKIE_HEADERS
-# What a copy read back lacks (its Content-Length is its body's, as an unencoded answer's is).
-_TRANSFER_ONLY = _TRANSFER_HEADERS - {b"content-length"}
 
 
 class CachingTransport(httpx.AsyncBaseTransport):
@@ -239,6 +237,8 @@ _ASKS = {b"etag": b"if-none-match", b"last-modified": b"if-modified-since"}
 _KEEP_HELD = "adcp_stale_cache.keep_held"
 # Names the request whose call received an answer.
 _CALLED_BY = "adcp_stale_cache.called_by"
+# The extensions this transport sets itself.
+_OURS = frozenset({_KEEP_HELD, _CALLED_BY})
 
 
 # Until the transport times its answer.
@@ -267,11 +267,13 @@ def _validates(not_modified: httpx.Response, held: httpx.Response) -> bool:
 
 
 def _refreshed(held: httpx.Response, not_modified: httpx.Response) -> httpx.Response:
-    """The held answer, its headers updated in place by the 304 that validated it."""
+    """The held answer, its headers updated in place by the 304 that validated it (its
+    Content-Length last, where a stored copy reads it)."""
     updates = [(k, v) for k, v in not_modified.headers.raw if k.lower() not in _NOT_UPDATED]
     replaced = {name.lower() for name, _ in updates}
-    kept = _without(held.headers.raw, replaced | _COOKIE_HEADERS)
-    held.headers = httpx.Headers(kept + updates)
+    kept = _without(held.headers.raw, replaced | _COOKIE_HEADERS | {b"content-length"})
+    length = [(k, v) for k, v in held.headers.raw if k.lower() == b"content-length"]
+    held.headers = httpx.Headers(kept + updates + length)
     return held
 
 
@@ -282,21 +284,18 @@ class ResponseCodec:
     round_trips = True
 
     def hands_over(self, response: httpx.Response) -> bool:
-        """True when ``response`` reads as its stored copy would, but for its cookies (the
-        transport keeps them to its own request) and where its Content-Length stands: no
-        header of its transfer, which a copy drops (a body labelled gzip, decoded already),
-        and a body whose length it states (a copy states none of an empty one)."""
-        length = None
-        for name, value in response.headers.raw:
-            name = name.lower()
-            if name in _TRANSFER_ONLY:
-                return False
-            if name == b"content-length":
-                if length is not None:
-                    return False
-                length = value
-        body = response.content
-        return bool(body) and length == str(len(body)).encode()
+        """True when ``response`` reads exactly as its stored copy would, but for its cookies
+        (the transport keeps them to its own request): no transport's extensions (an HTTP
+        version, a reason), no header of its transfer (a body labelled gzip, decoded already),
+        and its body's length stated once, last. In practice: a held answer a 304 renewed."""
+        if response.extensions.keys() - _OURS:
+            return False
+        raw = response.headers.raw
+        if not raw or raw[-1][0].lower() != b"content-length" or not response.content:
+            return False
+        if raw[-1][1] != str(len(response.content)).encode():
+            return False
+        return not any(name.lower() in _TRANSFER_HEADERS for name, _ in raw[:-1])
 
     def dumps(self, response: httpx.Response) -> bytes:
         """Serialise status, content headers (each as sent: a repeated one repeated, its bytes

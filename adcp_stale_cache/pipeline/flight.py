@@ -65,11 +65,9 @@ class StaleAtSource:
 
 
 class Refreshed(Generic[T]):
-    """What one flight hands to every caller sharing it (``data`` None: not stored), each a
-    value of its own (see :meth:`own`)."""
+    """What one flight hands to every caller sharing it (``data`` None: not stored)."""
 
     __slots__ = (
-        "_copies",
         "_unwritten",
         "_written",
         "advisories",
@@ -93,55 +91,39 @@ class Refreshed(Generic[T]):
         at_source: StaleAtSource | None = None,
         spare: tuple[T, ...] = (),
     ) -> None:
-        self.codec = codec
+        self.codec = codec  # the one ``spare`` was read with
         self.value = value
         self.data = data
         self.advisories = advisories
         self.labels = labels
         self.entry = entry
         self.at_source = at_source
-        # A value no one holds, for one caller: one read back, or the value itself.
-        self.spare = list(spare) if data is not None else [value]
+        self.spare = list(spare)  # a stored value no one holds: handed to one caller
         self._written, self._unwritten = data, data is None
-        self._copies = data  # what the callers after the first read theirs from
 
-    def written(self) -> bytes | None:
-        """``data``, or the value not stored as its codec writes it (written once; None: it
+    def written(self, codec: Codec[T]) -> bytes | None:
+        """``data``, or the value not stored as ``codec`` writes it (written once; None: it
         cannot be written)."""
         if self._unwritten:
             self._unwritten = False
             try:
-                written = self.codec.dumps(self.value)
+                written = codec.dumps(self.value)
                 self._written = written if type(written) is bytes else bytes(written)
             except Exception:
                 self._written = None
         return self._written
 
-    def shared_by(self, callers: int) -> None:
-        """Told how many callers the flight answers, before any of them holds the value: for
-        more than one, a value not stored is written for their copies, when a copy reads back
-        equal to it (else they share it: a copy of another type would differ from the first's)."""
-        if callers < 2 or self.data is not None:
-            return
-        written = self.written()
-        if written is None:
-            return
-        try:
-            if self.codec.loads(written) == self.value:
-                self._copies = written
-        except Exception:  # never read back before: it may not read, or not compare
-            pass
-
-    def own(self) -> T:
-        """One caller's value of its own: the spare to the first to ask, a copy read back to
-        the others. A value not stored is its caller's alone, or shared if it has no copies."""
-        copies = self._copies
-        if copies is None:
+    def own(self, codec: Codec[T]) -> T:
+        """One caller's value: the spare, to the first to ask with its codec; else a copy read
+        back from ``data``. A value not stored is its call's own, shared as it is."""
+        if self.data is None:
             return self.value
-        try:
-            return self.spare.pop()
-        except IndexError:
-            return self.codec.loads(copies)
+        if codec is self.codec:
+            try:
+                return self.spare.pop()
+            except IndexError:
+                pass
+        return codec.loads(self.data)
 
 
 @dataclass(slots=True)
@@ -218,7 +200,7 @@ class Flights:
                 self._longest_ttl[name] = max(self._longest_ttl.get(name, 0), declared.ttl_seconds)
         self.call_loop, self.lease = settings.call_loop, settings.coordinate_refreshes
         self.memory: RefreshMemory | None = None
-        self.flights: SingleFlight[Refreshed[Any]] = SingleFlight(Refreshed.shared_by)
+        self.flights: SingleFlight[Refreshed[Any]] = SingleFlight()
         self.tasks: set[asyncio.Future[Any]] = set()  # what runs behind an answer
         self._detached: set[concurrent.futures.Future[Any]] = set()
         # Once a loop ended under work behind an answer, such work runs in front instead, or

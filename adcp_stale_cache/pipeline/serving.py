@@ -186,8 +186,8 @@ class Serving:
             serve = StaleServe(surface, upstream, age, code)
             self.told(collector, name, advisory, serve)
         if collector is None:
-            return refreshed.own()
-        data = refreshed.written()  # (not stored: written once, for the checks and copies)
+            return refreshed.own(codec)
+        data = refreshed.written(codec)  # (not stored: written once, for the checks)
         trace = collector.trace
         if trace.compositions or trace.labels is not None:
             labels = (*refreshed.labels, built_from(found.store_key))
@@ -205,7 +205,7 @@ class Serving:
             trace.read(labels, _at_source(stored) if stored is not None else None)
         if _CONTEXT in data if data is not None else _names_context(refreshed.value):
             collector.traced().served_context = True  # another caller's flight's, maybe
-        return refreshed.own()
+        return refreshed.own(codec)
 
 
 def _names_context(value: Any) -> bool:

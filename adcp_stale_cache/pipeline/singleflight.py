@@ -17,9 +17,7 @@ class SingleFlight(Generic[T]):
     """Coalesce concurrent calls for the same key into one, per event loop; a cancelled caller
     stops waiting while the call goes on for the others."""
 
-    def __init__(self, settling: Callable[[T, int], object] | None = None) -> None:
-        # Told each result and how many callers it settles, before any of them resumes.
-        self.settling = settling
+    def __init__(self) -> None:
         self._by_loop: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, dict[Hashable, _Flight[T]]
         ] = weakref.WeakKeyDictionary()
@@ -47,7 +45,7 @@ class SingleFlight(Generic[T]):
         flight = flights.get(key)
         waiter: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         if flight is None:
-            flight = _Flight(flights, key, waiter, self.settling)
+            flight = _Flight(flights, key, waiter)
             flight.start(call)
         else:
             flight.waiters[waiter] = None
@@ -62,18 +60,14 @@ class _Flight(Generic[T]):
     """One call and the futures of the callers waiting on it. It settles each itself as it
     ends: a done-callback would wake them a turn of the loop later."""
 
-    __slots__ = ("flights", "key", "settling", "task", "waiters")
+    __slots__ = ("flights", "key", "task", "waiters")
 
     task: asyncio.Task[None]
 
     def __init__(
-        self,
-        flights: dict[Hashable, _Flight[T]],
-        key: Hashable,
-        first: asyncio.Future[T],
-        settling: Callable[[T, int], object] | None = None,
+        self, flights: dict[Hashable, _Flight[T]], key: Hashable, first: asyncio.Future[T]
     ) -> None:
-        self.flights, self.key, self.settling = flights, key, settling
+        self.flights, self.key = flights, key
         self.waiters: dict[asyncio.Future[T], None] = {first: None}  # a leaver's goes at once
         flights[key] = self
 
@@ -101,10 +95,7 @@ class _Flight(Generic[T]):
             self._settled()
             return
         self._land()
-        waiting = self._waiting()
-        if self.settling is not None:
-            self.settling(result, len(waiting))
-        for waiter in waiting:
+        for waiter in self._waiting():
             waiter.set_result(result)
         self._settled()
 

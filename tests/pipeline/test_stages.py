@@ -1136,42 +1136,59 @@ async def test_callers_joining_a_revalidation_decode_nothing_of_the_held_value(
     assert codec.loads_count == 1 + 1 + 4
 
 
-@pytest.mark.parametrize("kept", [False, True], ids=["not-stored", "stored"])
-async def test_callers_of_one_call_each_get_a_value_of_their_own(
-    clock: FakeClock, kept: bool
-) -> None:
-    """Stored or not (``cacheable`` False), the callers sharing one upstream call each get a
-    value of their own: one caller's change reaches no other (a value not stored was once
-    handed to every caller as one object)."""
+async def test_callers_of_one_call_each_get_a_value_of_their_own(clock: FakeClock) -> None:
+    """The callers sharing one upstream call each get a stored value of their own: one
+    caller's change reaches no other, whoever takes the spare."""
     cache, release = hub(clock, PRODUCTS), asyncio.Event()
 
     async def call() -> dict[str, Any]:
         await release.wait()
         return {"products": [1]}
 
-    def cacheable(value: Any) -> bool:
-        return kept
-
     callers = [
-        asyncio.ensure_future(
-            cache.fetch(INVENTORY, "k", call, surface="get_products", cacheable=cacheable)
-        )
+        asyncio.ensure_future(cache.fetch(INVENTORY, "k", call, surface="get_products"))
         for _ in range(3)
     ]
     await asyncio.sleep(0.01)
+    callers[0].cancel()  # the starter leaves: a joiner takes the spare
     release.set()
-    values = await asyncio.gather(*callers)
-    assert len({id(value) for value in values}) == 3
+    values = await asyncio.gather(*callers[1:])
+    assert len({id(value) for value in values}) == 2
     values[0]["products"].append("changed by the first")
-    assert values[1:] == [{"products": [1]}] * 2
+    assert values[1] == {"products": [1]}
 
 
-async def test_callers_of_a_value_not_stored_share_it_rather_than_read_another_type(
+async def test_a_caller_joining_with_its_own_codec_reads_with_it(clock: FakeClock) -> None:
+    """The spare is read with the starter's codec: a caller joining with another codec, the
+    starter gone, reads its value with its own, as its hit would."""
+
+    class Boxed(JsonCodec[Any]):
+        def loads(self, data: bytes) -> Any:
+            return ("boxed", super().loads(data))
+
+    cache, release = hub(clock, PRODUCTS), asyncio.Event()
+
+    async def call() -> dict[str, Any]:
+        await release.wait()
+        return {"products": [1]}
+
+    starter = asyncio.ensure_future(cache.fetch(INVENTORY, "k", call, surface="get_products"))
+    await asyncio.sleep(0)
+    joiner = asyncio.ensure_future(
+        cache.fetch(INVENTORY, "k", call, surface="get_products", codec=Boxed())
+    )
+    await asyncio.sleep(0.01)
+    starter.cancel()
+    release.set()
+    assert await joiner == ("boxed", {"products": [1]})
+
+
+async def test_callers_of_a_value_not_stored_share_it_as_the_call_returned_it(
     clock: FakeClock,
 ) -> None:
-    """A value not stored whose copy would read back as something else (a tuple as a list)
-    is shared by the callers of its call, as it is: none reads a type the first does not.
-    A lone caller's is never written at all."""
+    """A value not stored is its call's own: the callers sharing the call share it, as it is
+    (a copy read back could be another type: a tuple as a list). A lone caller's is never
+    written."""
 
     class Counting(JsonCodec[Any]):
         writes = 0
@@ -1202,4 +1219,4 @@ async def test_callers_of_a_value_not_stored_share_it_rather_than_read_another_t
     await asyncio.sleep(0.01)
     release.set()
     values = await asyncio.gather(*callers)
-    assert [type(value["products"]) for value in values] == [tuple] * 3
+    assert all(value is values[0] for value in values) and values[0] == {"products": (1, 2)}
