@@ -9,6 +9,7 @@ import datetime
 import functools
 import struct
 import time
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -237,8 +238,6 @@ _ASKS = {b"etag": b"if-none-match", b"last-modified": b"if-modified-since"}
 _KEEP_HELD = "adcp_stale_cache.keep_held"
 # Names the request whose call received an answer.
 _CALLED_BY = "adcp_stale_cache.called_by"
-# The extensions this transport sets itself.
-_OURS = frozenset({_KEEP_HELD, _CALLED_BY})
 
 
 # Until the transport times its answer.
@@ -274,7 +273,12 @@ def _refreshed(held: httpx.Response, not_modified: httpx.Response) -> httpx.Resp
     kept = _without(held.headers.raw, replaced | _COOKIE_HEADERS | {b"content-length"})
     length = [(k, v) for k, v in held.headers.raw if k.lower() == b"content-length"]
     held.headers = httpx.Headers(kept + updates + length)
+    _RENEWED.add(held)
     return held
+
+
+#: Held answers 304s renewed, while they live: what the codec hands over.
+_RENEWED: weakref.WeakSet[httpx.Response] = weakref.WeakSet()
 
 
 class ResponseCodec:
@@ -284,18 +288,10 @@ class ResponseCodec:
     round_trips = True
 
     def hands_over(self, response: httpx.Response) -> bool:
-        """True when ``response`` reads exactly as its stored copy would, but for its cookies
-        (the transport keeps them to its own request): no transport's extensions (an HTTP
-        version, a reason), no header of its transfer (a body labelled gzip, decoded already),
-        and its body's length stated once, last. In practice: a held answer a 304 renewed."""
-        if response.extensions.keys() - _OURS:
-            return False
-        raw = response.headers.raw
-        if not raw or raw[-1][0].lower() != b"content-length" or not response.content:
-            return False
-        if raw[-1][1] != str(len(response.content)).encode():
-            return False
-        return not any(name.lower() in _TRANSFER_HEADERS for name, _ in raw[:-1])
+        """True for a held answer a 304 renewed: read back from the store for this refresh
+        alone, it reads as its copy would, but for the 304's cookies (the transport keeps them
+        to its own request). Any other answer, the upstream's own object, is copied."""
+        return response in _RENEWED
 
     def dumps(self, response: httpx.Response) -> bytes:
         """Serialise status, content headers (each as sent: a repeated one repeated, its bytes

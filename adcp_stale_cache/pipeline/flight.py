@@ -102,16 +102,18 @@ class Refreshed(Generic[T]):
         self._written, self._unwritten = data, data is None
 
     def written(self, codec: Codec[T]) -> bytes | None:
-        """``data``, or the value not stored as ``codec`` writes it (written once; None: it
-        cannot be written)."""
-        if self._unwritten:
-            self._unwritten = False
-            try:
-                written = codec.dumps(self.value)
-                self._written = written if type(written) is bytes else bytes(written)
-            except Exception:
-                self._written = None
-        return self._written
+        """``data``, or the value not stored as ``codec`` writes it (once for the flight's own
+        codec; None: it cannot be written)."""
+        if not self._unwritten and (self.data is not None or codec is self.codec):
+            return self._written
+        try:
+            written = codec.dumps(self.value)
+            written = written if type(written) is bytes else bytes(written)
+        except Exception:
+            written = None
+        if codec is self.codec:
+            self._written, self._unwritten = written, False
+        return written
 
     def own(self, codec: Codec[T]) -> T:
         """One caller's value: the spare, to the first to ask with its codec; else a copy read
