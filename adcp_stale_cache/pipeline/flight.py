@@ -68,8 +68,6 @@ class Refreshed(Generic[T]):
     """What one flight hands to every caller sharing it (``data`` None: not stored)."""
 
     __slots__ = (
-        "_unwritten",
-        "_written",
         "advisories",
         "at_source",
         "codec",
@@ -99,21 +97,6 @@ class Refreshed(Generic[T]):
         self.entry = entry
         self.at_source = at_source
         self.spare = list(spare)  # a stored value no one holds: handed to one caller
-        self._written, self._unwritten = data, data is None
-
-    def written(self, codec: Codec[T]) -> bytes | None:
-        """``data``, or the value not stored as ``codec`` writes it (once for the flight's own
-        codec; None: it cannot be written)."""
-        if not self._unwritten and (self.data is not None or codec is self.codec):
-            return self._written
-        try:
-            written = codec.dumps(self.value)
-            written = written if type(written) is bytes else bytes(written)
-        except Exception:
-            written = None
-        if codec is self.codec:
-            self._written, self._unwritten = written, False
-        return written
 
     def own(self, codec: Codec[T]) -> T:
         """One caller's value: the spare, to the first to ask with its codec; else a copy read

@@ -187,7 +187,8 @@ class Serving:
             self.told(collector, name, advisory, serve)
         if collector is None:
             return refreshed.own(codec)
-        data = refreshed.written(codec)  # (not stored: written once, for the checks)
+        # Not stored: encoded once, for both a conditional answer and the context search.
+        data = refreshed.data if refreshed.data is not None else _encoded(refreshed.value, codec)
         trace = collector.trace
         if trace.compositions or trace.labels is not None:
             labels = (*refreshed.labels, built_from(found.store_key))
@@ -206,6 +207,14 @@ class Serving:
         if _CONTEXT in data if data is not None else _names_context(refreshed.value):
             collector.traced().served_context = True  # another caller's flight's, maybe
         return refreshed.own(codec)
+
+
+def _encoded(value: T, codec: Codec[T]) -> bytes | None:
+    """``value`` as ``codec`` writes it, or None (the flight logged why already)."""
+    try:
+        return codec.dumps(value)
+    except Exception:
+        return None
 
 
 def _names_context(value: Any) -> bool:
