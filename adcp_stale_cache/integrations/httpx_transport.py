@@ -270,8 +270,9 @@ def _refreshed(held: httpx.Response, not_modified: httpx.Response) -> httpx.Resp
     Content-Length last, where a stored copy reads it)."""
     updates = [(k, v) for k, v in not_modified.headers.raw if k.lower() not in _NOT_UPDATED]
     replaced = {name.lower() for name, _ in updates}
-    kept = _without(held.headers.raw, replaced | _COOKIE_HEADERS | {b"content-length"})
-    length = [(k, v) for k, v in held.headers.raw if k.lower() == b"content-length"]
+    raw = held.headers.raw  # (a list built on each read)
+    kept = _without(raw, replaced | _COOKIE_HEADERS | {b"content-length"})
+    length = [(k, v) for k, v in raw if k.lower() == b"content-length"]
     held.headers = httpx.Headers(kept + updates + length)
     _RENEWED.add(held)
     return held
