@@ -23,7 +23,8 @@ FIGURES = [
     "outage_vs_hit_p50", "stampede_upstream_calls", "memory_per_entry_ratio",
     "file_hit_vs_memory_hit", "thread_hop_vs_memory_hit", "hishel_vs_file_hit", "restart_to_first_stale_ms",
     "least_layer_passthrough_ratio", "job_floor_passthrough_ratio", "dict_cache_hit_vs_floor",
-    "cashews_vs_decode_alone",  # floors beside
+    "cashews_vs_decode_alone", "revalidate_304_vs_full_refresh", "bare_304_vs_full_refresh",
+    "job_floor_304_vs_full_refresh",  # floors beside
 ]  # fmt: skip
 
 
@@ -140,3 +141,51 @@ def test_the_pass_through_job_floor_does_the_job_it_stands_for() -> None:
 
     asyncio.run(JobFloorLayer(raw, SURFACES)({"type": "lifespan"}, None, None))
     assert passed == ["lifespan"]
+
+
+def test_the_304_job_floor_does_the_job_it_stands_for() -> None:
+    """``job_floor_304_vs_full_refresh`` is a floor only while its transport does a 304
+    refresh's whole job: one doing less would set the figure beside the target too low."""
+    import httpx
+
+    from bench.__main__ import JobFloor304Transport
+
+    asked: list[str | None] = []
+    hang = asyncio.Event()
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        asked.append(request.headers.get("if-none-match"))
+        if request.url.path == "/hang":
+            await hang.wait()
+        await asyncio.sleep(0.01)  # long enough for callers to join the flight
+        if request.headers.get("if-none-match") == '"v1"':
+            return httpx.Response(304, headers={"ETag": '"v1"', "X-Seen": str(len(asked))})
+        return httpx.Response(200, content=b'{"a": 1}', headers={
+            "ETag": '"v1"', "Content-Type": "application/json", "X-Seen": "1",
+            "Set-Cookie": "session=s"})  # fmt: skip
+
+    async def scenario() -> None:
+        least = JobFloor304Transport(httpx.MockTransport(handler), timeout=0.2)
+        async with httpx.AsyncClient(transport=least, base_url="http://up") as client:
+            first = await client.get("/etag")
+            assert first.status_code == 200 and first.json() == {"a": 1}
+            (held,) = least.stored.values()
+            assert b"session" not in held  # cookies never stored
+            leaver = asyncio.ensure_future(client.get("/etag"))
+            await asyncio.sleep(0)
+            joined = [asyncio.ensure_future(client.get("/etag")) for _ in range(3)]
+            await asyncio.sleep(0)
+            leaver.cancel()  # the flight goes on for the others
+            answers = await asyncio.gather(*joined)
+            assert asked == [None, '"v1"']  # one conditional call for four callers
+            for answer in answers:
+                assert answer.status_code == 200 and answer.json() == {"a": 1}
+                assert answer.headers["x-seen"] == "2"  # the 304's headers merged in
+            assert b'"2"' in next(iter(least.stored.values()))  # and written back
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(TimeoutError):  # the call under its deadline
+                await client.get("/hang")
+            assert asyncio.get_running_loop().time() - started < 2
+            hang.set()
+
+    asyncio.run(scenario())
