@@ -11,7 +11,6 @@ import struct
 import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
 
 import httpx
 import orjson
@@ -108,7 +107,7 @@ class CachingTransport(httpx.AsyncBaseTransport):
                 return False
             if not (response.is_success or self._negative(response)):
                 return False
-            if "no-store" in response.headers.get("cache-control", "").lower():
+            if _no_store(response.headers.raw):
                 return False
             if honor:  # an answer that varies on headers not in this key is not kept under it
                 said = vary_of(response.headers)
@@ -204,6 +203,14 @@ def _raise_for_outage(response: httpx.Response, expect_json: bool) -> None:
         raise UpstreamError(code if isinstance(code, str) else "UPSTREAM_ERROR")
 
 
+def _no_store(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether a Cache-Control says ``no-store``, read raw (see :func:`_etag`)."""
+    for name, value in headers:
+        if name.lower() == b"cache-control" and b"no-store" in value.lower():
+            return True
+    return False
+
+
 def _is_json(response: httpx.Response) -> bool:
     content_type: str = response.headers.get("content-type", "").split(";")[0].strip().lower()
     return content_type == "application/json" or content_type.endswith("+json")
@@ -258,11 +265,18 @@ _NOT_UPDATED = _TRANSFER_HEADERS | {b"content-type"}
 def _validates(not_modified: httpx.Response, held: httpx.Response) -> bool:
     """True when a 304 names the held answer (RFC 9111 4.3.4): no ETag, or the held one
     (weak comparison)."""
-    said = not_modified.headers.get("etag")
+    said = _etag(not_modified.headers.raw)
     if said is None:
         return True
-    kept = held.headers.get("etag")
-    return kept is not None and said.strip().removeprefix("W/") == kept.strip().removeprefix("W/")
+    kept = _etag(held.headers.raw)
+    return kept is not None and said.removeprefix(b"W/") == kept.removeprefix(b"W/")
+
+
+def _etag(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    """The ETag, stripped (repeated, its values joined as ``Headers.get`` joins them): read
+    raw, as a lookup on a new ``httpx.Headers`` first decodes every header."""
+    values = [value for name, value in headers if name.lower() == b"etag"]
+    return b", ".join(values).strip() if values else None
 
 
 def _refreshed(held: httpx.Response, not_modified: httpx.Response) -> httpx.Response:
@@ -319,21 +333,26 @@ class ResponseCodec:
         return str(status).encode() + b"\n" + data[4 + size :]
 
 
-def _read_already(status: int, headers: list[Any], body: bytes) -> httpx.Response:
+def _read_already(status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> httpx.Response:
     """What ``httpx.Response(content=body)`` makes, without running a body held in memory
-    through httpx's stream decoders: they cost most of a hit (38 of 45 us at 1 KB)."""
+    through httpx's stream decoders: they cost most of a hit (38 of 45 us at 1 KB). The
+    headers are read raw: a lookup on a new ``httpx.Headers`` costs more than the scan."""
+    sized = False
+    for name, _ in headers:
+        name = name.lower()
+        if name == b"content-encoding":  # not written by dumps: let httpx decode
+            return _read_by_httpx(status, headers, body)
+        sized = sized or name == b"content-length"
+    if body and not sized:  # where httpx puts it
+        headers = [*headers, (b"Content-Length", b"%d" % len(body))]
     response = httpx.Response(status, headers=headers, stream=httpx.ByteStream(body))
-    if response.headers.get_list("content-encoding"):  # not written by dumps: let httpx decode
-        return _read_by_httpx(status, headers, body)
-    if body:
-        response.headers.setdefault("Content-Length", str(len(body)))
     response._content = body  # read: what Response.read() fills, and then never reads again
     response._elapsed = _NO_TIME  # the transport's to set: a slot added later slowed httpx
     response.is_stream_consumed = response.is_closed = True
     return response
 
 
-def _read_by_httpx(status: int, headers: list[Any], body: bytes) -> httpx.Response:
+def _read_by_httpx(status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> httpx.Response:
     return httpx.Response(status, headers=headers, content=body)
 
 
@@ -366,7 +385,7 @@ def _alike() -> bool:
     return True
 
 
-def _read(status: int, headers: list[Any], body: bytes) -> httpx.Response:
+def _read(status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> httpx.Response:
     """A stored answer's response: built read already where this httpx allows it, else by
     httpx (checked on first use, not at import: no work for those who never hit)."""
     return (_read_already if _reads_alike() else _read_by_httpx)(status, headers, body)
