@@ -44,6 +44,7 @@ from adcp_stale_cache.codecs import inject_json
 from adcp_stale_cache.core.entry import Entry
 from adcp_stale_cache.core.keys import caller_partition
 from adcp_stale_cache.demo.data import products
+from adcp_stale_cache.integrations.httpx_transport import DEFAULT_VARY_HEADERS
 from adcp_stale_cache.pipeline.collector import (
     STATE_KEY,
     AdvisoryCollector,
@@ -502,36 +503,40 @@ class DictCachingTransport(httpx.AsyncBaseTransport):
 
 class JobFloor304Transport(httpx.AsyncBaseTransport):
     """The least caching transport that does a 304 refresh's whole job, beside ours: the
-    held answer kept as bytes (as a store shared by processes keeps it) and read back into a
-    response; one flight per key that outlives a caller's cancellation, its call in a task
-    of its own under a deadline; the conditional request built from the held validators; a
-    304's headers merged into the held ones; the renewed answer written back, its cookies
-    left out; and the caller handed a response read already. Nothing else: no breaker,
-    purges, labels, metrics, Vary or Cache-Control."""
+    held answer kept as bytes (as a store shared by processes keeps it) under a key of the
+    method, URL and credentials (principals kept apart); its age against a freshness target;
+    one flight per key that outlives a caller's cancellation, its call in a task of its own
+    under a deadline; the conditional request built from the held validators; a 304's
+    headers merged into the held ones; the renewed answer written back with its time, its
+    cookies left out (handed to the request that made the call alone); and the caller handed
+    a response read already. Nothing else: no breaker, purges, labels, metrics, Vary or
+    Cache-Control."""
 
-    def __init__(self, transport: httpx.AsyncBaseTransport, timeout: float = 10.0) -> None:
-        self.transport, self.timeout = transport, timeout
-        self.stored: dict[tuple[str, str], bytes] = {}
-        self.flights: dict[tuple[str, str], asyncio.Future[Any]] = {}
+    def __init__(
+        self, transport: httpx.AsyncBaseTransport, timeout: float = 10.0, fresh_for: float = 0
+    ) -> None:
+        self.transport, self.timeout, self.fresh_for = transport, timeout, fresh_for
+        self.stored: dict[tuple[Any, ...], tuple[float, bytes]] = {}
+        self.flights: dict[tuple[Any, ...], asyncio.Future[Any]] = {}
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        key = (request.method, str(request.url))
+        credentials = [v for k, v in request.headers.raw if k.lower() in _CREDENTIALS]
+        key = (request.method, str(request.url), *credentials)
+        held = self.stored.get(key)
+        if held is not None and time.monotonic() - held[0] < self.fresh_for:
+            return _handed(*_parsed(held[1]))
         flight = self.flights.get(key)
         if flight is None:
             flight = self.flights[key] = asyncio.ensure_future(self._refresh(request, key))
             flight.add_done_callback(lambda _: self.flights.pop(key, None))
-        status, headers, body = await asyncio.shield(flight)
-        response = httpx.Response(status, headers=headers, stream=httpx.ByteStream(body))
-        response._content = body  # read already, as the library's own responses are
-        return response
+        status, headers, body, maker, cookies = await asyncio.shield(flight)
+        return _handed(status, [*headers, *cookies] if maker is request else headers, body)
 
-    async def _refresh(self, request: httpx.Request, key: tuple[str, str]) -> Any:
-        held, headers, validators, outgoing = self.stored.get(key), [], [], request
+    async def _refresh(self, request: httpx.Request, key: tuple[Any, ...]) -> Any:
+        stored = self.stored.get(key)
+        held, headers, validators, outgoing = stored and stored[1], [], [], request
         if held is not None:
-            (size,) = struct.unpack_from(">I", held)
-            status, named = orjson.loads(held[4 : 4 + size])
-            body = held[4 + size :]
-            headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in named]
+            status, headers, body = _parsed(held)
             validators = [(b"if-none-match", v) for k, v in headers if k.lower() == b"etag"]
         if validators:
             outgoing = httpx.Request(request.method, request.url, extensions=request.extensions,
@@ -543,11 +548,13 @@ class JobFloor304Transport(httpx.AsyncBaseTransport):
             headers = [(k, v) for k, v in headers if k.lower() not in names] + updates
         else:
             status, headers, body = response.status_code, response.headers.raw, response.content
-        stored = [[k.decode("latin-1"), v.decode("latin-1")] for k, v in headers
-                  if k.lower() != b"set-cookie"]  # fmt: skip
-        head = orjson.dumps([status, stored])
-        self.stored[key] = b"".join((struct.pack(">I", len(head)), head, body))
-        return status, headers, body
+        cookies = [(k, v) for k, v in headers if k.lower() == b"set-cookie"]  # its maker's
+        kept = [(k, v) for k, v in headers if k.lower() != b"set-cookie"] if cookies else headers
+        named = [[k.decode("latin-1"), v.decode("latin-1")] for k, v in kept]
+        head = orjson.dumps([status, named])
+        data = b"".join((struct.pack(">I", len(head)), head, body))
+        self.stored[key] = (time.monotonic(), data)
+        return status, kept, body, request, cookies
 
     async def _call(self, request: httpx.Request) -> httpx.Response:
         response = await self.transport.handle_async_request(request)
@@ -557,6 +564,20 @@ class JobFloor304Transport(httpx.AsyncBaseTransport):
 
 
 _TRANSFER = frozenset((b"content-length", b"content-type", b"transfer-encoding"))
+_CREDENTIALS = frozenset(name.encode() for name in DEFAULT_VARY_HEADERS)
+
+
+def _parsed(data: bytes) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    (size,) = struct.unpack_from(">I", data)
+    status, named = orjson.loads(data[4 : 4 + size])
+    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in named]
+    return status, headers, data[4 + size :]
+
+
+def _handed(status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> httpx.Response:
+    response = httpx.Response(status, headers=headers, stream=httpx.ByteStream(body))
+    response._content = body  # read already, as the library's own responses are
+    return response
 
 
 async def transport_ops() -> tuple[Op, Op]:

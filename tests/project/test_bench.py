@@ -169,7 +169,9 @@ def test_the_304_job_floor_does_the_job_it_stands_for() -> None:
         async with httpx.AsyncClient(transport=least, base_url="http://up") as client:
             first = await client.get("/etag")
             assert first.status_code == 200 and first.json() == {"a": 1}
-            (held,) = least.stored.values()
+            assert first.headers["set-cookie"] == "session=s"  # to the call's maker alone
+            client.cookies.clear()  # (sent back, it would key another principal's entry)
+            ((_, held),) = least.stored.values()
             assert b"session" not in held  # cookies never stored
             leaver = asyncio.ensure_future(client.get("/etag"))
             await asyncio.sleep(0)
@@ -181,11 +183,21 @@ def test_the_304_job_floor_does_the_job_it_stands_for() -> None:
             for answer in answers:
                 assert answer.status_code == 200 and answer.json() == {"a": 1}
                 assert answer.headers["x-seen"] == "2"  # the 304's headers merged in
-            assert b'"2"' in next(iter(least.stored.values()))  # and written back
+            assert b'"2"' in next(iter(least.stored.values()))[1]  # and written back
+            assert "set-cookie" not in answers[0].headers
+            other = await client.get("/etag", headers={"Authorization": "Bearer b"})
+            assert asked[-1] is None and other.headers["x-seen"] == "1"  # a principal apart
             started = asyncio.get_running_loop().time()
             with pytest.raises(TimeoutError):  # the call under its deadline
                 await client.get("/hang")
             assert asyncio.get_running_loop().time() - started < 2
             hang.set()
+        fresh = JobFloor304Transport(httpx.MockTransport(handler), fresh_for=60)
+        async with httpx.AsyncClient(transport=fresh, base_url="http://up") as client:
+            calls = len(asked)
+            for _ in range(2):
+                assert (await client.get("/etag")).json() == {"a": 1}
+                client.cookies.clear()
+            assert len(asked) == calls + 1  # fresh: answered from the bytes held
 
     asyncio.run(scenario())
