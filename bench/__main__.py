@@ -538,9 +538,11 @@ class JobFloor304Transport(httpx.AsyncBaseTransport):
         if held is not None:
             status, headers, body = _parsed(held)
             validators = [(b"if-none-match", v) for k, v in headers if k.lower() == b"etag"]
-        if validators:
+        if validators:  # on the request's own stream, read already: the least httpx builds
             outgoing = httpx.Request(request.method, request.url, extensions=request.extensions,
-                                     headers=[*request.headers.raw, *validators])  # fmt: skip
+                                     headers=[*request.headers.raw, *validators],
+                                     stream=request.stream)  # fmt: skip
+            outgoing.read()
         response = await call_with_deadline(lambda: self._call(outgoing), self.timeout)
         if held is not None and response.status_code == 304:
             updates = [(k, v) for k, v in response.headers.raw if k.lower() not in _TRANSFER]
