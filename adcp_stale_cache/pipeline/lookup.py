@@ -24,9 +24,6 @@ from .settings import Settings
 T = TypeVar("T")
 logger = logging.getLogger("adcp_stale_cache")
 
-#: The plan for a fresh entry that cannot be read: a miss.
-_UNREADABLE = Refresh(fallback=None)
-
 #: The longest text key, how many keys, and how many Upstream objects ``store_key`` remembers.
 _MAX_REMEMBERED = 1024
 _MAX_REMEMBERED_KEYS = 4096
@@ -230,7 +227,7 @@ class Lookups:
         # such an entry that fails to decode is a miss, as any other).
         if codec is not None and entry is not None and fresh_as_stored(entry, now, fields):
             held: Entry | None = entry
-            step: Fresh | Refresh = _UNREADABLE
+            step: Fresh | Refresh | None = None  # a hit, unless it cannot be read
         else:
             step = plan(entry, now, fields)
             held = step.entry if isinstance(step, Fresh) else None
@@ -239,9 +236,10 @@ class Lookups:
                 value = codec.loads(held.data)  # decode(), inlined
             except Exception as exc:  # a miss: refreshed and overwritten
                 unreadable(codec, upstream, exc)
-                step = _UNREADABLE
+                step = Refresh(fallback=None)  # each its own: a Refresh is not frozen
             else:
                 return Hit(fields, upstream, store_key, collector, held, value)
+        assert step is not None  # (set above whenever the decode is not tried)
         tags = tags if isinstance(tags, tuple) else tuple(tags)  # as of the call, not later
         return Lookup(
             upstream,

@@ -290,6 +290,8 @@ async def test_look_up_misses_a_fresh_entry_it_cannot_read(clock: FakeClock) -> 
     torn = await stages.look_up(INVENTORY, "k", "list_creative_formats", [], JSON)
     assert not isinstance(torn, Hit) and torn.miss and torn.fallback is None
     assert torn.entry is not None  # as held: what an injected outage ages (see testing)
+    again = await stages.look_up(INVENTORY, "k", "list_creative_formats", [], JSON)
+    assert not isinstance(again, Hit) and again.step is not torn.step  # each its own plan
 
 
 async def test_test_mode_wraps_the_pipeline_from_outside(clock: FakeClock) -> None:
