@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
+import datetime
 import gc
 import json
 import logging
@@ -370,7 +371,7 @@ def revalidate_304(requests: int, rounds: int) -> dict[str, float]:
         cache = UpstreamCache(surfaces=Surfaces.of(always), breaker=None)
         transport = CachingTransport(cache, Upstream(name="inv"), surface="get_products")
 
-        async def measure() -> tuple[float, float, float]:
+        async def measure() -> tuple[float, float, float, float]:
             base = f"http://127.0.0.1:{port}"
             async with httpx.AsyncClient(base_url=base, transport=transport) as client, \
                     httpx.AsyncClient(base_url=base) as bare:  # fmt: skip
@@ -502,26 +503,40 @@ class DictCachingTransport(httpx.AsyncBaseTransport):
 
 
 class JobFloor304Transport(httpx.AsyncBaseTransport):
-    """The least caching transport that does a 304 refresh's whole job, beside ours: the
-    held answer kept as bytes (as a store shared by processes keeps it) under a key of the
-    method, URL and credentials (principals kept apart); its age against a freshness target;
-    one flight per key that outlives a caller's cancellation, its call in a task of its own
-    under a deadline; the conditional request built from the held validators; a 304's
-    headers merged into the held ones; the renewed answer written back with its time, its
-    cookies left out (handed to the request that made the call alone); and the caller handed
-    a response read already. Nothing else: no breaker, purges, labels, metrics, Vary or
-    Cache-Control."""
+    """The least caching transport that does a 304 refresh's whole job, beside ours.
+
+    - GET and POST answers kept as bytes (as a store shared by processes keeps them) under a
+      key of method, URL, body and each credential header by name (principals apart), their
+      transfer headers and cookies left out; each stamped, and a fresh one answered as held.
+    - One flight per key, outliving a caller's cancellation; its call in a task of its own
+      under a deadline.
+    - A held 2xx asked again with its validators in place of the caller's own; a 304 naming
+      it (its ETag, weakly) renews it, its headers merged; one naming another is asked again
+      whole.
+    - An outage (5xx, 429, an exception) served from the held answer, which an error never
+      replaces; a cookie handed to the request whose call received it alone; every answer
+      read already.
+
+    Nothing else: no breaker, purges, labels, metrics, advisories, Vary learning,
+    Cache-Control directives or negative caching.
+    """
 
     def __init__(
         self, transport: httpx.AsyncBaseTransport, timeout: float = 10.0, fresh_for: float = 0
     ) -> None:
         self.transport, self.timeout, self.fresh_for = transport, timeout, fresh_for
         self.stored: dict[tuple[Any, ...], tuple[float, bytes]] = {}
-        self.flights: dict[tuple[Any, ...], asyncio.Future[Any]] = {}
+        self.flights: dict[tuple[Any, ...], asyncio.Future[_Flown]] = {}
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        credentials = [v for k, v in request.headers.raw if k.lower() in _CREDENTIALS]
-        key = (request.method, str(request.url), *credentials)
+        if request.method not in ("GET", "POST"):
+            return await self.transport.handle_async_request(request)
+        credentials = dict.fromkeys(_CREDENTIALS, b"")
+        for name, value in request.headers.raw:
+            name = name.lower()
+            if name in credentials:
+                credentials[name] = credentials[name] + b"\n" + value
+        key = (request.method, str(request.url), await request.aread(), *credentials.values())
         held = self.stored.get(key)
         if held is not None and time.monotonic() - held[0] < self.fresh_for:
             return _handed(*_parsed(held[1]))
@@ -532,30 +547,45 @@ class JobFloor304Transport(httpx.AsyncBaseTransport):
         status, headers, body, maker, cookies = await asyncio.shield(flight)
         return _handed(status, [*headers, *cookies] if maker is request else headers, body)
 
-    async def _refresh(self, request: httpx.Request, key: tuple[Any, ...]) -> Any:
+    async def _refresh(self, request: httpx.Request, key: tuple[Any, ...]) -> _Flown:
         stored = self.stored.get(key)
-        held, headers, validators, outgoing = stored and stored[1], [], [], request
-        if held is not None:
-            status, headers, body = _parsed(held)
-            validators = [(b"if-none-match", v) for k, v in headers if k.lower() == b"etag"]
-        if validators:  # on the request's own stream, read already: the least httpx builds
-            outgoing = httpx.Request(request.method, request.url, extensions=request.extensions,
-                                     headers=[*request.headers.raw, *validators],
-                                     stream=request.stream)  # fmt: skip
-            outgoing.read()
-        response = await call_with_deadline(lambda: self._call(outgoing), self.timeout)
-        if held is not None and response.status_code == 304:
-            updates = [(k, v) for k, v in response.headers.raw if k.lower() not in _TRANSFER]
-            names = {k.lower() for k, _ in updates}
-            headers = [(k, v) for k, v in headers if k.lower() not in names] + updates
-        else:
-            status, headers, body = response.status_code, response.headers.raw, response.content
-        cookies = [(k, v) for k, v in headers if k.lower() == b"set-cookie"]  # its maker's
-        kept = [(k, v) for k, v in headers if k.lower() != b"set-cookie"] if cookies else headers
-        named = [[k.decode("latin-1"), v.decode("latin-1")] for k, v in kept]
-        head = orjson.dumps([status, named])
-        data = b"".join((struct.pack(">I", len(head)), head, body))
-        self.stored[key] = (time.monotonic(), data)
+        held = _parsed(stored[1]) if stored is not None else None
+        outgoing = request
+        if held is not None and 200 <= held[0] < 300:
+            validators = [(_ASKS[k.lower()], v) for k, v in held[1] if k.lower() in _ASKS]
+            if validators:  # on the request's own stream, read already: the least httpx builds
+                mine = [(k, v) for k, v in request.headers.raw if k.lower() not in _ASKED]
+                outgoing = httpx.Request(request.method, request.url, headers=mine + validators,
+                                         stream=request.stream, extensions=request.extensions)  # fmt: skip
+                outgoing.read()
+        try:
+            response = await call_with_deadline(lambda: self._call(outgoing), self.timeout)
+            if held is not None and outgoing is not request and response.status_code == 304:
+                if _etag_of(response.headers.raw) in (None, _etag_of(held[1])):
+                    updates = [(k, v) for k, v in response.headers.raw if k.lower() not in _KEPT]
+                    names = {k.lower() for k, _ in updates}
+                    merged = [(k, v) for k, v in held[1] if k.lower() not in names] + updates
+                    return self._write(key, request, held[0], merged, held[2])
+                response = await call_with_deadline(lambda: self._call(request), self.timeout)
+            if response.status_code >= 500 or response.status_code == 429:
+                raise ConnectionError(response.status_code)
+        except Exception:
+            if held is None:
+                raise
+            return held[0], held[1], held[2], request, []  # stale, the held answer kept
+        if not response.is_success:  # passed through, never stored
+            return response.status_code, response.headers.raw, response.content, request, []
+        return self._write(key, request, response.status_code, response.headers.raw,
+                           response.content)  # fmt: skip
+
+    def _write(
+        self, key: tuple[Any, ...], request: httpx.Request, status: int,
+        headers: list[tuple[bytes, bytes]], body: bytes,
+    ) -> _Flown:  # fmt: skip
+        kept = [(k, v) for k, v in headers if k.lower() not in _NOT_KEPT]
+        cookies = [(k, v) for k, v in headers if k.lower() in _COOKIES]  # its maker's
+        head = orjson.dumps([status, [[k.decode("latin-1"), v.decode("latin-1")] for k, v in kept]])
+        self.stored[key] = (time.monotonic(), b"".join((struct.pack(">I", len(head)), head, body)))
         return status, kept, body, request, cookies
 
     async def _call(self, request: httpx.Request) -> httpx.Response:
@@ -565,8 +595,20 @@ class JobFloor304Transport(httpx.AsyncBaseTransport):
         return response
 
 
-_TRANSFER = frozenset((b"content-length", b"content-type", b"transfer-encoding"))
+# A flight's answer: status, headers, body, the request that made the call, its cookies.
+_Flown = tuple[int, list[tuple[bytes, bytes]], bytes, httpx.Request, list[tuple[bytes, bytes]]]
+_ASKS = {b"etag": b"if-none-match", b"last-modified": b"if-modified-since"}
+_ASKED = frozenset(_ASKS.values())
+_COOKIES = frozenset((b"set-cookie", b"set-cookie2"))
+_TRANSFER = frozenset((b"content-length", b"content-encoding", b"transfer-encoding", b"connection"))
+_NOT_KEPT = _TRANSFER | _COOKIES
+_KEPT = _TRANSFER | {b"content-type"}  # as stored, never taken from a 304
 _CREDENTIALS = frozenset(name.encode() for name in DEFAULT_VARY_HEADERS)
+
+
+def _etag_of(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    values = [v for k, v in headers if k.lower() == b"etag"]
+    return b", ".join(values).strip().removeprefix(b"W/") if values else None
 
 
 def _parsed(data: bytes) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
@@ -577,8 +619,12 @@ def _parsed(data: bytes) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
 
 
 def _handed(status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> httpx.Response:
+    if body and not any(k.lower() == b"content-length" for k, _ in headers):
+        headers = [*headers, (b"Content-Length", b"%d" % len(body))]
     response = httpx.Response(status, headers=headers, stream=httpx.ByteStream(body))
     response._content = body  # read already, as the library's own responses are
+    response.elapsed = datetime.timedelta(0)
+    response.is_stream_consumed = response.is_closed = True
     return response
 
 

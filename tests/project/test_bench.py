@@ -151,28 +151,39 @@ def test_the_304_job_floor_does_the_job_it_stands_for() -> None:
     from bench.__main__ import JobFloor304Transport
 
     asked: list[str | None] = []
-    hang = asyncio.Event()
+    hang, state = asyncio.Event(), {"etag": '"v1"', "down": False, "cookie": ""}
 
     async def handler(request: httpx.Request) -> httpx.Response:
         asked.append(request.headers.get("if-none-match"))
         if request.url.path == "/hang":
             await hang.wait()
         await asyncio.sleep(0.01)  # long enough for callers to join the flight
-        if request.headers.get("if-none-match") == '"v1"':
-            return httpx.Response(304, headers={"ETag": '"v1"', "X-Seen": str(len(asked))})
-        return httpx.Response(200, content=b'{"a": 1}', headers={
-            "ETag": '"v1"', "Content-Type": "application/json", "X-Seen": "1",
-            "Set-Cookie": "session=s"})  # fmt: skip
+        if state["down"]:
+            return httpx.Response(503)
+        if request.url.path == "/echo":
+            named = [k for k in ("authorization", "x-api-key") if k in request.headers]
+            return httpx.Response(200, content=request.content or ",".join(named).encode())
+        cookie = [("Set-Cookie", state["cookie"])] if state["cookie"] else []
+        etag = state["etag"]
+        if request.headers.get("if-none-match") in ('"v1"', '"v2"'):
+            return httpx.Response(304, headers=[("ETag", etag), ("X-Seen", str(len(asked))),
+                                                *cookie])  # fmt: skip
+        return httpx.Response(200, content=b'{"a": %d}' % len(asked), headers=[
+            ("ETag", etag), ("Content-Type", "application/json"), ("X-Seen", "1"),
+            ("Set-Cookie", "session=s"), ("Connection", "close")])  # fmt: skip
+
+    async def gather(client: httpx.AsyncClient, n: int) -> list[httpx.Response]:
+        return list(await asyncio.gather(*(client.get("/etag") for _ in range(n))))
 
     async def scenario() -> None:
         least = JobFloor304Transport(httpx.MockTransport(handler), timeout=0.2)
         async with httpx.AsyncClient(transport=least, base_url="http://up") as client:
             first = await client.get("/etag")
-            assert first.status_code == 200 and first.json() == {"a": 1}
-            assert first.headers["set-cookie"] == "session=s"  # to the call's maker alone
+            assert first.json() == {"a": 1} and first.headers["set-cookie"] == "session=s"
+            assert first.is_closed and first.elapsed.total_seconds() == 0  # read already
             client.cookies.clear()  # (sent back, it would key another principal's entry)
             ((_, held),) = least.stored.values()
-            assert b"session" not in held  # cookies never stored
+            assert b"session" not in held and b"close" not in held  # never stored
             leaver = asyncio.ensure_future(client.get("/etag"))
             await asyncio.sleep(0)
             joined = [asyncio.ensure_future(client.get("/etag")) for _ in range(3)]
@@ -181,23 +192,35 @@ def test_the_304_job_floor_does_the_job_it_stands_for() -> None:
             answers = await asyncio.gather(*joined)
             assert asked == [None, '"v1"']  # one conditional call for four callers
             for answer in answers:
-                assert answer.status_code == 200 and answer.json() == {"a": 1}
-                assert answer.headers["x-seen"] == "2"  # the 304's headers merged in
+                assert answer.json() == {"a": 1} and answer.headers["x-seen"] == "2"  # merged
             assert b'"2"' in next(iter(least.stored.values()))[1]  # and written back
-            assert "set-cookie" not in answers[0].headers
-            other = await client.get("/etag", headers={"Authorization": "Bearer b"})
-            assert asked[-1] is None and other.headers["x-seen"] == "1"  # a principal apart
+            state["cookie"] = "rotated=r"  # a 304 setting a cookie: its call's maker's alone
+            cookied = [a.headers.get("set-cookie") for a in await gather(client, 3)]
+            assert cookied.count("rotated=r") == 1 and cookied.count(None) == 2
+            client.cookies.clear()
+            state["cookie"], state["etag"] = "", '"v2"'  # a 304 naming another: asked whole
+            assert [a.json() for a in await gather(client, 1)] == [{"a": 5}]
+            assert asked[-2:] == ['"v1"', None]
+            client.cookies.clear()
+            state["down"] = True  # an outage: served as held, the entry kept
+            assert [a.json() for a in await gather(client, 1)] == [{"a": 5}]
+            state["down"] = False
             started = asyncio.get_running_loop().time()
             with pytest.raises(TimeoutError):  # the call under its deadline
-                await client.get("/hang")
+                await asyncio.wait_for(client.get("/hang"), 5)
             assert asyncio.get_running_loop().time() - started < 2
             hang.set()
         fresh = JobFloor304Transport(httpx.MockTransport(handler), fresh_for=60)
         async with httpx.AsyncClient(transport=fresh, base_url="http://up") as client:
             calls = len(asked)
             for _ in range(2):
-                assert (await client.get("/etag")).json() == {"a": 1}
+                assert (await client.get("/etag")).status_code == 200
                 client.cookies.clear()
             assert len(asked) == calls + 1  # fresh: answered from the bytes held
+            bodies = [await client.post("/echo", content=b) for b in (b"alice", b"bob")]
+            assert [b.text for b in bodies] == ["alice", "bob"]  # the body keys
+            same = [await client.get("/echo", headers={name: "tok"})  # named, not by value
+                    for name in ("Authorization", "X-Api-Key")]  # fmt: skip
+            assert [a.text for a in same] == ["authorization", "x-api-key"]
 
     asyncio.run(scenario())
