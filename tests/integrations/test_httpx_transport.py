@@ -290,7 +290,7 @@ async def test_a_stored_answer_comes_back_as_httpx_reads_one(body: bytes) -> Non
     data = RESPONSES.dumps(stored)
     ours, its = (
         RESPONSES.loads(data),
-        httpx_transport._read_by_httpx(200, [["etag", '"v1"'], ["x-a", "1"]], body),
+        httpx_transport._read_by_httpx(200, [(b"etag", b'"v1"'), (b"x-a", b"1")], body),
     )
     assert ours.headers.raw == its.headers.raw and ours.content == its.content == body
     assert (ours.is_closed, ours.is_stream_consumed) == (its.is_closed, its.is_stream_consumed)
@@ -581,3 +581,85 @@ def test_a_stored_answer_naming_its_encoding_is_decoded_by_httpx() -> None:
     head = orjson.dumps([200, [["content-encoding", "gzip"]]])
     data = struct.pack(">I", len(head)) + head + gzip.compress(b'{"a": 1}')
     assert RESPONSES.loads(data).content == b'{"a": 1}'
+
+
+@pytest.mark.parametrize(
+    ("headers", "stored"),
+    [
+        ([(b"Cache-Control", b"private"), (b"cache-control", b"No-Store")], False),  # split
+        ([(b"CACHE-CONTROL", b"NO-STORE")], False),
+        ([(b"Cache-Control", b"max-age=60, no-store")], False),
+        ([(b"Cache-Control", b"no-cache")], True),
+        ([(b"X-Note", b"no-store")], True),  # only Cache-Control says it
+    ],
+)
+async def test_no_store_is_read_in_any_case_and_any_cache_control_header(
+    clock: FakeClock, headers: list[tuple[bytes, bytes]], stored: bool
+) -> None:
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        return httpx.Response(200, json=GOOD, headers=headers)
+
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock)
+    transport = CachingTransport(
+        cache, INVENTORY, surface="get_products", transport=httpx.MockTransport(handler)
+    )
+    async with httpx.AsyncClient(transport=transport) as client:
+        for _ in range(2):
+            assert (await client.get(URL)).json() == GOOD
+    assert len(calls) == (1 if stored else 2)
+
+
+@pytest.mark.parametrize(
+    ("said", "validates"),
+    [
+        (b'W/"v1"', True),
+        (b'  W/"v1" ', True),  # ASCII spaces stripped
+        (b'"v1"\xa0', False),  # another byte: compared byte for byte, then asked whole
+        (b'"v2"', False),
+    ],
+)
+async def test_a_304s_etag_is_compared_byte_for_byte_with_the_held_ones(
+    clock: FakeClock, said: bytes, validates: bool
+) -> None:
+    calls: list[str | None] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request.headers.get("if-none-match"))
+        if "if-none-match" in request.headers:
+            return httpx.Response(304, headers=[(b"ETag", said)])
+        return httpx.Response(200, json={"n": len(calls)}, headers=[(b"ETag", b' "v1" ')])
+
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock)
+    transport = CachingTransport(
+        cache, INVENTORY, surface="get_products", transport=httpx.MockTransport(handler)
+    )
+    async with httpx.AsyncClient(transport=transport) as client:
+        await client.get(URL)
+        clock.advance(6)
+        answer = await client.get(URL)
+    assert calls[0] is None and calls[1] == ' "v1" '  # sent back as held
+    # Renewed, the held answer; else the whole one asked for again.
+    assert (answer.json(), len(calls)) == (({"n": 1}, 2) if validates else ({"n": 3}, 3))
+
+
+async def test_a_repeated_etag_is_read_joined_as_httpx_joins_it(clock: FakeClock) -> None:
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        if "if-none-match" in request.headers:
+            return httpx.Response(304, headers=[(b"ETag", b'"v1"')])
+        return httpx.Response(200, json=GOOD, headers=[(b"ETag", b'"v1"'), (b"ETag", b'"v0"')])
+
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock)
+    transport = CachingTransport(
+        cache, INVENTORY, surface="get_products", transport=httpx.MockTransport(handler)
+    )
+    async with httpx.AsyncClient(transport=transport) as client:
+        await client.get(URL)
+        clock.advance(6)
+        assert (await client.get(URL)).json() == GOOD
+    assert len(calls) == 3  # '"v1", "v0"' is not '"v1"': asked again whole
