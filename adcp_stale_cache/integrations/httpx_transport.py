@@ -107,6 +107,8 @@ class CachingTransport(httpx.AsyncBaseTransport):
                 return False
             if not (response.is_success or self._negative(response)):
                 return False
+            if response.status_code == 206:  # a part, under the whole's key
+                return False
             if _no_store(response.headers.raw):
                 return False
             if honor:  # an answer that varies on headers not in this key is not kept under it
@@ -173,12 +175,13 @@ class CachingTransport(httpx.AsyncBaseTransport):
 
     def _varying(self, request: httpx.Request) -> list[str]:
         """The values of the vary headers, in order ("" when absent), in one pass."""
-        values = dict.fromkeys(self._vary_raw, b"")
+        values: dict[bytes, bytes | None] = dict.fromkeys(self._vary_raw)
         for name, value in request.headers.raw:
             name = name.lower()
             if name in values:  # a repeated header counts with all its values, kept apart
-                values[name] = values[name] + b"\n" + value if values[name] else value
-        return [value.decode("latin-1") for value in values.values()]
+                held = values[name]  # (an empty first value too: "", "x" is not "x")
+                values[name] = value if held is None else held + b"\n" + value
+        return ["" if value is None else value.decode("latin-1") for value in values.values()]
 
     async def aclose(self) -> None:
         """Close the wrapped transport."""

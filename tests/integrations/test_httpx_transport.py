@@ -645,13 +645,16 @@ async def test_a_304s_etag_is_compared_byte_for_byte_with_the_held_ones(
     assert (answer.json(), len(calls)) == (({"n": 1}, 2) if validates else ({"n": 3}, 3))
 
 
-async def test_a_repeated_etag_is_read_joined_as_httpx_joins_it(clock: FakeClock) -> None:
+@pytest.mark.parametrize("said", [b'"v1"', b'"v0"'])
+async def test_a_repeated_etag_is_read_joined_as_httpx_joins_it(
+    clock: FakeClock, said: bytes
+) -> None:
     calls = []
 
     def handler(request: httpx.Request) -> httpx.Response:
         calls.append(request)
         if "if-none-match" in request.headers:
-            return httpx.Response(304, headers=[(b"ETag", b'"v1"')])
+            return httpx.Response(304, headers=[(b"ETag", said)])
         return httpx.Response(200, json=GOOD, headers=[(b"ETag", b'"v1"'), (b"ETag", b'"v0"')])
 
     cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock)
@@ -662,4 +665,60 @@ async def test_a_repeated_etag_is_read_joined_as_httpx_joins_it(clock: FakeClock
         await client.get(URL)
         clock.advance(6)
         assert (await client.get(URL)).json() == GOOD
-    assert len(calls) == 3  # '"v1", "v0"' is not '"v1"': asked again whole
+    assert len(calls) == 3  # '"v1", "v0"' is neither of its values: asked again whole
+
+
+def transport_to(clock: FakeClock, handler: Any) -> httpx.AsyncClient:
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock)
+    return httpx.AsyncClient(transport=CachingTransport(
+        cache, INVENTORY, surface="get_products", transport=httpx.MockTransport(handler)))  # fmt: skip
+
+
+async def test_a_304_naming_an_etag_renews_no_answer_held_without_one(clock: FakeClock) -> None:
+    """RFC 9111 4.3.4: a strong validator in the 304 names the representation to update; a
+    held answer validated by Last-Modified alone is not it, and is asked for again whole."""
+    calls: list[httpx.Request] = []
+    stamp = b"Wed, 21 Oct 2026 07:28:00 GMT"
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        if "if-modified-since" in request.headers:
+            return httpx.Response(304, headers=[(b"ETag", b'"v2"')])
+        return httpx.Response(200, json={"n": len(calls)}, headers=[(b"Last-Modified", stamp)])
+
+    async with transport_to(clock, handler) as client:
+        await client.get(URL)
+        clock.advance(6)
+        assert (await client.get(URL)).json() == {"n": 3}
+    assert len(calls) == 3
+
+
+async def test_a_partial_answer_is_never_stored_under_the_whole_ones_key(
+    clock: FakeClock,
+) -> None:
+    calls: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        if "range" in request.headers:
+            return httpx.Response(206, json={"part": 1}, headers={"Content-Range": "bytes 0-9/99"})
+        return httpx.Response(200, json=GOOD)
+
+    async with transport_to(clock, handler) as client:
+        assert (await client.get(URL, headers={"Range": "bytes=0-9"})).status_code == 206
+        assert (await client.get(URL)).json() == GOOD
+        assert (await client.get(URL)).json() == GOOD  # the whole one is kept
+    assert len(calls) == 2
+
+
+async def test_a_repeated_credential_keys_with_each_of_its_values(clock: FakeClock) -> None:
+    calls: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        return httpx.Response(200, json={"n": len(calls)})
+
+    async with transport_to(clock, handler) as client:
+        one = await client.get(URL, headers=[("Authorization", "Bearer x")])
+        two = await client.get(URL, headers=[("Authorization", ""), ("Authorization", "Bearer x")])
+    assert (one.json(), two.json()) == ({"n": 1}, {"n": 2})  # an empty first value counts
