@@ -513,18 +513,24 @@ class JobFloor304Transport(httpx.AsyncBaseTransport):
     - A held 2xx asked again with its validators in place of the caller's own; a 304 naming
       it (its ETag, weakly) renews it, its headers merged; one naming another is asked again
       whole.
-    - An outage (5xx, 429, an exception) served from the held answer, which an error never
-      replaces; a cookie handed to the request whose call received it alone; every answer
-      read already.
+    - An outage (5xx, 429, a transport error, the deadline) served from the held answer
+      within a max-stale bound, which an error never replaces; a no-store answer never kept;
+      a cookie handed to the request whose call received it alone; every answer read
+      already.
 
     Nothing else: no breaker, purges, labels, metrics, advisories, Vary learning,
-    Cache-Control directives or negative caching.
+    Cache-Control's other directives or negative caching.
     """
 
     def __init__(
-        self, transport: httpx.AsyncBaseTransport, timeout: float = 10.0, fresh_for: float = 0
+        self,
+        transport: httpx.AsyncBaseTransport,
+        timeout: float = 10.0,
+        fresh_for: float = 0,
+        max_stale: float = 3600,
     ) -> None:
         self.transport, self.timeout, self.fresh_for = transport, timeout, fresh_for
+        self.max_stale = max_stale
         self.stored: dict[tuple[Any, ...], tuple[float, bytes]] = {}
         self.flights: dict[tuple[Any, ...], asyncio.Future[_Flown]] = {}
 
@@ -550,6 +556,7 @@ class JobFloor304Transport(httpx.AsyncBaseTransport):
     async def _refresh(self, request: httpx.Request, key: tuple[Any, ...]) -> _Flown:
         stored = self.stored.get(key)
         held = _parsed(stored[1]) if stored is not None else None
+        since = stored[0] if stored is not None else 0.0
         outgoing = request
         if held is not None and 200 <= held[0] < 300:
             validators = [(_ASKS[k.lower()], v) for k, v in held[1] if k.lower() in _ASKS]
@@ -569,14 +576,18 @@ class JobFloor304Transport(httpx.AsyncBaseTransport):
                 response = await call_with_deadline(lambda: self._call(request), self.timeout)
             if response.status_code >= 500 or response.status_code == 429:
                 raise ConnectionError(response.status_code)
-        except Exception:
-            if held is None:
+        except (httpx.TransportError, OSError, TimeoutError):  # an outage
+            if held is None or time.monotonic() - since > self.max_stale:
                 raise
             return held[0], held[1], held[2], request, []  # stale, the held answer kept
-        if not response.is_success:  # passed through, never stored
-            return response.status_code, response.headers.raw, response.content, request, []
-        return self._write(key, request, response.status_code, response.headers.raw,
-                           response.content)  # fmt: skip
+        raw = response.headers.raw
+        if (
+            not response.is_success
+            or response.status_code == 206
+            or any(k.lower() == b"cache-control" and b"no-store" in v.lower() for k, v in raw)
+        ):  # passed through, never stored
+            return response.status_code, raw, response.content, request, []
+        return self._write(key, request, response.status_code, raw, response.content)
 
     def _write(
         self, key: tuple[Any, ...], request: httpx.Request, status: int,

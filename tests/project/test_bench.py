@@ -156,7 +156,11 @@ def test_the_304_job_floor_does_the_job_it_stands_for() -> None:
     async def handler(request: httpx.Request) -> httpx.Response:
         asked.append(request.headers.get("if-none-match"))
         if request.url.path == "/hang":
-            await hang.wait()
+            try:
+                await hang.wait()
+            except asyncio.CancelledError:
+                await hang.wait()  # a client whose cleanup hangs: the call is abandoned
+                raise
         await asyncio.sleep(0.01)  # long enough for callers to join the flight
         if state["down"]:
             return httpx.Response(503)
@@ -206,7 +210,7 @@ def test_the_304_job_floor_does_the_job_it_stands_for() -> None:
             assert [a.json() for a in await gather(client, 1)] == [{"a": 5}]
             state["down"] = False
             started = asyncio.get_running_loop().time()
-            with pytest.raises(TimeoutError):  # the call under its deadline
+            with pytest.raises(TimeoutError):  # under its deadline, its cleanup left hanging
                 await asyncio.wait_for(client.get("/hang"), 5)
             assert asyncio.get_running_loop().time() - started < 2
             hang.set()
@@ -222,5 +226,66 @@ def test_the_304_job_floor_does_the_job_it_stands_for() -> None:
             same = [await client.get("/echo", headers={name: "tok"})  # named, not by value
                     for name in ("Authorization", "X-Api-Key")]  # fmt: skip
             assert [a.text for a in same] == ["authorization", "x-api-key"]
+
+    asyncio.run(scenario())
+
+
+def test_the_304_job_floor_keeps_the_http_rules_it_claims() -> None:
+    """The rest of the floor's job, each rule with a case that fails without it."""
+    import httpx
+
+    from bench.__main__ import JobFloor304Transport
+
+    seen: list[httpx.Request] = []
+    script: list[Any] = []  # what the upstream does next: a response, or an exception
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        step = script.pop(0) if script else httpx.Response(200, json={"n": len(seen)})
+        if isinstance(step, Exception):
+            raise step
+        return step
+
+    def ok(**headers: str) -> httpx.Response:
+        return httpx.Response(200, json={"n": len(seen)}, headers=headers)
+
+    async def scenario() -> None:
+        least = JobFloor304Transport(httpx.MockTransport(handler), fresh_for=60)
+        async with httpx.AsyncClient(transport=least, base_url="http://up") as client:
+            # Principals: each credential's values, repeats and empty ones too.
+            tokens = ([("Authorization", "alice")], [("Authorization", "bob")],
+                      [("Authorization", ""), ("Authorization", "bob")])  # fmt: skip
+            answers = [(await client.get("/p", headers=t)).json()["n"] for t in tokens]
+            assert answers == [1, 2, 3]
+        least = JobFloor304Transport(httpx.MockTransport(handler), max_stale=60)
+        async with httpx.AsyncClient(transport=least, base_url="http://up") as client:
+            script[:] = [ok(ETag='"v1"'), httpx.Response(304, headers={"ETag": 'W/"v1"'}),
+                         httpx.Response(304)]  # fmt: skip
+            first = (await client.get("/e")).json()
+            caller = {"If-None-Match": '"mine"'}  # the held validator in place of the caller's
+            assert (await client.get("/e", headers=caller)).json() == first  # weak: renewed
+            assert seen[-1].headers.get_list("if-none-match") == ['"v1"']
+            assert (await client.get("/e")).json() == first  # no ETag: renewed
+            script[:] = [ok(**{"Last-Modified": "Wed, 21 Oct 2026 07:28:00 GMT"}),
+                         httpx.Response(304)]  # fmt: skip
+            dated = (await client.get("/d")).json()
+            assert (await client.get("/d")).json() == dated
+            assert seen[-1].headers["if-modified-since"] == "Wed, 21 Oct 2026 07:28:00 GMT"
+            script[:] = [httpx.Response(404), httpx.Response(503),
+                         httpx.ConnectError("refused"), httpx.Response(429)]  # fmt: skip
+            assert (await client.get("/e")).status_code == 404  # passed through, not stored
+            for _ in range(3):  # an outage of each kind: the held answer, kept
+                assert (await client.get("/e")).json() == first
+            script[:] = [ValueError("not an outage")]
+            with pytest.raises(ValueError):
+                await client.get("/e")
+            script[:] = [ok(**{"Cache-Control": "No-Store"}), httpx.Response(503)]
+            await client.get("/n")
+            with pytest.raises(ConnectionError):  # never kept: nothing held to serve
+                await client.get("/n")
+            least.stored = {k: (t - 61, d) for k, (t, d) in least.stored.items()}
+            script[:] = [httpx.Response(503)]
+            with pytest.raises(ConnectionError):  # past max-stale: the outage stands
+                await client.get("/e")
 
     asyncio.run(scenario())
