@@ -150,15 +150,16 @@ class CachingTransport(httpx.AsyncBaseTransport):
         self, request: httpx.Request, held: httpx.Response | None
     ) -> httpx.Response:
         """One call upstream: conditional when an answer is held, raising on an outage."""
-        outgoing = _conditional(request, held) if held is not None else request
+        whole = _whole(request)  # every caller joining the call takes its answer
+        outgoing = _conditional(whole, held) if held is not None else whole
         response = await self._transport.handle_async_request(outgoing)
         await response.aread()
         await response.aclose()
-        if response.status_code == 304 and held is not None and outgoing is not request:
+        if response.status_code == 304 and held is not None and outgoing is not whole:
             if _validates(response, held):
                 return _refreshed(held, response)  # the held body, updated headers
             # RFC 9111 4.3.4: a 304 naming another representation: ask for it whole.
-            response = await self._transport.handle_async_request(request)
+            response = await self._transport.handle_async_request(whole)
             await response.aread()
             await response.aclose()
         _raise_for_outage(response, self.expect_json)
@@ -217,6 +218,25 @@ def _no_store(headers: list[tuple[bytes, bytes]]) -> bool:
 def _is_json(response: httpx.Response) -> bool:
     content_type: str = response.headers.get("content-type", "").split(";")[0].strip().lower()
     return content_type == "application/json" or content_type.endswith("+json")
+
+
+def _whole(request: httpx.Request) -> httpx.Request:
+    """``request`` asking for the whole current answer: without a range or a condition of
+    the caller's own, which would make its answer (a 206, a 304) wrong for the callers
+    joining its call and for the key it is stored under (RFC 9110 14.2 lets a cache ignore
+    a range; the held answer's validators take the place of the caller's)."""
+    raw = request.headers.raw
+    if not any(name.lower() in _PARTIAL for name, _ in raw):
+        return request
+    headers = [(name, value) for name, value in raw if name.lower() not in _PARTIAL]
+    whole = httpx.Request(request.method, request.url, headers=headers,
+                          stream=request.stream, extensions=request.extensions)  # fmt: skip
+    whole.read()
+    return whole
+
+
+# What a caller may ask for that only its own answer could hold.
+_PARTIAL = frozenset({b"range", b"if-range", b"if-none-match", b"if-modified-since"})
 
 
 def _conditional(request: httpx.Request, held: httpx.Response) -> httpx.Request:

@@ -700,12 +700,12 @@ async def test_a_partial_answer_is_never_stored_under_the_whole_ones_key(
 
     def handler(request: httpx.Request) -> httpx.Response:
         calls.append(request)
-        if "range" in request.headers:
+        if len(calls) == 1:  # (a range is never sent: an upstream answering one anyway)
             return httpx.Response(206, json={"part": 1}, headers={"Content-Range": "bytes 0-9/99"})
         return httpx.Response(200, json=GOOD)
 
     async with transport_to(clock, handler) as client:
-        assert (await client.get(URL, headers={"Range": "bytes=0-9"})).status_code == 206
+        assert (await client.get(URL)).status_code == 206
         assert (await client.get(URL)).json() == GOOD
         assert (await client.get(URL)).json() == GOOD  # the whole one is kept
     assert len(calls) == 2
@@ -722,3 +722,33 @@ async def test_a_repeated_credential_keys_with_each_of_its_values(clock: FakeClo
         one = await client.get(URL, headers=[("Authorization", "Bearer x")])
         two = await client.get(URL, headers=[("Authorization", ""), ("Authorization", "Bearer x")])
     assert (one.json(), two.json()) == ({"n": 1}, {"n": 2})  # an empty first value counts
+
+
+@pytest.mark.parametrize(
+    "asked",
+    [{"Range": "bytes=0-9"}, {"If-None-Match": '"v1"'}, {"Range": "bytes=99-", "If-Range": "x"}],
+)
+async def test_a_callers_range_or_condition_never_reaches_the_callers_joining_it(
+    clock: FakeClock, asked: dict[str, str]
+) -> None:
+    """Range and the caller's own validators are not in the key: sent upstream, their answer
+    (a 206, a 304, a 416) would reach every caller of the call. The call asks for the whole."""
+    seen: list[httpx.Request] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        await asyncio.sleep(0.01)  # the plain caller joins meanwhile
+        if "range" in request.headers:
+            return httpx.Response(206, content=b'{"pro', headers={"Content-Range": "bytes 0-4/9"})
+        if request.headers.get("if-none-match") == '"v1"':
+            return httpx.Response(304, headers={"ETag": '"v1"'})
+        return httpx.Response(200, json=GOOD, headers={"ETag": '"v1"'})
+
+    async with transport_to(clock, handler) as client:
+        answers = await asyncio.gather(client.get(URL, headers=asked), client.get(URL))
+        assert [(a.status_code, a.json()) for a in answers] == [(200, GOOD)] * 2
+        clock.advance(6)  # a refresh asked for by the same caller: the held answer's validator
+        assert (await client.get(URL, headers=asked)).json() == GOOD
+    assert len(seen) == 2 and "range" not in seen[0].headers
+    assert "if-none-match" not in seen[0].headers and "if-range" not in seen[1].headers
+    assert seen[1].headers.get_list("if-none-match") == ['"v1"']
