@@ -222,9 +222,10 @@ def _is_json(response: httpx.Response) -> bool:
 
 def _whole(request: httpx.Request) -> httpx.Request:
     """``request`` asking for the whole current answer: without a range or a condition of
-    the caller's own, which would make its answer (a 206, a 304) wrong for the callers
-    joining its call and for the key it is stored under (RFC 9110 14.2 lets a cache ignore
-    a range; the held answer's validators take the place of the caller's)."""
+    the caller's own, which would make its answer (a 206, a 304, a 412) wrong for the
+    callers joining its call and for the key it is stored under. RFC 9110 14.2 lets a cache
+    ignore a range; the held answer's validators take the place of the caller's (nginx
+    drops the same six when it caches)."""
     raw = request.headers.raw
     if not any(name.lower() in _PARTIAL for name, _ in raw):
         return request
@@ -236,7 +237,10 @@ def _whole(request: httpx.Request) -> httpx.Request:
 
 
 # What a caller may ask for that only its own answer could hold.
-_PARTIAL = frozenset({b"range", b"if-range", b"if-none-match", b"if-modified-since"})
+_PARTIAL = frozenset(
+    {b"range", b"if-range", b"if-none-match", b"if-modified-since", b"if-match",
+     b"if-unmodified-since"}
+)  # fmt: skip
 
 
 def _conditional(request: httpx.Request, held: httpx.Response) -> httpx.Request:

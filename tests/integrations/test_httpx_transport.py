@@ -726,7 +726,13 @@ async def test_a_repeated_credential_keys_with_each_of_its_values(clock: FakeClo
 
 @pytest.mark.parametrize(
     "asked",
-    [{"Range": "bytes=0-9"}, {"If-None-Match": '"v1"'}, {"Range": "bytes=99-", "If-Range": "x"}],
+    [
+        {"Range": "bytes=0-9"},
+        {"If-None-Match": '"v1"'},
+        {"Range": "bytes=99-", "If-Range": "x"},
+        {"If-Match": '"v0"'},
+        {"If-Unmodified-Since": "Wed, 21 Oct 2015 07:28:00 GMT"},
+    ],
 )
 async def test_a_callers_range_or_condition_never_reaches_the_callers_joining_it(
     clock: FakeClock, asked: dict[str, str]
@@ -742,6 +748,8 @@ async def test_a_callers_range_or_condition_never_reaches_the_callers_joining_it
             return httpx.Response(206, content=b'{"pro', headers={"Content-Range": "bytes 0-4/9"})
         if request.headers.get("if-none-match") == '"v1"':
             return httpx.Response(304, headers={"ETag": '"v1"'})
+        if "if-match" in request.headers or "if-unmodified-since" in request.headers:
+            return httpx.Response(412)
         return httpx.Response(200, json=GOOD, headers={"ETag": '"v1"'})
 
     async with transport_to(clock, handler) as client:
@@ -750,5 +758,6 @@ async def test_a_callers_range_or_condition_never_reaches_the_callers_joining_it
         clock.advance(6)  # a refresh asked for by the same caller: the held answer's validator
         assert (await client.get(URL, headers=asked)).json() == GOOD
     assert len(seen) == 2 and "range" not in seen[0].headers
-    assert "if-none-match" not in seen[0].headers and "if-range" not in seen[1].headers
+    assert not {"if-none-match", "if-match", "if-unmodified-since"} & set(seen[0].headers)
+    assert "if-range" not in seen[1].headers
     assert seen[1].headers.get_list("if-none-match") == ['"v1"']
