@@ -79,7 +79,7 @@ class CachingTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Answer from cache or upstream, as the surface's policy decides."""
-        if request.method not in self.methods:
+        if request.method not in self.methods or _preconditioned(request):
             return await self._transport.handle_async_request(request)
         started = time.perf_counter()
         body, url = await request.aread(), str(request.url)
@@ -221,11 +221,10 @@ def _is_json(response: httpx.Response) -> bool:
 
 
 def _whole(request: httpx.Request) -> httpx.Request:
-    """``request`` asking for the whole current answer: without a range or a condition of
-    the caller's own, which would make its answer (a 206, a 304, a 412) wrong for the
-    callers joining its call and for the key it is stored under. RFC 9110 14.2 lets a cache
-    ignore a range; the held answer's validators take the place of the caller's (nginx
-    drops the same six when it caches)."""
+    """``request`` asking for the whole current answer: without a range or a validator of
+    the caller's own, which would make its answer (a 206, a 304) wrong for the callers
+    joining its call and for the key it is stored under. RFC 9110 14.2 lets a cache ignore
+    a range; the held answer's validators take the place of the caller's."""
     raw = request.headers.raw
     if not any(name.lower() in _PARTIAL for name, _ in raw):
         return request
@@ -237,10 +236,23 @@ def _whole(request: httpx.Request) -> httpx.Request:
 
 
 # What a caller may ask for that only its own answer could hold.
-_PARTIAL = frozenset(
-    {b"range", b"if-range", b"if-none-match", b"if-modified-since", b"if-match",
-     b"if-unmodified-since"}
-)  # fmt: skip
+_PARTIAL = frozenset({b"range", b"if-range", b"if-none-match", b"if-modified-since"})
+
+
+def _preconditioned(request: httpx.Request) -> bool:
+    """Whether ``request`` carries a precondition for its upstream to judge (RFC 9110 13.1):
+    If-Match or If-Unmodified-Since, or a validator on a method other than GET (a POST's
+    ``If-None-Match: *``). Such a request passes straight through: answered from the cache,
+    or joined to another's call, the cache would judge it for the upstream."""
+    names = _PRECONDITIONS if request.method == "GET" else _CONDITIONS
+    for name, _ in request.headers.raw:  # noqa: SIM110 (every request: a loop costs less)
+        if name.lower() in names:
+            return True
+    return False
+
+
+_PRECONDITIONS = frozenset({b"if-match", b"if-unmodified-since"})
+_CONDITIONS = _PRECONDITIONS | {b"if-none-match", b"if-modified-since"}
 
 
 def _conditional(request: httpx.Request, held: httpx.Response) -> httpx.Request:

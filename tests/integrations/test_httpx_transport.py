@@ -730,8 +730,6 @@ async def test_a_repeated_credential_keys_with_each_of_its_values(clock: FakeClo
         {"Range": "bytes=0-9"},
         {"If-None-Match": '"v1"'},
         {"Range": "bytes=99-", "If-Range": "x"},
-        {"If-Match": '"v0"'},
-        {"If-Unmodified-Since": "Wed, 21 Oct 2015 07:28:00 GMT"},
     ],
 )
 async def test_a_callers_range_or_condition_never_reaches_the_callers_joining_it(
@@ -748,8 +746,6 @@ async def test_a_callers_range_or_condition_never_reaches_the_callers_joining_it
             return httpx.Response(206, content=b'{"pro', headers={"Content-Range": "bytes 0-4/9"})
         if request.headers.get("if-none-match") == '"v1"':
             return httpx.Response(304, headers={"ETag": '"v1"'})
-        if "if-match" in request.headers or "if-unmodified-since" in request.headers:
-            return httpx.Response(412)
         return httpx.Response(200, json=GOOD, headers={"ETag": '"v1"'})
 
     async with transport_to(clock, handler) as client:
@@ -758,6 +754,37 @@ async def test_a_callers_range_or_condition_never_reaches_the_callers_joining_it
         clock.advance(6)  # a refresh asked for by the same caller: the held answer's validator
         assert (await client.get(URL, headers=asked)).json() == GOOD
     assert len(seen) == 2 and "range" not in seen[0].headers
-    assert not {"if-none-match", "if-match", "if-unmodified-since"} & set(seen[0].headers)
-    assert "if-range" not in seen[1].headers
+    assert "if-none-match" not in seen[0].headers and "if-range" not in seen[1].headers
     assert seen[1].headers.get_list("if-none-match") == ['"v1"']
+
+
+@pytest.mark.parametrize(
+    ("method", "asked"),
+    [
+        ("GET", {"If-Match": '"v0"'}),
+        ("GET", {"If-Unmodified-Since": "Wed, 21 Oct 2015 07:28:00 GMT"}),
+        ("POST", {"If-None-Match": "*"}),
+        ("POST", {"If-Match": '"v0"'}),
+    ],
+)
+async def test_a_precondition_passes_straight_through_for_its_upstream_to_judge(
+    clock: FakeClock, method: str, asked: dict[str, str]
+) -> None:
+    """A precondition is the upstream's to judge (RFC 9110 13.1): its request is never
+    answered from the cache nor joined to another's call, and its 412 is its own."""
+    seen: list[httpx.Request] = []
+    (name,) = asked
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        await asyncio.sleep(0.01)  # a plain caller in flight meanwhile
+        return httpx.Response(412) if name in request.headers else httpx.Response(200, json=GOOD)
+
+    async with transport_to(clock, handler) as client:
+        await client.request(method, URL)  # held, fresh
+        judged, plain = await asyncio.gather(
+            client.request(method, URL, headers=asked), client.request(method, URL)
+        )
+        again = await client.request(method, URL, headers=asked)
+    assert (judged.status_code, plain.status_code, again.status_code) == (412, 200, 412)
+    assert len(seen) == 3  # the held answer served the plain caller; each precondition went
