@@ -79,11 +79,14 @@ class CachingTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Answer from cache or upstream, as the surface's policy decides."""
-        if request.method not in self.methods or _preconditioned(request):
+        if request.method not in self.methods:
             return await self._transport.handle_async_request(request)
         started = time.perf_counter()
+        varying, preconditioned = self._varying(request)
+        if preconditioned:  # the upstream's to judge: never answered here, nor joined
+            return await self._transport.handle_async_request(request)
         body, url = await request.aread(), str(request.url)
-        key: tuple[object, ...] = ("http", request.method, url, body, *self._varying(request))
+        key: tuple[object, ...] = ("http", request.method, url, body, *varying)
         honor = self._honor
         if honor is None:  # as the surface's policy says: a named one is looked up once
             honor = self.cache.policy_for(self.surface).honor_cache_control
@@ -174,15 +177,23 @@ class CachingTransport(httpx.AsyncBaseTransport):
         # found" (AdCP's existence-leak uniformity); keys are per caller.
         return self.negative_ttl_seconds is not None and response.status_code in (403, 404, 410)
 
-    def _varying(self, request: httpx.Request) -> list[str]:
-        """The values of the vary headers, in order ("" when absent), in one pass."""
+    def _varying(self, request: httpx.Request) -> tuple[list[str], bool]:
+        """The values of the vary headers, in order ("" when absent), and whether the
+        request carries a precondition (RFC 9110 13.1: If-Match or If-Unmodified-Since, or a
+        validator on a method other than GET, as a POST's ``If-None-Match: *``), in one pass
+        over its headers."""
         values: dict[bytes, bytes | None] = dict.fromkeys(self._vary_raw)
+        conditions = _PRECONDITIONS if request.method == "GET" else _CONDITIONS
+        preconditioned = False
         for name, value in request.headers.raw:
             name = name.lower()
             if name in values:  # a repeated header counts with all its values, kept apart
                 held = values[name]  # (an empty first value too: "", "x" is not "x")
                 values[name] = value if held is None else held + b"\n" + value
-        return ["" if value is None else value.decode("latin-1") for value in values.values()]
+            elif name in conditions:
+                preconditioned = True
+        varying = ["" if value is None else value.decode("latin-1") for value in values.values()]
+        return varying, preconditioned
 
     async def aclose(self) -> None:
         """Close the wrapped transport."""
@@ -239,18 +250,7 @@ def _whole(request: httpx.Request) -> httpx.Request:
 _PARTIAL = frozenset({b"range", b"if-range", b"if-none-match", b"if-modified-since"})
 
 
-def _preconditioned(request: httpx.Request) -> bool:
-    """Whether ``request`` carries a precondition for its upstream to judge (RFC 9110 13.1):
-    If-Match or If-Unmodified-Since, or a validator on a method other than GET (a POST's
-    ``If-None-Match: *``). Such a request passes straight through: answered from the cache,
-    or joined to another's call, the cache would judge it for the upstream."""
-    names = _PRECONDITIONS if request.method == "GET" else _CONDITIONS
-    for name, _ in request.headers.raw:  # noqa: SIM110 (every request: a loop costs less)
-        if name.lower() in names:
-            return True
-    return False
-
-
+# Preconditions its upstream judges (see CachingTransport._varying).
 _PRECONDITIONS = frozenset({b"if-match", b"if-unmodified-since"})
 _CONDITIONS = _PRECONDITIONS | {b"if-none-match", b"if-modified-since"}
 

@@ -226,9 +226,9 @@ async def test_repeated_credential_headers_all_vary_the_key() -> None:
     two = httpx.Request(
         "GET", "http://u/x", headers=[("authorization", "Bearer a"), ("AUTHORIZATION", "b")]
     )
-    assert transport._varying(one)[0] == "Bearer a"
-    assert transport._varying(two)[0] == "Bearer a\nb"  # kept apart from one "Bearer a, b"
-    assert transport._varying(two)[1:] == ["", "", "", ""]
+    assert transport._varying(one)[0][0] == "Bearer a"
+    assert transport._varying(two)[0][0] == "Bearer a\nb"  # kept apart from one "Bearer a, b"
+    assert transport._varying(two)[0][1:] == ["", "", "", ""]
 
 
 def test_a_stored_response_is_not_read_back_to_check_it() -> None:
