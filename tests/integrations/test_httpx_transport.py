@@ -583,6 +583,12 @@ def test_a_stored_answer_naming_its_encoding_is_decoded_by_httpx() -> None:
     assert RESPONSES.loads(data).content == b'{"a": 1}'
 
 
+def transport_to(clock: FakeClock, handler: Any) -> httpx.AsyncClient:
+    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock)
+    return httpx.AsyncClient(transport=CachingTransport(
+        cache, INVENTORY, surface="get_products", transport=httpx.MockTransport(handler)))  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("headers", "stored"),
     [
@@ -602,11 +608,7 @@ async def test_no_store_is_read_in_any_case_and_any_cache_control_header(
         calls.append(request)
         return httpx.Response(200, json=GOOD, headers=headers)
 
-    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock)
-    transport = CachingTransport(
-        cache, INVENTORY, surface="get_products", transport=httpx.MockTransport(handler)
-    )
-    async with httpx.AsyncClient(transport=transport) as client:
+    async with transport_to(clock, handler) as client:
         for _ in range(2):
             assert (await client.get(URL)).json() == GOOD
     assert len(calls) == (1 if stored else 2)
@@ -632,11 +634,7 @@ async def test_a_304s_etag_is_compared_byte_for_byte_with_the_held_ones(
             return httpx.Response(304, headers=[(b"ETag", said)])
         return httpx.Response(200, json={"n": len(calls)}, headers=[(b"ETag", b' "v1" ')])
 
-    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock)
-    transport = CachingTransport(
-        cache, INVENTORY, surface="get_products", transport=httpx.MockTransport(handler)
-    )
-    async with httpx.AsyncClient(transport=transport) as client:
+    async with transport_to(clock, handler) as client:
         await client.get(URL)
         clock.advance(6)
         answer = await client.get(URL)
@@ -657,21 +655,11 @@ async def test_a_repeated_etag_is_read_joined_as_httpx_joins_it(
             return httpx.Response(304, headers=[(b"ETag", said)])
         return httpx.Response(200, json=GOOD, headers=[(b"ETag", b'"v1"'), (b"ETag", b'"v0"')])
 
-    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock)
-    transport = CachingTransport(
-        cache, INVENTORY, surface="get_products", transport=httpx.MockTransport(handler)
-    )
-    async with httpx.AsyncClient(transport=transport) as client:
+    async with transport_to(clock, handler) as client:
         await client.get(URL)
         clock.advance(6)
         assert (await client.get(URL)).json() == GOOD
     assert len(calls) == 3  # '"v1", "v0"' is neither of its values: asked again whole
-
-
-def transport_to(clock: FakeClock, handler: Any) -> httpx.AsyncClient:
-    cache = UpstreamCache(MemoryStore(clock=clock), surfaces=Surfaces.of(PRODUCTS), clock=clock)
-    return httpx.AsyncClient(transport=CachingTransport(
-        cache, INVENTORY, surface="get_products", transport=httpx.MockTransport(handler)))  # fmt: skip
 
 
 async def test_a_304_naming_an_etag_renews_no_answer_held_without_one(clock: FakeClock) -> None:
